@@ -1,0 +1,41 @@
+// Stage 2 of the data assignment: pack one pipeline's documents into micro-batches within
+// its capacity, choosing the number of micro-batches, to minimise its exact 1F1B time.
+#pragma once
+
+#include <span>
+
+#include "hydraulis/assign/problem.h"
+
+namespace hydraulis {
+
+struct PackOptions {
+  // Micro-batch counts tried above the smallest feasible one (pp > 1 only; >= 0).
+  int extra_micro_batch_counts = 16;
+  // Improvement passes of the move/swap local search per micro-batch count (>= 0).
+  int local_search_passes = 8;
+};
+
+struct PackResult {
+  MicroBatches micro_batches;
+  double ms = 0;  // exact 1F1B time
+};
+
+// Packs `docs` (indices into problem.lengths, each no longer than the capacity) for
+// `pipeline`. With pp == 1 the time is sum of document costs + v*c, so it minimises v
+// (first-fit and best-fit decreasing on tokens). With pp > 1 it tries each v from the
+// smallest feasible upward, balances micro-batch times under the capacity (longest
+// first, then moves and swaps out of the slowest micro-batch), orders the micro-batches
+// for the 1F1B schedule, and keeps the v with the least exact time. Deterministic.
+PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipeline,
+                        std::span<const int> docs, const PackOptions& options = {});
+
+// Packs `docs` into exactly `v` micro-batches balancing their times under the capacity
+// (used by PackPipeline and the KK baseline). Returns false when it finds no packing.
+bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipeline,
+                  std::span<const int> docs, int v, int local_search_passes, MicroBatches& out);
+
+// Fewest micro-batches first-fit/best-fit decreasing finds for `docs` under `capacity`.
+MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const int> docs,
+                          std::int64_t capacity);
+
+}  // namespace hydraulis

@@ -1,0 +1,16 @@
+// Independent check of an assignment: used by tests and, in debug builds, after each stage.
+#pragma once
+
+#include <string>
+
+#include "hydraulis/assign/problem.h"
+
+namespace hydraulis {
+
+// Returns "" when `assignment` is valid for `problem`: one entry per pipeline, every
+// document index valid and assigned exactly once, no empty micro-batch, every micro-batch
+// within its pipeline's capacity, and pipeline_ms/step_ms equal to the cost model's
+// values (relative tolerance 1e-9). Otherwise a description of the first violation.
+std::string CheckAssignment(const AssignProblem& problem, const Assignment& assignment);
+
+}  // namespace hydraulis

@@ -1,0 +1,116 @@
+// Per-step planning: for one global batch, apply the long-document rule, run the chosen
+// algorithm on every candidate strategy that can hold the batch, and keep the strategy
+// with the least estimated step time. Every plan carries the lower bound.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hydraulis/assign/baselines.h"
+#include "hydraulis/assign/problem.h"
+#include "hydraulis/assign/two_stage.h"
+#include "hydraulis/spec/profile.h"
+#include "hydraulis/spec/strategy.h"
+
+namespace hydraulis {
+
+enum class Algorithm { kOurs, kStaticFixed, kPublished, kKarmarkarKarp };
+
+// "ours", "static-fixed", "published", "kk".
+std::string AlgorithmName(Algorithm algorithm);
+// InvalidInput naming the value when unknown.
+Algorithm ParseAlgorithm(const std::string& name);
+
+// What happens to a document longer than every candidate's capacity.
+enum class OverlongRule {
+  kTruncate,  // cut to the largest capacity; the plan lists it under `truncated`
+  kReject,    // Infeasible error naming the document
+};
+
+struct PlannerOptions {
+  Algorithm algorithm = Algorithm::kOurs;
+  OverlongRule overlong = OverlongRule::kTruncate;
+  // Context length (tokens, >= 1): the bin size of static-fixed packing.
+  std::int64_t context_tokens = 32'768;
+  std::uint64_t seed = 1;  // randomised baselines only; ours is deterministic
+  ScheduleOptions schedule;
+  TwoStageOptions two_stage;
+  PublishedOptions published;
+};
+
+struct Truncation {
+  int index = 0;
+  std::int64_t original = 0;
+  std::int64_t kept = 0;
+};
+
+enum class CandidateStatus {
+  kPlanned,     // assigned; estimated_step_ms is its plan's time
+  kPruned,      // its lower bound is >= the chosen plan's time, so it cannot win
+  kCannotHold,  // its widest pipeline cannot hold the batch's longest document
+  kNotUsed,     // the algorithm does not consider it (static baselines)
+};
+std::string CandidateStatusName(CandidateStatus status);
+
+struct CandidateReport {
+  int index = 0;
+  std::string name;
+  CandidateStatus status = CandidateStatus::kNotUsed;
+  double estimated_step_ms = 0;  // valid when planned
+  double lower_bound_ms = 0;     // +inf when it cannot hold the batch
+};
+
+struct PipelinePlan {
+  Scheme scheme;
+  std::int64_t capacity_tokens = 0;
+  MicroBatches micro_batches;
+  double estimated_ms = 0;
+  std::int64_t tokens = 0;
+};
+
+struct Plan {
+  Algorithm algorithm = Algorithm::kOurs;
+  int strategy_index = 0;
+  Strategy strategy;
+  std::vector<PipelinePlan> pipelines;
+  double estimated_step_ms = 0;       // exact 1F1B time of the slowest pipeline
+  double lower_bound_ms = 0;          // bound on the best step time over all candidates
+  double planning_ms = 0;             // wall-clock; the only non-deterministic field
+  std::vector<std::int64_t> lengths;  // after the long-document rule
+  std::vector<Truncation> truncated;
+  std::vector<CandidateReport> candidates;
+};
+
+// Holds the candidate set with each pipeline's time model and capacity, computed once.
+class Planner {
+ public:
+  // Precondition: `candidates` was validated against `profile` (spec_io.h).
+  Planner(const Profile& profile, const CandidateSet& candidates, const PlannerOptions& options);
+
+  // Plans one batch (lengths >= 1). Deterministic for ours, static-fixed and kk.
+  Plan PlanBatch(std::span<const std::int64_t> lengths) const;
+
+  // The assignment problem of `lengths` on candidate `strategy_index`.
+  AssignProblem Problem(std::span<const std::int64_t> lengths, int strategy_index) const;
+
+  // Capacity (tokens) of the widest pipeline of each candidate.
+  std::int64_t MaxCapacity(int strategy_index) const;
+  // The homogeneous candidate the static baselines run (largest capacity, first in file).
+  int StaticStrategyIndex() const { return static_index_; }
+  const CandidateSet& candidates() const { return candidates_; }
+  const PlannerOptions& options() const { return options_; }
+
+ private:
+  CandidateSet candidates_;
+  PlannerOptions options_;
+  std::vector<std::vector<PipelineModel>> models_;
+  int static_index_ = -1;
+};
+
+// The plan as JSON (docs/plan-format.md), one line when `pretty` is false. With
+// `include_timing` false, planning_ms is left out so the text is byte-identical across runs.
+std::string PlanToJson(const Plan& plan, bool pretty, bool include_timing = true);
+
+}  // namespace hydraulis

@@ -1,0 +1,32 @@
+// Our two-stage data assignment for one batch on one strategy: stage 1 dispatches
+// documents to pipelines using an estimate of what stage 2 will make of each pipeline,
+// stage 2 packs each pipeline (pack.h), and a local search moves and swaps documents out
+// of the slowest pipeline judged by the exact 1F1B time. Deterministic; no time limits.
+#pragma once
+
+#include "hydraulis/assign/pack.h"
+#include "hydraulis/assign/problem.h"
+
+namespace hydraulis {
+
+struct TwoStageOptions {
+  PackOptions pack;
+  // Most improving moves/swaps between pipelines (>= 0).
+  int max_local_search_steps = 400;
+  // Candidate moves verified by a real re-pack per local-search step (>= 1).
+  int moves_verified_per_step = 4;
+  // Stop early once the step time is within this relative distance of `stop_below_ms`.
+  double stop_below_ms = 0;
+};
+
+// Estimated time of a pipeline holding documents of total `tokens`, summed document cost
+// `work_ms`, largest document cost `max_work_ms` and `docs` documents, assuming stage 2
+// packs into the fewest micro-batches the tokens need (pp == 1) or the best balanced
+// count (pp > 1). Exact for pp == 1 whenever packing reaches ceil(tokens / capacity).
+double EstimatePipelineMs(const PipelineModel& pipeline, std::int64_t tokens, double work_ms,
+                          double max_work_ms, int docs);
+
+// Solves `problem`. Precondition: every document fits some pipeline.
+Assignment AssignTwoStage(const AssignProblem& problem, const TwoStageOptions& options = {});
+
+}  // namespace hydraulis

@@ -1,0 +1,35 @@
+// The project's exception hierarchy. Every error that crosses a public API boundary is one
+// of these, with a message a user can act on (which file, which field, which value).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace hydraulis {
+
+// Base of all hydraulis errors.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// The user's input (a file, a flag, a value) is invalid. The CLI exits with status 2.
+class InvalidInput : public Error {
+ public:
+  explicit InvalidInput(const std::string& message) : Error(message) {}
+};
+
+// The input is valid but admits no solution (e.g. a document no candidate can hold and the
+// user asked to reject rather than truncate).
+class Infeasible : public Error {
+ public:
+  explicit Infeasible(const std::string& message) : Error(message) {}
+};
+
+// A broken internal invariant (a bug), detected by a checker.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& message) : Error(message) {}
+};
+
+}  // namespace hydraulis

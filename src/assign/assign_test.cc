@@ -1,0 +1,7 @@
+#include <gtest/gtest.h>
+
+namespace hydraulis {
+namespace {
+TEST(AssignTest, Placeholder) {}
+}  // namespace
+}  // namespace hydraulis

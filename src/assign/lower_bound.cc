@@ -1,0 +1,175 @@
+#include "hydraulis/assign/lower_bound.h"
+
+#include <coin/ClpSimplex.hpp>
+#include <coin/CoinPackedMatrix.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Identical pipelines form one group: the LP is symmetric in them.
+struct Group {
+  PipelineModel model;
+  int count = 0;
+};
+
+// Per document of length s, its work on a pipeline of the group when it also pays its
+// token share of the per-micro-batch constant (v >= tokens / capacity).
+double Unit(const PipelineModel& p, std::int64_t s) {
+  if (s > p.capacity_tokens) return kInf;
+  return p.time.DocumentMs(s) +
+         p.time.c_ms * static_cast<double>(s) / static_cast<double>(p.capacity_tokens);
+}
+
+// LP duality: for any weights mu_g >= 0, T >= sum_i min_g mu_g u_ig / sum_g m_g mu_g,
+// because T >= load of every pipeline. Evaluated exactly, so it is valid for any mu.
+double DualValue(const std::vector<std::pair<std::int64_t, double>>& docs,
+                 const std::vector<Group>& groups, const std::vector<double>& mu) {
+  double denom = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) denom += groups[g].count * mu[g];
+  if (denom <= 0) return 0;
+  double total = 0;
+  for (const auto& [s, n] : docs) {
+    double best = kInf;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const double u = Unit(groups[g].model, s);
+      if (u < kInf) best = std::min(best, mu[g] * u);
+    }
+    total += n * best;
+  }
+  return total / denom;
+}
+
+// Exact maximum of the dual for two groups: a concave piecewise-linear function of
+// t = m_1 mu_1 in [0, 1] whose breakpoints are one per distinct length.
+double TwoGroupBound(const std::vector<std::pair<std::int64_t, double>>& docs,
+                     const std::vector<Group>& groups) {
+  struct Piece {
+    double t;  // term is t*A below the breakpoint and (1-t)*B above it
+    double a, b;
+  };
+  std::vector<Piece> pieces;
+  for (const auto& [s, n] : docs) {
+    const double a = Unit(groups[0].model, s) / groups[0].count;
+    const double b = Unit(groups[1].model, s) / groups[1].count;
+    if (a == kInf) {
+      pieces.push_back({0.0, 0.0, n * b});
+    } else if (b == kInf) {
+      pieces.push_back({1.0, n * a, 0.0});
+    } else {
+      pieces.push_back({b / (a + b), n * a, n * b});
+    }
+  }
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& x, const Piece& y) { return x.t < y.t; });
+  double sum_a = 0, sum_b = 0;  // sum_a over pieces with breakpoint > t; sum_b the rest
+  for (const auto& p : pieces) sum_a += p.a;
+  double best = 0;
+  for (std::size_t i = 0; i < pieces.size();) {
+    const double t = pieces[i].t;
+    // Pieces whose breakpoint is exactly t: use whichever form is finite there.
+    double at_t = 0;
+    std::size_t k = i;
+    for (; k < pieces.size() && pieces[k].t == t; ++k) {
+      sum_a -= pieces[k].a;
+      at_t += t == 0.0 ? pieces[k].b : (t == 1.0 ? pieces[k].a : t * pieces[k].a);
+    }
+    best = std::max(best, t * sum_a + (1 - t) * sum_b + at_t);
+    for (; i < k; ++i) sum_b += pieces[i].b;
+  }
+  return best;
+}
+
+// Three or more groups: solve the primal LP with Clp and evaluate its dual prices.
+double LpBound(const std::vector<std::pair<std::int64_t, double>>& docs,
+               const std::vector<Group>& groups) {
+  const int G = static_cast<int>(groups.size());
+  const int D = static_cast<int>(docs.size());
+  // Columns: x_{i,g} (eligible pairs), then T. Rows: one per distinct length (sum_g x = n),
+  // one per group (sum_i u x - m_g T <= 0).
+  std::vector<int> rows, cols;
+  std::vector<double> vals, col_lb, col_ub, obj;
+  int col = 0;
+  for (int i = 0; i < D; ++i) {
+    for (int g = 0; g < G; ++g) {
+      const double u = Unit(groups[g].model, docs[i].first);
+      if (u == kInf) continue;
+      rows.push_back(i), cols.push_back(col), vals.push_back(1.0);
+      rows.push_back(D + g), cols.push_back(col), vals.push_back(u);
+      col_lb.push_back(0.0), col_ub.push_back(docs[i].second), obj.push_back(0.0);
+      ++col;
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    rows.push_back(D + g), cols.push_back(col), vals.push_back(-groups[g].count);
+  }
+  col_lb.push_back(0.0), col_ub.push_back(COIN_DBL_MAX), obj.push_back(1.0);
+  ++col;
+  std::vector<double> row_lb(D + G), row_ub(D + G);
+  for (int i = 0; i < D; ++i) row_lb[i] = row_ub[i] = docs[i].second;
+  for (int g = 0; g < G; ++g) row_lb[D + g] = -COIN_DBL_MAX, row_ub[D + g] = 0.0;
+  CoinPackedMatrix matrix(true, rows.data(), cols.data(), vals.data(),
+                          static_cast<CoinBigIndex>(vals.size()));
+  ClpSimplex lp;
+  lp.setLogLevel(0);
+  lp.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), row_lb.data(), row_ub.data());
+  lp.dual();
+  std::vector<double> mu(G);
+  const double* price = lp.getRowPrice();
+  for (int g = 0; g < G; ++g) mu[g] = std::abs(price[D + g]);
+  return DualValue(docs, groups, mu);
+}
+
+}  // namespace
+
+LowerBound ComputeLowerBound(const AssignProblem& problem) {
+  LowerBound lb;
+  if (problem.lengths.empty()) return lb;
+  std::vector<Group> groups;
+  for (const auto& p : problem.pipelines) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const Group& g) { return g.model.SameAs(p); });
+    if (it == groups.end()) {
+      groups.push_back({p, 1});
+    } else {
+      ++it->count;
+    }
+  }
+  std::map<std::int64_t, double> counts;
+  for (auto s : problem.lengths) counts[s] += 1;
+  std::vector<std::pair<std::int64_t, double>> docs(counts.begin(), counts.end());
+
+  // The longest-cost document: whichever pipeline runs it, that pipeline's time is at
+  // least pp times its micro-batch's stage time.
+  for (const auto& [s, n] : docs) {
+    double best = kInf;
+    for (const auto& g : groups) {
+      if (s > g.model.capacity_tokens) continue;
+      best = std::min(best, g.model.scheme.pp * (g.model.time.DocumentMs(s) + g.model.time.c_ms));
+    }
+    lb.longest_doc_ms = std::max(lb.longest_doc_ms, best);
+  }
+  if (lb.longest_doc_ms == kInf) {
+    lb.ms = lb.fractional_ms = kInf;
+    return lb;
+  }
+  if (groups.size() == 1) {
+    lb.fractional_ms = DualValue(docs, groups, {1.0});
+  } else if (groups.size() == 2) {
+    lb.fractional_ms = TwoGroupBound(docs, groups);
+  } else {
+    lb.fractional_ms = LpBound(docs, groups);
+  }
+  lb.ms = std::max(lb.fractional_ms, lb.longest_doc_ms);
+  return lb;
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,212 @@
+#include "hydraulis/assign/pack.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace hydraulis {
+namespace {
+
+std::int64_t Len(const AssignProblem& problem, int d) {
+  return problem.lengths[static_cast<std::size_t>(d)];
+}
+
+// Micro-batch times, then the order with the least exact 1F1B time among a few shapes:
+// the schedule exposes the first micro-batch's forward and the last one's backward, so
+// small micro-batches belong at the ends.
+double OrderForSchedule(const AssignProblem& problem, const PipelineModel& pipe,
+                        MicroBatches& mbs) {
+  const int v = static_cast<int>(mbs.size());
+  std::vector<double> t(mbs.size());
+  for (std::size_t j = 0; j < mbs.size(); ++j) {
+    t[j] = pipe.time.c_ms;
+    for (int d : mbs[j]) t[j] += pipe.time.DocumentMs(Len(problem, d));
+  }
+  if (pipe.scheme.pp == 1 || v <= 1) return OneFOneBMs(t, pipe.scheme.pp, problem.schedule);
+  std::vector<int> asc(mbs.size());
+  std::iota(asc.begin(), asc.end(), 0);
+  std::stable_sort(asc.begin(), asc.end(), [&](int x, int y) { return t[x] < t[y]; });
+  std::vector<std::vector<int>> orders;
+  orders.push_back(asc);
+  orders.push_back(std::vector<int>(asc.rbegin(), asc.rend()));
+  // Smallest first, second smallest last, the rest largest first in between.
+  std::vector<int> ends = {asc[0]};
+  for (int k = v - 1; k >= 2; --k) ends.push_back(asc[k]);
+  ends.push_back(asc[1]);
+  orders.push_back(ends);
+  // Smallest first, then largest first (drains with a small backward tail).
+  std::vector<int> first_small = {asc[0]};
+  for (int k = v - 1; k >= 1; --k) first_small.push_back(asc[k]);
+  orders.push_back(first_small);
+  double best = -1;
+  std::size_t best_k = 0;
+  std::vector<double> ordered(mbs.size());
+  for (std::size_t k = 0; k < orders.size(); ++k) {
+    for (int j = 0; j < v; ++j) ordered[j] = t[orders[k][j]];
+    double ms = OneFOneBMs(ordered, pipe.scheme.pp, problem.schedule);
+    if (best < 0 || ms < best - 1e-12) {
+      best = ms;
+      best_k = k;
+    }
+  }
+  MicroBatches out(mbs.size());
+  for (int j = 0; j < v; ++j) out[j] = std::move(mbs[orders[best_k][j]]);
+  mbs = std::move(out);
+  return best;
+}
+
+}  // namespace
+
+MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const int> docs,
+                          std::int64_t capacity) {
+  std::vector<int> order(docs.begin(), docs.end());
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    if (lengths[x] != lengths[y]) return lengths[x] > lengths[y];
+    return x < y;
+  });
+  auto pack = [&](bool best_fit) {
+    MicroBatches bins;
+    std::vector<std::int64_t> room;
+    for (int d : order) {
+      const std::int64_t s = lengths[d];
+      int chosen = -1;
+      for (std::size_t b = 0; b < bins.size(); ++b) {
+        if (room[b] < s) continue;
+        if (!best_fit) {
+          chosen = static_cast<int>(b);
+          break;
+        }
+        if (chosen < 0 || room[b] < room[chosen]) chosen = static_cast<int>(b);
+      }
+      if (chosen < 0) {
+        bins.emplace_back();
+        room.push_back(capacity);
+        chosen = static_cast<int>(bins.size()) - 1;
+      }
+      bins[chosen].push_back(d);
+      room[chosen] -= s;
+    }
+    return bins;
+  };
+  MicroBatches ffd = pack(false);
+  const std::int64_t total = std::accumulate(order.begin(), order.end(), std::int64_t{0},
+                                             [&](std::int64_t a, int d) { return a + lengths[d]; });
+  if (static_cast<std::int64_t>(ffd.size()) * capacity < total + capacity) return ffd;
+  MicroBatches bfd = pack(true);
+  return bfd.size() < ffd.size() ? bfd : ffd;
+}
+
+bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipe,
+                  std::span<const int> docs, int v, int passes, MicroBatches& out) {
+  std::vector<int> order(docs.begin(), docs.end());
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    if (Len(problem, x) != Len(problem, y)) return Len(problem, x) > Len(problem, y);
+    return x < y;
+  });
+  out.assign(static_cast<std::size_t>(v), {});
+  std::vector<double> work(v, 0.0);
+  std::vector<std::int64_t> tokens(v, 0);
+  const std::int64_t cap = pipe.capacity_tokens;
+  for (int d : order) {
+    const std::int64_t s = Len(problem, d);
+    int chosen = -1;
+    for (int b = 0; b < v; ++b) {
+      if (tokens[b] + s > cap) continue;
+      if (chosen < 0 || work[b] < work[chosen]) chosen = b;
+    }
+    if (chosen < 0) return false;
+    out[chosen].push_back(d);
+    work[chosen] += pipe.time.DocumentMs(s);
+    tokens[chosen] += s;
+  }
+  // Local search: move or swap a document out of the slowest micro-batch while that lowers
+  // the larger of the two micro-batches involved.
+  const int max_steps = passes * std::max(1, static_cast<int>(docs.size()));
+  for (int step = 0; step < max_steps; ++step) {
+    const int hi = static_cast<int>(std::max_element(work.begin(), work.end()) - work.begin());
+    double best = work[hi] - 1e-9;
+    int best_j = -1;
+    std::size_t best_i = 0, best_k = 0;
+    bool swap = false;
+    for (std::size_t i = 0; i < out[hi].size(); ++i) {
+      const int d = out[hi][i];
+      const double wd = pipe.time.DocumentMs(Len(problem, d));
+      for (int j = 0; j < v; ++j) {
+        if (j == hi) continue;
+        if (tokens[j] + Len(problem, d) <= cap) {
+          const double m = std::max(work[hi] - wd, work[j] + wd);
+          if (m < best) {
+            best = m, best_j = j, best_i = i, swap = false;
+          }
+        }
+        for (std::size_t k = 0; k < out[j].size(); ++k) {
+          const int e = out[j][k];
+          const double we = pipe.time.DocumentMs(Len(problem, e));
+          if (we >= wd) continue;
+          const std::int64_t ds = Len(problem, d) - Len(problem, e);
+          if (tokens[j] + ds > cap) continue;
+          const double m = std::max(work[hi] - wd + we, work[j] + wd - we);
+          if (m < best) {
+            best = m, best_j = j, best_i = i, best_k = k, swap = true;
+          }
+        }
+      }
+    }
+    if (best_j < 0) break;
+    const int d = out[hi][best_i];
+    const double wd = pipe.time.DocumentMs(Len(problem, d));
+    if (swap) {
+      const int e = out[best_j][best_k];
+      const double we = pipe.time.DocumentMs(Len(problem, e));
+      std::swap(out[hi][best_i], out[best_j][best_k]);
+      work[hi] += we - wd, work[best_j] += wd - we;
+      tokens[hi] += Len(problem, e) - Len(problem, d);
+      tokens[best_j] += Len(problem, d) - Len(problem, e);
+    } else {
+      out[hi].erase(out[hi].begin() + static_cast<std::ptrdiff_t>(best_i));
+      out[best_j].push_back(d);
+      work[hi] -= wd, work[best_j] += wd;
+      tokens[hi] -= Len(problem, d), tokens[best_j] += Len(problem, d);
+    }
+  }
+  for (const auto& mb : out) {
+    if (mb.empty()) return false;
+  }
+  for (auto& mb : out) std::sort(mb.begin(), mb.end());
+  return true;
+}
+
+PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
+                        std::span<const int> docs, const PackOptions& options) {
+  PackResult result;
+  if (docs.empty()) return result;
+  MicroBatches fewest = MinCountPack(problem.lengths, docs, pipe.capacity_tokens);
+  for (auto& mb : fewest) std::sort(mb.begin(), mb.end());
+  const int pp = pipe.scheme.pp;
+  if (pp == 1) {
+    result.ms = OrderForSchedule(problem, pipe, fewest);
+    result.micro_batches = std::move(fewest);
+    return result;
+  }
+  double total_work = 0;
+  for (int d : docs) total_work += pipe.time.DocumentMs(Len(problem, d));
+  const int n = static_cast<int>(docs.size());
+  const int v_min = static_cast<int>(fewest.size());
+  const double c = pipe.time.c_ms;
+  MicroBatches candidate;
+  for (int v = v_min; v <= std::min(n, v_min + options.extra_micro_batch_counts); ++v) {
+    // The last stage runs all v micro-batches plus at least one more slot of fill/drain.
+    if (!result.micro_batches.empty() && total_work + (v + pp - 1) * c >= result.ms) break;
+    if (!BalancedPack(problem, pipe, docs, v, options.local_search_passes, candidate)) {
+      if (v != v_min) continue;
+      candidate = fewest;
+    }
+    const double ms = OrderForSchedule(problem, pipe, candidate);
+    if (result.micro_batches.empty() || ms < result.ms - 1e-9) {
+      result.ms = ms;
+      result.micro_batches = candidate;
+    }
+  }
+  return result;
+}
+
+}  // namespace hydraulis

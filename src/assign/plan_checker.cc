@@ -1,0 +1,58 @@
+#include "hydraulis/assign/plan_checker.h"
+
+#include <cmath>
+#include <vector>
+
+namespace hydraulis {
+namespace {
+
+bool Close(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b)); }
+
+}  // namespace
+
+std::string CheckAssignment(const AssignProblem& problem, const Assignment& a) {
+  const std::size_t n = problem.lengths.size();
+  if (a.pipelines.size() != problem.pipelines.size()) {
+    return "assignment has " + std::to_string(a.pipelines.size()) + " pipelines, strategy has " +
+           std::to_string(problem.pipelines.size());
+  }
+  std::vector<int> seen(n, 0);
+  double step = 0;
+  for (std::size_t p = 0; p < a.pipelines.size(); ++p) {
+    const auto& pipe = problem.pipelines[p];
+    for (std::size_t j = 0; j < a.pipelines[p].size(); ++j) {
+      const auto& mb = a.pipelines[p][j];
+      const std::string where =
+          "pipeline " + std::to_string(p) + " micro-batch " + std::to_string(j);
+      if (mb.empty()) return where + " is empty";
+      std::int64_t tokens = 0;
+      for (int d : mb) {
+        if (d < 0 || static_cast<std::size_t>(d) >= n) {
+          return where + " has invalid document index " + std::to_string(d);
+        }
+        if (seen[static_cast<std::size_t>(d)]++) {
+          return "document " + std::to_string(d) + " is assigned more than once";
+        }
+        tokens += problem.lengths[static_cast<std::size_t>(d)];
+      }
+      if (tokens > pipe.capacity_tokens) {
+        return where + " holds " + std::to_string(tokens) + " tokens, capacity " +
+               std::to_string(pipe.capacity_tokens);
+      }
+    }
+    const double ms = PipelineMs(problem, pipe, a.pipelines[p]);
+    if (a.pipeline_ms.size() != a.pipelines.size() || !Close(a.pipeline_ms[p], ms)) {
+      return "pipeline " + std::to_string(p) + " time is not the cost model's " +
+             std::to_string(ms);
+    }
+    step = std::max(step, ms);
+  }
+  for (std::size_t d = 0; d < n; ++d) {
+    if (!seen[d]) return "document " + std::to_string(d) + " is not assigned";
+  }
+  if (!Close(a.step_ms, step))
+    return "step time is not the slowest pipeline's " + std::to_string(step);
+  return "";
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,244 @@
+#include "hydraulis/assign/two_stage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+namespace {
+
+std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// What stage 1 tracks per pipeline.
+struct Load {
+  std::int64_t tokens = 0;
+  double work = 0;
+  double max_work = 0;  // an upper estimate after removals (recomputed on re-pack)
+  int docs = 0;
+};
+
+class Solver {
+ public:
+  Solver(const AssignProblem& problem, const TwoStageOptions& options)
+      : problem_(problem), options_(options), P_(static_cast<int>(problem.pipelines.size())) {}
+
+  Assignment Run() {
+    Dispatch();
+    for (int p = 0; p < P_; ++p) Repack(p);
+    LocalSearch();
+    Assignment a;
+    a.pipelines.resize(P_);
+    for (int p = 0; p < P_; ++p) a.pipelines[p] = packed_[p].micro_batches;
+    Evaluate(problem_, a);
+    return a;
+  }
+
+ private:
+  double Work(int p, int d) const {
+    return problem_.pipelines[p].time.DocumentMs(problem_.lengths[static_cast<std::size_t>(d)]);
+  }
+  bool Fits(int p, int d) const {
+    return problem_.lengths[static_cast<std::size_t>(d)] <= problem_.pipelines[p].capacity_tokens;
+  }
+  double Estimate(int p, const Load& l) const {
+    return EstimatePipelineMs(problem_.pipelines[p], l.tokens, l.work, l.max_work, l.docs);
+  }
+  Load With(int p, const Load& l, int d) const {
+    Load out = l;
+    out.tokens += problem_.lengths[static_cast<std::size_t>(d)];
+    const double w = Work(p, d);
+    out.work += w;
+    out.max_work = std::max(out.max_work, w);
+    ++out.docs;
+    return out;
+  }
+  Load Without(int p, const Load& l, int d) const {
+    Load out = l;
+    out.tokens -= problem_.lengths[static_cast<std::size_t>(d)];
+    out.work -= Work(p, d);
+    --out.docs;
+    if (out.docs == 0) out = Load{};
+    return out;
+  }
+
+  // Stage 1: longest document first, each to the eligible pipeline whose estimated time
+  // after taking it is least (ties: the pipeline that is less loaded now, then the lower
+  // index, so identical pipelines fill evenly and deterministically).
+  void Dispatch() {
+    const std::size_t n = problem_.lengths.size();
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+      return problem_.lengths[static_cast<std::size_t>(x)] >
+             problem_.lengths[static_cast<std::size_t>(y)];
+    });
+    docs_.assign(P_, {});
+    load_.assign(P_, Load{});
+    est_.assign(P_, 0.0);
+    for (int d : order) {
+      int best = -1;
+      double best_after = 0;
+      for (int p = 0; p < P_; ++p) {
+        if (!Fits(p, d)) continue;
+        const double after = Estimate(p, With(p, load_[p], d));
+        if (best < 0 || after < best_after - 1e-9 ||
+            (after <= best_after + 1e-9 && est_[p] < est_[best] - 1e-9)) {
+          best = p;
+          best_after = after;
+        }
+      }
+      if (best < 0) {
+        throw InternalError("document " + std::to_string(d) + " fits no pipeline");
+      }
+      docs_[best].push_back(d);
+      load_[best] = With(best, load_[best], d);
+      est_[best] = best_after;
+    }
+  }
+
+  void Repack(int p) {
+    if (packed_.size() != static_cast<std::size_t>(P_)) packed_.resize(P_);
+    packed_[p] = PackPipeline(problem_, problem_.pipelines[p], docs_[p], options_.pack);
+    Load l;
+    for (int d : docs_[p]) l = With(p, l, d);
+    load_[p] = l;
+    est_[p] = Estimate(p, l);
+  }
+
+  int Slowest() const {
+    int s = 0;
+    for (int p = 1; p < P_; ++p) {
+      if (packed_[p].ms > packed_[s].ms) s = p;
+    }
+    return s;
+  }
+
+  struct Move {
+    double score;
+    int from_pos;  // index into docs_[crit]
+    int to;        // destination pipeline
+    int swap_pos;  // index into docs_[to], or -1 for a plain move
+  };
+
+  // Estimated real time = estimate + (real - estimate) of the current state, so packing
+  // effects the estimate misses (an extra micro-batch) carry over.
+  double Corrected(int p, const Load& l) const {
+    return Estimate(p, l) + (packed_[p].ms - est_[p]);
+  }
+
+  void LocalSearch() {
+    for (int step = 0; step < options_.max_local_search_steps; ++step) {
+      const int crit = Slowest();
+      const double limit = packed_[crit].ms;
+      if (limit <= options_.stop_below_ms) return;
+      std::vector<Move> moves;
+      const auto& from = docs_[crit];
+      for (int i = 0; i < static_cast<int>(from.size()); ++i) {
+        const int d = from[static_cast<std::size_t>(i)];
+        const Load crit_without = Without(crit, load_[crit], d);
+        const double crit_after = Corrected(crit, crit_without);
+        if (crit_after >= limit - 1e-9) continue;
+        for (int q = 0; q < P_; ++q) {
+          if (q == crit || !Fits(q, d)) continue;
+          const double q_after = Corrected(q, With(q, load_[q], d));
+          const double score = std::max(crit_after, q_after);
+          if (score < limit - 1e-9) moves.push_back({score, i, q, -1});
+        }
+      }
+      if (moves.empty()) {
+        // Swaps: a costlier document out of the slowest pipeline for a cheaper one.
+        for (int i = 0; i < static_cast<int>(from.size()); ++i) {
+          const int d = from[static_cast<std::size_t>(i)];
+          const Load crit_without = Without(crit, load_[crit], d);
+          for (int q = 0; q < P_; ++q) {
+            if (q == crit || !Fits(q, d)) continue;
+            const Load q_with = With(q, load_[q], d);
+            for (int k = 0; k < static_cast<int>(docs_[q].size()); ++k) {
+              const int e = docs_[q][static_cast<std::size_t>(k)];
+              if (!Fits(crit, e) || Work(crit, e) >= Work(crit, d)) continue;
+              const double crit_after = Corrected(crit, With(crit, crit_without, e));
+              if (crit_after >= limit - 1e-9) continue;
+              const double q_after = Corrected(q, Without(q, q_with, e));
+              const double score = std::max(crit_after, q_after);
+              if (score < limit - 1e-9) moves.push_back({score, i, q, k});
+            }
+          }
+        }
+      }
+      if (moves.empty()) return;
+      std::stable_sort(moves.begin(), moves.end(),
+                       [](const Move& a, const Move& b) { return a.score < b.score; });
+      bool accepted = false;
+      const int tries =
+          std::min<int>(options_.moves_verified_per_step, static_cast<int>(moves.size()));
+      for (int t = 0; t < tries && !accepted; ++t) {
+        accepted = TryMove(crit, moves[static_cast<std::size_t>(t)], limit);
+      }
+      if (!accepted) return;
+    }
+  }
+
+  // Applies the move, re-packs both pipelines, keeps it if both end below `limit`.
+  bool TryMove(int crit, const Move& m, double limit) {
+    const auto saved_crit = docs_[crit], saved_to = docs_[m.to];
+    const PackResult saved_pc = packed_[crit], saved_pt = packed_[m.to];
+    const Load saved_lc = load_[crit], saved_lt = load_[m.to];
+    const double saved_ec = est_[crit], saved_et = est_[m.to];
+    const int d = docs_[crit][static_cast<std::size_t>(m.from_pos)];
+    docs_[crit].erase(docs_[crit].begin() + m.from_pos);
+    if (m.swap_pos >= 0) {
+      const int e = docs_[m.to][static_cast<std::size_t>(m.swap_pos)];
+      docs_[m.to].erase(docs_[m.to].begin() + m.swap_pos);
+      docs_[crit].push_back(e);
+    }
+    docs_[m.to].push_back(d);
+    Repack(crit);
+    Repack(m.to);
+    if (std::max(packed_[crit].ms, packed_[m.to].ms) < limit - 1e-9) return true;
+    docs_[crit] = saved_crit, docs_[m.to] = saved_to;
+    packed_[crit] = saved_pc, packed_[m.to] = saved_pt;
+    load_[crit] = saved_lc, load_[m.to] = saved_lt;
+    est_[crit] = saved_ec, est_[m.to] = saved_et;
+    return false;
+  }
+
+  const AssignProblem& problem_;
+  const TwoStageOptions& options_;
+  const int P_;
+  std::vector<std::vector<int>> docs_;
+  std::vector<Load> load_;
+  std::vector<double> est_;
+  std::vector<PackResult> packed_;
+};
+
+}  // namespace
+
+double EstimatePipelineMs(const PipelineModel& pipe, std::int64_t tokens, double work_ms,
+                          double max_work_ms, int docs) {
+  if (docs <= 0) return 0.0;
+  const int v_min =
+      static_cast<int>(std::max<std::int64_t>(1, CeilDiv(tokens, pipe.capacity_tokens)));
+  const double c = pipe.time.c_ms;
+  const int pp = pipe.scheme.pp;
+  if (pp == 1) return work_ms + v_min * c;
+  auto at = [&](int v) {
+    return work_ms + v * c + (pp - 1) * (std::max(max_work_ms, work_ms / v) + c);
+  };
+  double best = at(v_min);
+  // Without the max_work floor, the best v balances v*c against (pp-1)*work/v.
+  const int v_star = c > 0 ? static_cast<int>(std::sqrt((pp - 1) * work_ms / c)) : docs;
+  for (int v = std::max(v_min, v_star - 1); v <= std::min(docs, v_star + 1); ++v) {
+    best = std::min(best, at(v));
+  }
+  return best;
+}
+
+Assignment AssignTwoStage(const AssignProblem& problem, const TwoStageOptions& options) {
+  if (problem.pipelines.empty()) throw InvalidInput("strategy has no pipelines");
+  Solver solver(problem, options);
+  return solver.Run();
+}
+
+}  // namespace hydraulis

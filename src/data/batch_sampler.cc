@@ -1,0 +1,61 @@
+#include "hydraulis/data/batch_sampler.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/rng.h"
+
+namespace hydraulis {
+
+BatchSampler::BatchSampler(std::span<const std::int64_t> dataset, const SamplerOptions& options)
+    : dataset_(dataset), options_(options) {
+  if (dataset_.empty()) throw InvalidInput("batch sampler: the dataset has no documents");
+  if (options_.tokens_per_batch < 1) {
+    throw InvalidInput("tokens-per-batch must be >= 1, got " +
+                       std::to_string(options_.tokens_per_batch));
+  }
+  if (options_.max_len < 1) {
+    throw InvalidInput("max-len must be >= 1, got " + std::to_string(options_.max_len));
+  }
+  Reshuffle();
+}
+
+void BatchSampler::Reshuffle() {
+  order_.resize(dataset_.size());
+  std::iota(order_.begin(), order_.end(), std::int64_t{0});
+  // Mix the epoch into the seed so every epoch has its own reproducible order.
+  Rng rng(options_.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(position_.epoch));
+  rng.Shuffle(std::span<std::int64_t>(order_));
+}
+
+void BatchSampler::Restore(const SamplerPosition& position) {
+  if (position.epoch < 0 || position.offset < 0 ||
+      position.offset > static_cast<std::int64_t>(dataset_.size())) {
+    throw InvalidInput("batch sampler: invalid position (epoch " + std::to_string(position.epoch) +
+                       ", offset " + std::to_string(position.offset) + ")");
+  }
+  position_ = position;
+  Reshuffle();
+}
+
+SampledBatch BatchSampler::Next() {
+  SampledBatch batch;
+  std::int64_t remaining = options_.tokens_per_batch;
+  while (remaining > 0) {
+    if (position_.offset == static_cast<std::int64_t>(order_.size())) {
+      ++position_.epoch;
+      position_.offset = 0;
+      Reshuffle();
+    }
+    const std::int64_t index = order_[static_cast<std::size_t>(position_.offset++)];
+    const std::int64_t len =
+        std::min({dataset_[static_cast<std::size_t>(index)], options_.max_len, remaining});
+    batch.lengths.push_back(len);
+    batch.dataset_indices.push_back(index);
+    remaining -= len;
+  }
+  return batch;
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,69 @@
+#include "hydraulis/data/lengths.h"
+
+#include <cctype>
+#include <charconv>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
+
+namespace hydraulis {
+
+std::vector<std::int64_t> ParseLengths(const std::string& text, const std::string& source) {
+  std::vector<std::int64_t> out;
+  std::size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '[') {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InvalidInput(source + ": invalid JSON: " + e.what());
+    }
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      if (!j[i].is_number_integer() || j[i].get<std::int64_t>() < 1) {
+        throw InvalidInput(source + ": [" + std::to_string(i) +
+                           "]: a length must be an integer >= 1, got " + j[i].dump());
+      }
+      out.push_back(j[i].get<std::int64_t>());
+    }
+  } else {
+    std::size_t line_no = 0, pos = 0;
+    while (pos <= text.size()) {
+      std::size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      ++line_no;
+      std::string_view line(text.data() + pos, end - pos);
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) {
+        line.remove_suffix(1);
+      }
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) {
+        line.remove_prefix(1);
+      }
+      if (!line.empty() && line[0] != '#') {
+        std::int64_t v = 0;
+        auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
+        if (ec != std::errc() || ptr != line.data() + line.size() || v < 1) {
+          throw InvalidInput(source + ":" + std::to_string(line_no) +
+                             ": a length must be an integer >= 1, got '" + std::string(line) + "'");
+        }
+        out.push_back(v);
+      }
+      pos = end + 1;
+    }
+  }
+  if (out.empty()) throw InvalidInput(source + ": no document lengths");
+  return out;
+}
+
+std::vector<std::int64_t> ReadLengths(const std::string& path) {
+  if (path == "-") {
+    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    return ParseLengths(text, "<stdin>");
+  }
+  return ParseLengths(ReadFileText(path), path);
+}
+
+}  // namespace hydraulis

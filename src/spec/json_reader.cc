@@ -1,0 +1,114 @@
+#include "json_reader.h"
+
+#include <cmath>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+
+JsonObjectReader::JsonObjectReader(const nlohmann::json& object, std::string source,
+                                   std::string path)
+    : object_(object), source_(std::move(source)), path_(std::move(path)) {
+  if (!object_.is_object()) {
+    throw InvalidInput(source_ + ": " + (path_.empty() ? std::string("document") : path_) +
+                       ": expected a JSON object");
+  }
+}
+
+std::string JsonObjectReader::FieldPath(const std::string& key) const {
+  return path_.empty() ? key : path_ + "." + key;
+}
+
+void JsonObjectReader::Fail(const std::string& key, const std::string& message) const {
+  throw InvalidInput(source_ + ": " + FieldPath(key) + ": " + message);
+}
+
+bool JsonObjectReader::Has(const std::string& key) const { return object_.contains(key); }
+
+const nlohmann::json& JsonObjectReader::Get(const std::string& key) {
+  auto it = object_.find(key);
+  if (it == object_.end()) Fail(key, "missing required field");
+  used_.insert(key);
+  return *it;
+}
+
+std::int64_t JsonObjectReader::Int(const std::string& key, std::int64_t min_value) {
+  const auto& v = Get(key);
+  std::int64_t x = 0;
+  if (v.is_number_integer()) {
+    x = v.get<std::int64_t>();
+  } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+             std::abs(v.get<double>()) < 9e15) {
+    x = static_cast<std::int64_t>(v.get<double>());
+  } else {
+    Fail(key, "expected an integer, got " + v.dump());
+  }
+  if (x < min_value) Fail(key, "must be >= " + std::to_string(min_value) + ", got " + v.dump());
+  return x;
+}
+
+std::int64_t JsonObjectReader::IntOr(const std::string& key, std::int64_t fallback,
+                                     std::int64_t min_value) {
+  return Has(key) ? Int(key, min_value) : fallback;
+}
+
+double JsonObjectReader::Number(const std::string& key, double min_value) {
+  const auto& v = Get(key);
+  if (!v.is_number()) Fail(key, "expected a number, got " + v.dump());
+  double x = v.get<double>();
+  if (!std::isfinite(x) || x < min_value) {
+    Fail(key,
+         "must be a finite number >= " + nlohmann::json(min_value).dump() + ", got " + v.dump());
+  }
+  return x;
+}
+
+double JsonObjectReader::NumberOr(const std::string& key, double fallback, double min_value) {
+  return Has(key) ? Number(key, min_value) : fallback;
+}
+
+std::string JsonObjectReader::String(const std::string& key) {
+  const auto& v = Get(key);
+  if (!v.is_string()) Fail(key, "expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+std::string JsonObjectReader::StringOr(const std::string& key, const std::string& fallback) {
+  return Has(key) ? String(key) : fallback;
+}
+
+const nlohmann::json& JsonObjectReader::Value(const std::string& key) { return Get(key); }
+
+const nlohmann::json& JsonObjectReader::Array(const std::string& key) {
+  const auto& v = Get(key);
+  if (!v.is_array()) Fail(key, std::string("expected an array, got ") + v.type_name());
+  return v;
+}
+
+JsonObjectReader JsonObjectReader::Object(const std::string& key) {
+  const auto& v = Get(key);
+  if (!v.is_object()) Fail(key, "expected an object");
+  return JsonObjectReader(v, source_, FieldPath(key));
+}
+
+JsonObjectReader JsonObjectReader::Element(const std::string& key, const nlohmann::json& array,
+                                           std::size_t index) const {
+  return JsonObjectReader(array.at(index), source_,
+                          FieldPath(key) + "[" + std::to_string(index) + "]");
+}
+
+void JsonObjectReader::RejectUnknown() const {
+  for (auto it = object_.begin(); it != object_.end(); ++it) {
+    if (!used_.count(it.key())) Fail(it.key(), "unknown field");
+  }
+}
+
+nlohmann::json ParseJsonText(const std::string& text, const std::string& source) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidInput(source + ": invalid JSON: " + e.what());
+  }
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,15 @@
+// Subcommands of the `hydraulis` tool. Each registers its flags on the app and returns the
+// function that runs it (exit status).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace hydraulis::tools {
+
+using Command = std::function<int()>;
+
+Command AddPlanCommand(CLI::App& app);
+Command AddImportProfileCommand(CLI::App& app);
+
+}  // namespace hydraulis::tools
