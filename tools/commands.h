@@ -11,5 +11,6 @@ using Command = std::function<int()>;
 
 Command AddPlanCommand(CLI::App& app);
 Command AddImportProfileCommand(CLI::App& app);
+Command AddSummarizeCommand(CLI::App& app);
 
 }  // namespace hydraulis::tools

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   };
   add(hydraulis::tools::AddPlanCommand);
   add(hydraulis::tools::AddImportProfileCommand);
+  add(hydraulis::tools::AddSummarizeCommand);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -24,8 +24,11 @@ struct Group {
 
 // Per document of length s, its work on a pipeline of the group when it also pays its
 // token share of the per-micro-batch constant (v >= tokens / capacity).
-double Unit(const PipelineModel& p, std::int64_t s) {
+// A document whose own critical path pp*(w + c) on a pipeline exceeds theta cannot run
+// there in any plan with step time <= theta.
+double Unit(const PipelineModel& p, std::int64_t s, double theta) {
   if (s > p.capacity_tokens) return kInf;
+  if (p.scheme.pp * (p.time.DocumentMs(s) + p.time.c_ms) > theta) return kInf;
   return p.time.DocumentMs(s) +
          p.time.c_ms * static_cast<double>(s) / static_cast<double>(p.capacity_tokens);
 }
@@ -33,7 +36,7 @@ double Unit(const PipelineModel& p, std::int64_t s) {
 // LP duality: for any weights mu_g >= 0, T >= sum_i min_g mu_g u_ig / sum_g m_g mu_g,
 // because T >= load of every pipeline. Evaluated exactly, so it is valid for any mu.
 double DualValue(const std::vector<std::pair<std::int64_t, double>>& docs,
-                 const std::vector<Group>& groups, const std::vector<double>& mu) {
+                 const std::vector<Group>& groups, const std::vector<double>& mu, double theta) {
   double denom = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) denom += groups[g].count * mu[g];
   if (denom <= 0) return 0;
@@ -41,7 +44,7 @@ double DualValue(const std::vector<std::pair<std::int64_t, double>>& docs,
   for (const auto& [s, n] : docs) {
     double best = kInf;
     for (std::size_t g = 0; g < groups.size(); ++g) {
-      const double u = Unit(groups[g].model, s);
+      const double u = Unit(groups[g].model, s, theta);
       if (u < kInf) best = std::min(best, mu[g] * u);
     }
     total += n * best;
@@ -52,15 +55,15 @@ double DualValue(const std::vector<std::pair<std::int64_t, double>>& docs,
 // Exact maximum of the dual for two groups: a concave piecewise-linear function of
 // t = m_1 mu_1 in [0, 1] whose breakpoints are one per distinct length.
 double TwoGroupBound(const std::vector<std::pair<std::int64_t, double>>& docs,
-                     const std::vector<Group>& groups) {
+                     const std::vector<Group>& groups, double theta) {
   struct Piece {
     double t;  // term is t*A below the breakpoint and (1-t)*B above it
     double a, b;
   };
   std::vector<Piece> pieces;
   for (const auto& [s, n] : docs) {
-    const double a = Unit(groups[0].model, s) / groups[0].count;
-    const double b = Unit(groups[1].model, s) / groups[1].count;
+    const double a = Unit(groups[0].model, s, theta) / groups[0].count;
+    const double b = Unit(groups[1].model, s, theta) / groups[1].count;
     if (a == kInf) {
       pieces.push_back({0.0, 0.0, n * b});
     } else if (b == kInf) {
@@ -90,7 +93,7 @@ double TwoGroupBound(const std::vector<std::pair<std::int64_t, double>>& docs,
 
 // Three or more groups: solve the primal LP with Clp and evaluate its dual prices.
 double LpBound(const std::vector<std::pair<std::int64_t, double>>& docs,
-               const std::vector<Group>& groups) {
+               const std::vector<Group>& groups, double theta) {
   const int G = static_cast<int>(groups.size());
   const int D = static_cast<int>(docs.size());
   // Columns: x_{i,g} (eligible pairs), then T. Rows: one per distinct length (sum_g x = n),
@@ -100,7 +103,7 @@ double LpBound(const std::vector<std::pair<std::int64_t, double>>& docs,
   int col = 0;
   for (int i = 0; i < D; ++i) {
     for (int g = 0; g < G; ++g) {
-      const double u = Unit(groups[g].model, docs[i].first);
+      const double u = Unit(groups[g].model, docs[i].first, theta);
       if (u == kInf) continue;
       rows.push_back(i), cols.push_back(col), vals.push_back(1.0);
       rows.push_back(D + g), cols.push_back(col), vals.push_back(u);
@@ -125,7 +128,7 @@ double LpBound(const std::vector<std::pair<std::int64_t, double>>& docs,
   std::vector<double> mu(G);
   const double* price = lp.getRowPrice();
   for (int g = 0; g < G; ++g) mu[g] = std::abs(price[D + g]);
-  return DualValue(docs, groups, mu);
+  return DualValue(docs, groups, mu, theta);
 }
 
 }  // namespace
@@ -161,13 +164,35 @@ LowerBound ComputeLowerBound(const AssignProblem& problem) {
     lb.ms = lb.fractional_ms = kInf;
     return lb;
   }
-  if (groups.size() == 1) {
-    lb.fractional_ms = DualValue(docs, groups, {1.0});
-  } else if (groups.size() == 2) {
-    lb.fractional_ms = TwoGroupBound(docs, groups);
-  } else {
-    lb.fractional_ms = LpBound(docs, groups);
+  auto fractional = [&](double theta) {
+    if (groups.size() == 1) return DualValue(docs, groups, {1.0}, theta);
+    if (groups.size() == 2) return TwoGroupBound(docs, groups, theta);
+    return LpBound(docs, groups, theta);
+  };
+  // T* >= LP(T*), and LP(theta) only falls as theta grows (more documents become eligible
+  // where their critical path fits), so T* >= the least theta with LP(theta) <= theta.
+  // LP changes only at the thresholds pp*(w + c), so search over those.
+  std::vector<double> thresholds = {lb.longest_doc_ms};
+  for (const auto& [s, n] : docs) {
+    for (const auto& g : groups) {
+      if (s > g.model.capacity_tokens) continue;
+      const double t = g.model.scheme.pp * (g.model.time.DocumentMs(s) + g.model.time.c_ms);
+      if (t > lb.longest_doc_ms) thresholds.push_back(t);
+    }
   }
+  std::sort(thresholds.begin(), thresholds.end());
+  thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
+  // Find the first interval [t_k, t_k+1) whose constant LP value is <= t_k+1.
+  std::size_t lo = 0, hi = thresholds.size() - 1;
+  while (lo < hi) {
+    const std::size_t mid = (lo + hi) / 2;
+    if (fractional(thresholds[mid]) <= thresholds[mid + 1]) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  lb.fractional_ms = std::max(thresholds[lo], fractional(thresholds[lo]));
   lb.ms = std::max(lb.fractional_ms, lb.longest_doc_ms);
   return lb;
 }
