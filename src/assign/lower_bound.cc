@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 
 #include "hydraulis/base/error.h"
@@ -15,20 +16,26 @@ namespace hydraulis {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kBisectionSteps = 24;
+constexpr double kRelaxationMinGpuShare = 0.25;
 
 // Identical pipelines form one group: the LP is symmetric in them.
 struct Group {
   PipelineModel model;
   int count = 0;
+  double kappa = 1.0;  // set per theta for pp > 1
 };
 
 // Per document of length s, its work on a pipeline of the group when it also pays its
 // token share of the per-micro-batch constant (v >= tokens / capacity).
 // A document whose own critical path pp*(w + c) on a pipeline exceeds theta cannot run
 // there in any plan with step time <= theta.
-double Unit(const PipelineModel& p, std::int64_t s, double theta) {
+double Unit(const PipelineModel& p, std::int64_t s, double theta, double kappa) {
   if (s > p.capacity_tokens) return kInf;
   if (p.scheme.pp * (p.time.DocumentMs(s) + p.time.c_ms) > theta) return kInf;
+  // pp > 1: the pipeline's time is at least kappa times its document work (see
+  // RelaxationTable); the micro-batch constant is inside that bound.
+  if (p.scheme.pp > 1) return kappa * p.time.DocumentMs(s);
   return p.time.DocumentMs(s) +
          p.time.c_ms * static_cast<double>(s) / static_cast<double>(p.capacity_tokens);
 }
@@ -44,7 +51,7 @@ double DualValue(const std::vector<std::pair<std::int64_t, double>>& docs,
   for (const auto& [s, n] : docs) {
     double best = kInf;
     for (std::size_t g = 0; g < groups.size(); ++g) {
-      const double u = Unit(groups[g].model, s, theta);
+      const double u = Unit(groups[g].model, s, theta, groups[g].kappa);
       if (u < kInf) best = std::min(best, mu[g] * u);
     }
     total += n * best;
@@ -62,8 +69,8 @@ double TwoGroupBound(const std::vector<std::pair<std::int64_t, double>>& docs,
   };
   std::vector<Piece> pieces;
   for (const auto& [s, n] : docs) {
-    const double a = Unit(groups[0].model, s, theta) / groups[0].count;
-    const double b = Unit(groups[1].model, s, theta) / groups[1].count;
+    const double a = Unit(groups[0].model, s, theta, groups[0].kappa) / groups[0].count;
+    const double b = Unit(groups[1].model, s, theta, groups[1].kappa) / groups[1].count;
     if (a == kInf) {
       pieces.push_back({0.0, 0.0, n * b});
     } else if (b == kInf) {
@@ -91,49 +98,89 @@ double TwoGroupBound(const std::vector<std::pair<std::int64_t, double>>& docs,
   return best;
 }
 
-// Three or more groups: solve the primal LP with Clp and evaluate its dual prices.
-double LpBound(const std::vector<std::pair<std::int64_t, double>>& docs,
-               const std::vector<Group>& groups, double theta) {
-  const int G = static_cast<int>(groups.size());
-  const int D = static_cast<int>(docs.size());
-  // Columns: x_{i,g} (eligible pairs), then T. Rows: one per distinct length (sum_g x = n),
-  // one per group (sum_i u x - m_g T <= 0).
-  std::vector<int> rows, cols;
-  std::vector<double> vals, col_lb, col_ub, obj;
-  int col = 0;
-  for (int i = 0; i < D; ++i) {
-    for (int g = 0; g < G; ++g) {
-      const double u = Unit(groups[g].model, docs[i].first, theta);
-      if (u == kInf) continue;
-      rows.push_back(i), cols.push_back(col), vals.push_back(1.0);
-      rows.push_back(D + g), cols.push_back(col), vals.push_back(u);
-      col_lb.push_back(0.0), col_ub.push_back(docs[i].second), obj.push_back(0.0);
-      ++col;
+// Three or more groups: the primal LP, solved by Clp and re-solved from the previous basis
+// as theta changes (only column bounds and one coefficient per group move), then its dual
+// prices are evaluated exactly by DualValue.
+class WarmLp {
+ public:
+  WarmLp(const std::vector<std::pair<std::int64_t, double>>& docs, const std::vector<Group>& groups)
+      : docs_(docs), groups_(groups) {
+    const int G = static_cast<int>(groups.size());
+    const int D = static_cast<int>(docs.size());
+    // Columns: x_{i,g} for capacity-eligible pairs, then T. Rows: one per distinct length
+    // (sum_g x = n), one per group (sum_i u x - (m_g / kappa_g) T <= 0).
+    std::vector<int> rows, cols;
+    std::vector<double> vals, col_lb, col_ub, obj;
+    int col = 0;
+    for (int i = 0; i < D; ++i) {
+      for (int g = 0; g < G; ++g) {
+        const PipelineModel& m = groups[g].model;
+        const std::int64_t len = docs[i].first;
+        if (len > m.capacity_tokens) continue;
+        const double u = m.scheme.pp > 1 ? m.time.DocumentMs(len) : Unit(m, len, kInf, 1.0);
+        rows.push_back(i), cols.push_back(col), vals.push_back(1.0);
+        rows.push_back(D + g), cols.push_back(col), vals.push_back(u);
+        col_lb.push_back(0.0), col_ub.push_back(docs[i].second), obj.push_back(0.0);
+        critical_.push_back(m.scheme.pp * (m.time.DocumentMs(len) + m.time.c_ms));
+        ++col;
+      }
     }
+    t_col_ = col;
+    for (int g = 0; g < G; ++g) {
+      rows.push_back(D + g), cols.push_back(col), vals.push_back(-groups[g].count);
+    }
+    col_lb.push_back(0.0), col_ub.push_back(COIN_DBL_MAX), obj.push_back(1.0);
+    std::vector<double> row_lb(D + G), row_ub(D + G);
+    for (int i = 0; i < D; ++i) row_lb[i] = row_ub[i] = docs[i].second;
+    for (int g = 0; g < G; ++g) row_lb[D + g] = -COIN_DBL_MAX, row_ub[D + g] = 0.0;
+    CoinPackedMatrix matrix(true, rows.data(), cols.data(), vals.data(),
+                            static_cast<CoinBigIndex>(vals.size()));
+    lp_.setLogLevel(0);
+    lp_.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), row_lb.data(), row_ub.data());
+    ub_ = col_ub;
   }
-  for (int g = 0; g < G; ++g) {
-    rows.push_back(D + g), cols.push_back(col), vals.push_back(-groups[g].count);
+
+  double Solve(double theta) {
+    const int D = static_cast<int>(docs_.size());
+    for (int c = 0; c < t_col_; ++c) {
+      lp_.setColumnUpper(c, critical_[c] <= theta ? ub_[c] : 0.0);
+    }
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      lp_.modifyCoefficient(D + static_cast<int>(g), t_col_, -groups_[g].count / groups_[g].kappa);
+    }
+    lp_.dual();
+    std::vector<double> mu(groups_.size());
+    const double* price = lp_.getRowPrice();
+    for (std::size_t g = 0; g < groups_.size(); ++g) mu[g] = std::abs(price[D + g]);
+    return DualValue(docs_, groups_, mu, theta);
   }
-  col_lb.push_back(0.0), col_ub.push_back(COIN_DBL_MAX), obj.push_back(1.0);
-  ++col;
-  std::vector<double> row_lb(D + G), row_ub(D + G);
-  for (int i = 0; i < D; ++i) row_lb[i] = row_ub[i] = docs[i].second;
-  for (int g = 0; g < G; ++g) row_lb[D + g] = -COIN_DBL_MAX, row_ub[D + g] = 0.0;
-  CoinPackedMatrix matrix(true, rows.data(), cols.data(), vals.data(),
-                          static_cast<CoinBigIndex>(vals.size()));
-  ClpSimplex lp;
-  lp.setLogLevel(0);
-  lp.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), row_lb.data(), row_ub.data());
-  lp.dual();
-  std::vector<double> mu(G);
-  const double* price = lp.getRowPrice();
-  for (int g = 0; g < G; ++g) mu[g] = std::abs(price[D + g]);
-  return DualValue(docs, groups, mu, theta);
-}
+
+ private:
+  const std::vector<std::pair<std::int64_t, double>>& docs_;
+  const std::vector<Group>& groups_;
+  ClpSimplex lp_;
+  std::vector<double> critical_, ub_;
+  int t_col_ = 0;
+};
 
 }  // namespace
 
-LowerBound ComputeLowerBound(const AssignProblem& problem) {
+double LongestDocumentBoundMs(const AssignProblem& problem) {
+  // Whichever pipeline runs a document, that pipeline's time is at least pp times the
+  // stage time of the micro-batch holding it.
+  double bound = 0;
+  for (auto s : problem.lengths) {
+    double best = kInf;
+    for (const auto& p : problem.pipelines) {
+      if (s > p.capacity_tokens) continue;
+      best = std::min(best, p.scheme.pp * (p.time.DocumentMs(s) + p.time.c_ms));
+    }
+    bound = std::max(bound, best);
+  }
+  return bound;
+}
+
+LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* relaxations) {
   LowerBound lb;
   if (problem.lengths.empty()) return lb;
   std::vector<Group> groups;
@@ -150,49 +197,77 @@ LowerBound ComputeLowerBound(const AssignProblem& problem) {
   for (auto s : problem.lengths) counts[s] += 1;
   std::vector<std::pair<std::int64_t, double>> docs(counts.begin(), counts.end());
 
-  // The longest-cost document: whichever pipeline runs it, that pipeline's time is at
-  // least pp times its micro-batch's stage time.
-  for (const auto& [s, n] : docs) {
-    double best = kInf;
-    for (const auto& g : groups) {
-      if (s > g.model.capacity_tokens) continue;
-      best = std::min(best, g.model.scheme.pp * (g.model.time.DocumentMs(s) + g.model.time.c_ms));
-    }
-    lb.longest_doc_ms = std::max(lb.longest_doc_ms, best);
-  }
+  lb.longest_doc_ms = LongestDocumentBoundMs(problem);
   if (lb.longest_doc_ms == kInf) {
     lb.ms = lb.fractional_ms = kInf;
     return lb;
   }
+  // The relaxation costs LPs per grid point; use it where pp > 1 pipelines hold enough of
+  // the strategy's GPUs to matter for the bound.
+  int gpus = 0, deep_gpus = 0;
+  for (const auto& g : groups) {
+    gpus += g.count * g.model.scheme.Gpus();
+    if (g.model.scheme.pp > 1) deep_gpus += g.count * g.model.scheme.Gpus();
+  }
+  const bool deep =
+      relaxations != nullptr && deep_gpus > 0 && deep_gpus >= kRelaxationMinGpuShare * gpus;
+  std::unique_ptr<WarmLp> warm;
   auto fractional = [&](double theta) {
+    if (deep) {
+      for (auto& g : groups) {
+        if (g.model.scheme.pp == 1) continue;
+        g.kappa =
+            relaxations->MinMakespanLowerBound(g.model.scheme.pp, g.model.time.c_ms, theta) / theta;
+      }
+    }
     if (groups.size() == 1) return DualValue(docs, groups, {1.0}, theta);
     if (groups.size() == 2) return TwoGroupBound(docs, groups, theta);
-    return LpBound(docs, groups, theta);
+    if (!warm) warm = std::make_unique<WarmLp>(docs, groups);
+    return warm->Solve(theta);
   };
-  // T* >= LP(T*), and LP(theta) only falls as theta grows (more documents become eligible
-  // where their critical path fits), so T* >= the least theta with LP(theta) <= theta.
-  // LP changes only at the thresholds pp*(w + c), so search over those.
-  std::vector<double> thresholds = {lb.longest_doc_ms};
-  for (const auto& [s, n] : docs) {
-    for (const auto& g : groups) {
-      if (s > g.model.capacity_tokens) continue;
-      const double t = g.model.scheme.pp * (g.model.time.DocumentMs(s) + g.model.time.c_ms);
-      if (t > lb.longest_doc_ms) thresholds.push_back(t);
+  // T* >= LP(T*): in an optimal plan every document sits where its critical path
+  // pp*(w + c) is <= T*, and every pipeline's work is <= T*, so kappa(T*) applies. LP(theta)
+  // never rises with theta, so T* >= the least theta with LP(theta) <= theta.
+  if (!deep) {
+    // LP changes only at the thresholds pp*(w + c): search over those exactly.
+    std::vector<double> thresholds = {lb.longest_doc_ms};
+    for (const auto& [s, n] : docs) {
+      for (const auto& g : groups) {
+        if (s > g.model.capacity_tokens) continue;
+        const double t = g.model.scheme.pp * (g.model.time.DocumentMs(s) + g.model.time.c_ms);
+        if (t > lb.longest_doc_ms) thresholds.push_back(t);
+      }
     }
-  }
-  std::sort(thresholds.begin(), thresholds.end());
-  thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
-  // Find the first interval [t_k, t_k+1) whose constant LP value is <= t_k+1.
-  std::size_t lo = 0, hi = thresholds.size() - 1;
-  while (lo < hi) {
-    const std::size_t mid = (lo + hi) / 2;
-    if (fractional(thresholds[mid]) <= thresholds[mid + 1]) {
-      hi = mid;
+    std::sort(thresholds.begin(), thresholds.end());
+    thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
+    // The first interval [t_k, t_k+1) whose constant LP value is <= t_k+1.
+    std::size_t lo = 0, hi = thresholds.size() - 1;
+    while (lo < hi) {
+      const std::size_t mid = (lo + hi) / 2;
+      if (fractional(thresholds[mid]) <= thresholds[mid + 1]) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    lb.fractional_ms = std::max(thresholds[lo], fractional(thresholds[lo]));
+  } else {
+    // kappa varies continuously: bisect, keeping `lo` where LP(lo) > lo (so T* > lo).
+    double lo = lb.longest_doc_ms, hi = lo;
+    if (fractional(lo) <= lo) {
+      lb.fractional_ms = lo;
     } else {
-      lo = mid + 1;
+      do {
+        lo = hi;
+        hi *= 2;
+      } while (fractional(hi) > hi);
+      for (int i = 0; i < kBisectionSteps && hi - lo > 1e-7 * hi; ++i) {
+        const double mid = 0.5 * (lo + hi);
+        (fractional(mid) <= mid ? hi : lo) = mid;
+      }
+      lb.fractional_ms = lo;
     }
   }
-  lb.fractional_ms = std::max(thresholds[lo], fractional(thresholds[lo]));
   lb.ms = std::max(lb.fractional_ms, lb.longest_doc_ms);
   return lb;
 }

@@ -175,6 +175,54 @@ bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipe,
   return true;
 }
 
+bool ShapedPack(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
+                std::span<const double> target_ms, MicroBatches& out) {
+  std::vector<int> order(docs.begin(), docs.end());
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    if (Len(problem, x) != Len(problem, y)) return Len(problem, x) > Len(problem, y);
+    return x < y;
+  });
+  const std::size_t v = target_ms.size();
+  MicroBatches bins(v);
+  std::vector<double> work(v, 0.0);
+  std::vector<std::int64_t> tokens(v, 0);
+  for (int d : order) {
+    const std::int64_t s = Len(problem, d);
+    const double w = pipe.time.DocumentMs(s);
+    int chosen = -1;
+    double best = 0;
+    for (std::size_t j = 0; j < v; ++j) {
+      if (tokens[j] + s > pipe.capacity_tokens) continue;
+      // Furthest below target after taking the document (least overshoot).
+      const double slack = target_ms[j] - (work[j] + w);
+      if (chosen < 0 || slack > best) {
+        chosen = static_cast<int>(j);
+        best = slack;
+      }
+    }
+    if (chosen < 0) return false;
+    bins[static_cast<std::size_t>(chosen)].push_back(d);
+    work[static_cast<std::size_t>(chosen)] += w;
+    tokens[static_cast<std::size_t>(chosen)] += s;
+  }
+  out.clear();
+  for (auto& mb : bins) {
+    if (mb.empty()) continue;
+    std::sort(mb.begin(), mb.end());
+    out.push_back(std::move(mb));
+  }
+  return true;
+}
+
+namespace {
+
+// Exact time of micro-batches kept in the given order.
+double OrderedMs(const AssignProblem& problem, const PipelineModel& pipe, const MicroBatches& mbs) {
+  return PipelineMs(problem, pipe, mbs);
+}
+
+}  // namespace
+
 PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
                         std::span<const int> docs, const PackOptions& options) {
   PackResult result;
@@ -204,6 +252,22 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
     if (result.micro_batches.empty() || ms < result.ms - 1e-9) {
       result.ms = ms;
       result.micro_batches = candidate;
+    }
+  }
+  if (options.relaxations != nullptr && c > 0) {
+    // Shapes of the relaxed optimum around its best micro-batch count.
+    const int v_best = options.relaxations->BestShape(pp, c, total_work).first;
+    std::vector<double> target;
+    for (int v = std::max(v_min, v_best - 2); v <= std::min(n, v_best + 2); ++v) {
+      const auto& frac = options.relaxations->Shape(pp, v, c, total_work);
+      target.resize(frac.size());
+      for (std::size_t j = 0; j < frac.size(); ++j) target[j] = frac[j] * total_work;
+      if (!ShapedPack(problem, pipe, docs, target, candidate)) continue;
+      const double ms = OrderedMs(problem, pipe, candidate);
+      if (ms < result.ms - 1e-9) {
+        result.ms = ms;
+        result.micro_batches = candidate;
+      }
     }
   }
   return result;

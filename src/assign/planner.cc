@@ -62,7 +62,7 @@ std::string CandidateStatusName(CandidateStatus s) {
 
 Planner::Planner(const Profile& profile, const CandidateSet& candidates,
                  const PlannerOptions& options)
-    : candidates_(candidates), options_(options) {
+    : candidates_(candidates), options_(options), relaxations_(options.schedule) {
   if (options_.context_tokens < 1) {
     throw InvalidInput("context length must be >= 1, got " +
                        std::to_string(options_.context_tokens));
@@ -160,9 +160,11 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
       rep.lower_bound_ms = kInf;
       continue;
     }
-    rep.lower_bound_ms = ComputeLowerBound(Problem(plan.lengths, i)).ms;
+    // Ours computes the full bound lazily (below): it can prune on this cheap one.
+    rep.lower_bound_ms = algo == Algorithm::kOurs
+                             ? LongestDocumentBoundMs(Problem(plan.lengths, i))
+                             : ComputeLowerBound(Problem(plan.lengths, i), &relaxations_).ms;
     rep.status = CandidateStatus::kNotUsed;
-    plan.lower_bound_ms = std::min(plan.lower_bound_ms, rep.lower_bound_ms);
     feasible.push_back(i);
   }
   if (feasible.empty()) throw InternalError("no candidate can hold the truncated batch");
@@ -182,22 +184,39 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
   };
   switch (algo) {
     case Algorithm::kOurs: {
-      // Most promising first, so a good plan is known early and bounds prune the rest.
-      std::stable_sort(feasible.begin(), feasible.end(), [&](int x, int y) {
-        return plan.candidates[static_cast<std::size_t>(x)].lower_bound_ms <
-               plan.candidates[static_cast<std::size_t>(y)].lower_bound_ms;
-      });
-      for (int i : feasible) {
-        auto& rep = plan.candidates[static_cast<std::size_t>(i)];
-        if (rep.lower_bound_ms >= best_score) {
-          rep.status = CandidateStatus::kPruned;
-          continue;
-        }
+      auto lb_of = [&](int i) -> double& {
+        return plan.candidates[static_cast<std::size_t>(i)].lower_bound_ms;
+      };
+      auto run = [&](int i) {
         TwoStageOptions opts = options_.two_stage;
-        opts.stop_below_ms = std::max(opts.stop_below_ms, rep.lower_bound_ms);
+        opts.pack.relaxations = &relaxations_;
+        opts.stop_below_ms = std::max(opts.stop_below_ms, lb_of(i));
         Assignment a = AssignTwoStage(Problem(plan.lengths, i), opts);
         const double score = a.step_ms;
         consider(i, std::move(a), score);
+      };
+      // Plan the candidate with the least cheap bound first, so a good plan is known
+      // early; then the others whose bounds can still beat it, most promising first.
+      std::stable_sort(feasible.begin(), feasible.end(),
+                       [&](int x, int y) { return lb_of(x) < lb_of(y); });
+      const int first = feasible.front();
+      lb_of(first) = ComputeLowerBound(Problem(plan.lengths, first), &relaxations_).ms;
+      run(first);
+      std::vector<int> rest;
+      for (std::size_t k = 1; k < feasible.size(); ++k) {
+        const int i = feasible[k];
+        if (lb_of(i) < best_score) {
+          lb_of(i) = ComputeLowerBound(Problem(plan.lengths, i), &relaxations_).ms;
+        }
+        rest.push_back(i);
+      }
+      std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) { return lb_of(x) < lb_of(y); });
+      for (int i : rest) {
+        if (lb_of(i) >= best_score) {
+          plan.candidates[static_cast<std::size_t>(i)].status = CandidateStatus::kPruned;
+        } else {
+          run(i);
+        }
       }
       break;
     }
@@ -217,6 +236,11 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
                AssignKarmarkarKarp(Problem(plan.lengths, static_index_), options_.two_stage.pack),
                0);
       break;
+  }
+  // Candidates pruned on the cheap bound never set the minimum: their bound is >= the
+  // chosen plan's time >= the chosen candidate's own bound.
+  for (const auto& r : plan.candidates) {
+    plan.lower_bound_ms = std::min(plan.lower_bound_ms, r.lower_bound_ms);
   }
   const AssignProblem problem = Problem(plan.lengths, best_index);
 #ifndef NDEBUG

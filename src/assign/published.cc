@@ -56,8 +56,8 @@ void Validate(const AssignProblem& problem, const PublishedOptions& options) {
   }
   for (std::size_t d = 0; d < problem.lengths.size(); ++d) {
     if (problem.lengths[d] < 1) {
-      throw InvalidInput("published planner: document " + std::to_string(d) +
-                         " has length " + std::to_string(problem.lengths[d]) + " (< 1)");
+      throw InvalidInput("published planner: document " + std::to_string(d) + " has length " +
+                         std::to_string(problem.lengths[d]) + " (< 1)");
     }
   }
 }
@@ -196,9 +196,8 @@ double PublishedObjectiveMs(const AssignProblem& problem, const PipelineModel& p
 // are the ones pinned. Costs are divided by the largest so CBC's absolute tolerances are
 // relative ones. `max_work_ms` bounds M from above (kInf: none). Fills `out` with CBC's
 // best solution in the time limit, or returns false when it found none.
-bool SolveMinMax(const AssignProblem& problem, const PipelineModel& pipe,
-                 std::span<const int> docs, int v, double max_work_ms, double time_limit_s,
-                 MicroBatches& out) {
+bool SolveMinMax(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
+                 int v, double max_work_ms, double time_limit_s, MicroBatches& out) {
   const int n = static_cast<int>(docs.size());
   std::vector<double> work(docs.size());
   double total = 0, largest = 0;
@@ -229,7 +228,8 @@ bool SolveMinMax(const AssignProblem& problem, const PipelineModel& pipe,
   }
   const int num_x = static_cast<int>(col_doc.size());
   const int m_col = num_x;
-  for (int j = 0; j < v; ++j) rows.push_back(work_row + j), cols.push_back(m_col), vals.push_back(-1);
+  for (int j = 0; j < v; ++j)
+    rows.push_back(work_row + j), cols.push_back(m_col), vals.push_back(-1);
   std::vector<double> col_lb(static_cast<std::size_t>(num_x) + 1, 0.0);
   std::vector<double> col_ub(static_cast<std::size_t>(num_x) + 1, 1.0);
   std::vector<double> obj(static_cast<std::size_t>(num_x) + 1, 0.0);
@@ -323,8 +323,8 @@ bool SolveMinMax(const AssignProblem& problem, const PipelineModel& pipe,
 
 // Stage 2 for one pipeline: each v from ceil(tokens/capacity) over `micro_batch_counts`
 // values, keeping the least published objective (ties: the smaller v).
-Packed PackPublished(const AssignProblem& problem, const PipelineModel& pipe,
-                     std::vector<int> docs, const PublishedOptions& options) {
+Packed PackPublished(const AssignProblem& problem, const PipelineModel& pipe, std::vector<int> docs,
+                     const PublishedOptions& options) {
   Packed best;
   if (docs.empty()) return best;
   std::stable_sort(docs.begin(), docs.end(), [&](int x, int y) {
@@ -343,8 +343,7 @@ Packed PackPublished(const AssignProblem& problem, const PipelineModel& pipe,
   const double c = pipe.time.c_ms;
   const std::int64_t v_first =
       std::max<std::int64_t>(1, (tokens + pipe.capacity_tokens - 1) / pipe.capacity_tokens);
-  const std::int64_t v_last =
-      std::min<std::int64_t>(n, v_first + options.micro_batch_counts - 1);
+  const std::int64_t v_last = std::min<std::int64_t>(n, v_first + options.micro_batch_counts - 1);
   double best_ms = kInf;
   MicroBatches candidate;
   for (int v = static_cast<int>(v_first); v <= v_last; ++v) {

@@ -78,6 +78,7 @@ TEST(OneFOneBTest, ForwardBackwardSplitMatters) {
 
 TEST(OneFOneBTest, BoundedByClosedFormAndCriticalPath) {
   Rng rng(5);
+  int above_approximation = 0;
   for (int trial = 0; trial < 500; ++trial) {
     int pp = 1 + static_cast<int>(rng.Below(6));
     int v = 1 + static_cast<int>(rng.Below(10));
@@ -90,8 +91,12 @@ TEST(OneFOneBTest, BoundedByClosedFormAndCriticalPath) {
     EXPECT_LE(exact, OneFOneBUpperBoundMs(t, pp) + 1e-9);
     EXPECT_GE(exact, pp * mx - 1e-9);              // one micro-batch's own critical path
     EXPECT_GE(exact, sum + (pp - 1) * mn - 1e-9);  // the last stage's work plus fill/drain
-    EXPECT_LE(exact, sum + (pp - 1) * mx + 1e-9);
+    above_approximation += exact > sum + (pp - 1) * mx + 1e-9;
   }
+  // method.md's approximation sum + (pp-1)*max is not an upper bound once micro-batches
+  // differ (a large micro-batch after small ones stalls the steady state), which is why
+  // plans are judged by the event simulation.
+  EXPECT_GT(above_approximation, 0);
 }
 
 TEST(OneFOneBTest, EmptyPipelineTakesNoTime) {

@@ -11,6 +11,12 @@ namespace hydraulis {
 BatchSampler::BatchSampler(std::span<const std::int64_t> dataset, const SamplerOptions& options)
     : dataset_(dataset), options_(options) {
   if (dataset_.empty()) throw InvalidInput("batch sampler: the dataset has no documents");
+  for (std::size_t i = 0; i < dataset_.size(); ++i) {
+    if (dataset_[i] < 1) {
+      throw InvalidInput("batch sampler: document " + std::to_string(i) + " has length " +
+                         std::to_string(dataset_[i]) + "; lengths must be >= 1");
+    }
+  }
   if (options_.tokens_per_batch < 1) {
     throw InvalidInput("tokens-per-batch must be >= 1, got " +
                        std::to_string(options_.tokens_per_batch));

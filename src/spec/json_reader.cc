@@ -32,7 +32,8 @@ const nlohmann::json& JsonObjectReader::Get(const std::string& key) {
   return *it;
 }
 
-std::int64_t JsonObjectReader::Int(const std::string& key, std::int64_t min_value) {
+std::int64_t JsonObjectReader::Int(const std::string& key, std::int64_t min_value,
+                                   std::int64_t max_value) {
   const auto& v = Get(key);
   std::int64_t x = 0;
   if (v.is_number_integer()) {
@@ -44,12 +45,13 @@ std::int64_t JsonObjectReader::Int(const std::string& key, std::int64_t min_valu
     Fail(key, "expected an integer, got " + v.dump());
   }
   if (x < min_value) Fail(key, "must be >= " + std::to_string(min_value) + ", got " + v.dump());
+  if (x > max_value) Fail(key, "must be <= " + std::to_string(max_value) + ", got " + v.dump());
   return x;
 }
 
 std::int64_t JsonObjectReader::IntOr(const std::string& key, std::int64_t fallback,
-                                     std::int64_t min_value) {
-  return Has(key) ? Int(key, min_value) : fallback;
+                                     std::int64_t min_value, std::int64_t max_value) {
+  return Has(key) ? Int(key, min_value, max_value) : fallback;
 }
 
 double JsonObjectReader::Number(const std::string& key, double min_value) {

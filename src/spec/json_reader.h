@@ -13,12 +13,17 @@ namespace hydraulis {
 
 class JsonObjectReader {
  public:
+  static constexpr std::int64_t kIntMax = 2147483647;
+
   // `path` is the field path of `object` inside the document ("" for the root).
   JsonObjectReader(const nlohmann::json& object, std::string source, std::string path);
 
   bool Has(const std::string& key) const;
-  std::int64_t Int(const std::string& key, std::int64_t min_value);
-  std::int64_t IntOr(const std::string& key, std::int64_t fallback, std::int64_t min_value);
+  // Integers are range-checked against [min_value, max_value] (default: fits an int).
+  std::int64_t Int(const std::string& key, std::int64_t min_value,
+                   std::int64_t max_value = kIntMax);
+  std::int64_t IntOr(const std::string& key, std::int64_t fallback, std::int64_t min_value,
+                     std::int64_t max_value = kIntMax);
   double Number(const std::string& key, double min_value);
   double NumberOr(const std::string& key, double fallback, double min_value);
   std::string String(const std::string& key);

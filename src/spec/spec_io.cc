@@ -13,7 +13,7 @@ constexpr const char* kProfileFormat = "hydraulis.profile/1";
 constexpr const char* kCandidatesFormat = "hydraulis.candidates/1";
 
 int ToInt(std::int64_t v) { return static_cast<int>(v); }
-constexpr std::int64_t kMaxDegree = 1 << 20;
+constexpr std::int64_t kMaxGpus = 1 << 20;
 
 void CheckFormat(JsonObjectReader& r, const char* expected) {
   std::string format = r.String("format");
@@ -22,20 +22,27 @@ void CheckFormat(JsonObjectReader& r, const char* expected) {
   }
 }
 
+// A tensor-parallel degree written as `prefix` + canonical decimal ("4", "tp4").
+int TpKey(const JsonObjectReader& r, const std::string& key, const std::string& prefix) {
+  const std::string digits = key.rfind(prefix, 0) == 0 ? key.substr(prefix.size()) : "";
+  int tp = 0;
+  if (!digits.empty() && digits.size() <= 7 &&
+      std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    tp = std::stoi(digits);
+  }
+  if (tp < 1 || std::to_string(tp) != digits) {
+    r.Fail(key, "key must be " + prefix + "<tensor-parallel degree >= 1, no leading zeros>");
+  }
+  return tp;
+}
+
 // Keys of per-tp maps are the decimal tp degree ("1", "16").
 std::map<int, double> ReadTpMap(JsonObjectReader& parent, const std::string& key) {
   JsonObjectReader r = parent.Object(key);
   std::map<int, double> out;
   const nlohmann::json& obj = parent.Value(key);
   for (auto it = obj.begin(); it != obj.end(); ++it) {
-    int tp = 0;
-    try {
-      std::size_t used = 0;
-      tp = std::stoi(it.key(), &used);
-      if (used != it.key().size() || tp < 1) throw std::invalid_argument("");
-    } catch (const std::exception&) {
-      r.Fail(it.key(), "key must be a tensor-parallel degree >= 1");
-    }
+    const int tp = TpKey(r, it.key(), "");
     out[tp] = r.Number(it.key(), 0.0);
   }
   return out;
@@ -43,11 +50,11 @@ std::map<int, double> ReadTpMap(JsonObjectReader& parent, const std::string& key
 
 Scheme ReadScheme(JsonObjectReader& r) {
   Scheme s;
-  s.cp = ToInt(r.IntOr("cp", 1, 1));
-  s.tp = ToInt(r.IntOr("tp", 1, 1));
-  s.pp = ToInt(r.IntOr("pp", 1, 1));
-  for (const char* key : {"cp", "tp", "pp"}) {
-    if (r.Has(key) && r.Int(key, 1) > kMaxDegree) r.Fail(key, "unreasonably large");
+  s.cp = ToInt(r.IntOr("cp", 1, 1, kMaxGpus));
+  s.tp = ToInt(r.IntOr("tp", 1, 1, kMaxGpus));
+  s.pp = ToInt(r.IntOr("pp", 1, 1, kMaxGpus));
+  if (std::int64_t{s.cp} * s.tp * s.pp > kMaxGpus) {
+    r.Fail("tp", "cp*tp*pp is larger than " + std::to_string(kMaxGpus) + " GPUs");
   }
   return s;
 }
@@ -76,7 +83,7 @@ Profile ParseProfile(const std::string& json_text, const std::string& source) {
 
   JsonObjectReader c = root.Object("cluster");
   p.cluster.gpus_per_node = ToInt(c.Int("gpus_per_node", 1));
-  p.cluster.gpu_memory_bytes = c.Int("gpu_memory_bytes", 1);
+  p.cluster.gpu_memory_bytes = c.Int("gpu_memory_bytes", 1, std::int64_t{1} << 50);
   c.RejectUnknown();
 
   JsonObjectReader mem = root.Object("memory");
@@ -89,9 +96,11 @@ Profile ParseProfile(const std::string& json_text, const std::string& source) {
   mem.RejectUnknown();
 
   if (root.Has("utilization_tokens")) {
-    for (const auto& [tp, v] : ReadTpMap(root, "utilization_tokens")) {
-      p.utilization_tokens_by_tp[tp] = static_cast<int>(v);
+    JsonObjectReader u = root.Object("utilization_tokens");
+    for (const auto& [k, v] : root.Value("utilization_tokens").items()) {
+      p.utilization_tokens_by_tp[TpKey(u, k, "")] = ToInt(u.Int(k, 0));
     }
+    u.RejectUnknown();
   }
 
   const auto& schemes = root.Array("schemes");
@@ -126,8 +135,7 @@ CandidateSet ParseCandidates(const std::string& json_text, const std::string& so
   JsonObjectReader root(doc, source, "");
   CheckFormat(root, kCandidatesFormat);
   CandidateSet set;
-  set.gpus = ToInt(root.Int("gpus", 1));
-  if (set.gpus > kMaxDegree) root.Fail("gpus", "unreasonably large");
+  set.gpus = ToInt(root.Int("gpus", 1, kMaxGpus));
 
   JsonObjectReader lay = root.Object("optimizer_layout");
   set.optimizer_layout.dp = ToInt(lay.Int("dp", 1));
@@ -151,7 +159,7 @@ CandidateSet ParseCandidates(const std::string& json_text, const std::string& so
     std::int64_t gpus = 0;
     for (std::size_t j = 0; j < pipes.size(); ++j) {
       JsonObjectReader pr = s.Element("pipelines", pipes, j);
-      std::int64_t count = pr.IntOr("count", 1, 1);
+      std::int64_t count = pr.IntOr("count", 1, 1, set.gpus);
       Scheme scheme = ReadScheme(pr);
       pr.RejectUnknown();
       // Tensor/context groups must tile the cluster; pipeline stages may not (the
@@ -261,12 +269,11 @@ Profile ImportA800Profile(const std::string& path, const ModelShape& shape) {
 
   JsonObjectReader cc = root.Object("cluster_config");
   p.cluster.gpus_per_node = ToInt(cc.Int("gpus_per_node", 1));
-  p.cluster.gpu_memory_bytes = cc.Int("gpu_memory_bound", 1);
+  p.cluster.gpu_memory_bytes = cc.Int("gpu_memory_bound", 1, std::int64_t{1} << 50);
   if (cc.Has("utilization_seqlen")) {
     JsonObjectReader u = cc.Object("utilization_seqlen");
     for (const auto& [k, v] : cc.Value("utilization_seqlen").items()) {
-      if (k.rfind("tp", 0) != 0) u.Fail(k, "expected a key tp<N>");
-      p.utilization_tokens_by_tp[std::stoi(k.substr(2))] = ToInt(u.Int(k, 0));
+      p.utilization_tokens_by_tp[TpKey(u, k, "tp")] = ToInt(u.Int(k, 0));
     }
     u.RejectUnknown();
   }
@@ -275,8 +282,7 @@ Profile ImportA800Profile(const std::string& path, const ModelShape& shape) {
   JsonObjectReader mr = root.Object("memory_regression");
   JsonObjectReader a = mr.Object("A");
   for (const auto& [k, v] : mr.Value("A").items()) {
-    if (k.rfind("tp", 0) != 0) a.Fail(k, "expected a key tp<N>");
-    p.memory.activation_bytes_by_tp[std::stoi(k.substr(2))] = a.Number(k, 0.0);
+    p.memory.activation_bytes_by_tp[TpKey(a, k, "tp")] = a.Number(k, 0.0);
   }
   a.RejectUnknown();
   p.memory.state_bytes_per_h2_layer = mr.Number("B", 0.0);

@@ -2,6 +2,7 @@
 // carries its distance from the optimum (docs/lower-bound.md explains each bound).
 #pragma once
 
+#include "hydraulis/assign/pipeline_relaxation.h"
 #include "hydraulis/assign/problem.h"
 
 namespace hydraulis {
@@ -12,8 +13,13 @@ struct LowerBound {
   double longest_doc_ms = 0;  // the costliest document's own pipeline time
 };
 
+// The costliest document's own pipeline time alone (cheap; +infinity when a document
+// fits no pipeline).
+double LongestDocumentBoundMs(const AssignProblem& problem);
+
 // Valid lower bound on min over assignments of the step time. +infinity when some
-// document fits no pipeline.
-LowerBound ComputeLowerBound(const AssignProblem& problem);
+// document fits no pipeline. With `relaxations`, pipelines with pp > 1 are bounded by the
+// relaxed 1F1B schedule (much tighter); without it, by their work alone.
+LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* relaxations = nullptr);
 
 }  // namespace hydraulis

@@ -4,6 +4,7 @@
 
 #include <span>
 
+#include "hydraulis/assign/pipeline_relaxation.h"
 #include "hydraulis/assign/problem.h"
 
 namespace hydraulis {
@@ -13,6 +14,9 @@ struct PackOptions {
   int extra_micro_batch_counts = 16;
   // Improvement passes of the move/swap local search per micro-batch count (>= 0).
   int local_search_passes = 8;
+  // Optional cache of 1F1B relaxations (not owned). When set, pp > 1 pipelines also try
+  // packings shaped like the relaxation's optimum: small micro-batches at both ends.
+  RelaxationTable* relaxations = nullptr;
 };
 
 struct PackResult {
@@ -33,6 +37,12 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipel
 // (used by PackPipeline and the KK baseline). Returns false when it finds no packing.
 bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipeline,
                   std::span<const int> docs, int v, int local_search_passes, MicroBatches& out);
+
+// Packs `docs` into micro-batches whose document work follows `target_ms` (execution
+// order): longest first, each document to the micro-batch furthest below its target that
+// has room. Empty micro-batches are dropped. Returns false when a document finds no room.
+bool ShapedPack(const AssignProblem& problem, const PipelineModel& pipeline,
+                std::span<const int> docs, std::span<const double> target_ms, MicroBatches& out);
 
 // Fewest micro-batches first-fit/best-fit decreasing finds for `docs` under `capacity`.
 MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const int> docs,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hydraulis/assign/baselines.h"
+#include "hydraulis/assign/pipeline_relaxation.h"
 #include "hydraulis/assign/problem.h"
 #include "hydraulis/assign/two_stage.h"
 #include "hydraulis/spec/profile.h"
@@ -107,6 +108,9 @@ class Planner {
   PlannerOptions options_;
   std::vector<std::vector<PipelineModel>> models_;
   int static_index_ = -1;
+  // Memoised 1F1B relaxations for pp > 1 (bounds and packing targets); a cache only, so
+  // plans do not depend on what was planned before.
+  mutable RelaxationTable relaxations_;
 };
 
 // The plan as JSON (docs/plan-format.md), one line when `pretty` is false. With

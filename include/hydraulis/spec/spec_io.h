@@ -15,8 +15,10 @@ namespace hydraulis {
 Profile LoadProfile(const std::string& path);
 Profile ParseProfile(const std::string& json_text, const std::string& source_name);
 
-// Loads a candidate set and validates it against `profile` (every scheme profiled, GPUs
-// of every strategy <= cluster, every scheme's GPUs dividing the cluster size).
+// Loads a candidate set and validates it against `profile`: every scheme profiled, the
+// GPUs of every strategy <= the cluster's, every scheme's tp*cp dividing the cluster size
+// (tensor groups tile the cluster; pipeline depths need not, e.g. (TP8,PP3) on 64 GPUs),
+// the optimizer layout's dp*tp*pp equal to the cluster size.
 CandidateSet LoadCandidates(const std::string& path, const Profile& profile);
 CandidateSet ParseCandidates(const std::string& json_text, const std::string& source_name,
                              const Profile& profile);
