@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -96,6 +97,38 @@ double TwoGroupBound(const std::vector<std::pair<std::int64_t, double>>& docs,
     for (; i < k; ++i) sum_b += pieces[i].b;
   }
   return best;
+}
+
+// Documents that, at step time theta, can run only on group g and are longer than half its
+// capacity need a micro-batch each there. If the j costliest of them (stage time >= t_j
+// each) spread over the group's m pipelines, one pipeline runs ceil(j/m) micro-batches of
+// stage time >= t_j, and a pp-stage pipeline running q such micro-batches takes at least
+// (q + pp - 1) * t_j: the first one's forward through pp-1 stages, all q forwards and
+// backwards on the last stage, the last one's backward through pp-1 stages.
+double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& docs,
+                            const std::vector<Group>& groups, double theta) {
+  double bound = 0;
+  std::vector<std::pair<double, double>> forced;  // (stage time, count), per group
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const PipelineModel& m = groups[g].model;
+    forced.clear();
+    for (const auto& [s, n] : docs) {
+      if (2 * s <= m.capacity_tokens || Unit(m, s, theta, 1.0) == kInf) continue;
+      bool elsewhere = false;
+      for (std::size_t h = 0; h < groups.size() && !elsewhere; ++h) {
+        elsewhere = h != g && Unit(groups[h].model, s, theta, 1.0) < kInf;
+      }
+      if (!elsewhere) forced.push_back({m.time.DocumentMs(s) + m.time.c_ms, n});
+    }
+    std::sort(forced.begin(), forced.end(), std::greater<>());
+    double j = 0;
+    for (const auto& [t, n] : forced) {
+      j += n;
+      const double per_pipeline = std::ceil(j / groups[g].count);
+      bound = std::max(bound, (per_pipeline + m.scheme.pp - 1) * t);
+    }
+  }
+  return bound;
 }
 
 // Three or more groups: the primal LP, solved by Clp and re-solved from the previous basis
@@ -220,10 +253,11 @@ LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* rela
             relaxations->MinMakespanLowerBound(g.model.scheme.pp, g.model.time.c_ms, theta) / theta;
       }
     }
-    if (groups.size() == 1) return DualValue(docs, groups, {1.0}, theta);
-    if (groups.size() == 2) return TwoGroupBound(docs, groups, theta);
+    const double forced = ForcedDocumentsBound(docs, groups, theta);
+    if (groups.size() == 1) return std::max(forced, DualValue(docs, groups, {1.0}, theta));
+    if (groups.size() == 2) return std::max(forced, TwoGroupBound(docs, groups, theta));
     if (!warm) warm = std::make_unique<WarmLp>(docs, groups);
-    return warm->Solve(theta);
+    return std::max(forced, warm->Solve(theta));
   };
   // T* >= LP(T*): in an optimal plan every document sits where its critical path
   // pp*(w + c) is <= T*, and every pipeline's work is <= T*, so kappa(T*) applies. LP(theta)

@@ -229,9 +229,13 @@ double EstimatePipelineMs(const PipelineModel& pipe, std::int64_t tokens, double
   double best = at(v_min);
   // Without the max_work floor, the best v balances v*c against (pp-1)*work/v.
   const int v_star = c > 0 ? static_cast<int>(std::sqrt((pp - 1) * work_ms / c)) : docs;
-  for (int v = std::max(v_min, v_star - 1); v <= std::min(docs, v_star + 1); ++v) {
+  const int v_hi = std::max(v_min, docs);
+  for (int v = std::clamp(v_star - 1, v_min, v_hi); v <= std::min(v_hi, v_star + 1); ++v) {
     best = std::min(best, at(v));
   }
+  // Where the largest document's cost starts to floor the micro-batch time.
+  if (max_work_ms > 0)
+    best = std::min(best, at(std::clamp(static_cast<int>(work_ms / max_work_ms), v_min, v_hi)));
   return best;
 }
 

@@ -1,6 +1,7 @@
 #include "hydraulis/cost/pipeline_time.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "hydraulis/base/error.h"
@@ -32,7 +33,8 @@ double OneFOneBMs(std::span<const double> stage_ms, int pp, const ScheduleOption
     }
     while (next_b < v) order[s].push_back(-(++next_b));
   }
-  const double kUnset = -1.0;
+  // Unset end times are -infinity, so any finite stage time (even negative) is valid.
+  const double kUnset = -std::numeric_limits<double>::infinity();
   std::vector<double> f_end(static_cast<std::size_t>(pp) * v, kUnset), b_end(f_end);
   auto at = [v](int s, int j) { return static_cast<std::size_t>(s) * v + j; };
   std::vector<std::size_t> pos(pp, 0);
@@ -50,7 +52,7 @@ double OneFOneBMs(std::span<const double> stage_ms, int pp, const ScheduleOption
         } else {
           ready = s == pp - 1 ? f_end[at(s, j)] : b_end[at(s + 1, j)];
         }
-        if (ready < 0) break;
+        if (ready == kUnset) break;
         const double start = std::max(ready, free_at[s]);
         const double dur = stage_ms[j] * (op > 0 ? fwd_share : 1.0 - fwd_share);
         free_at[s] = start + dur;

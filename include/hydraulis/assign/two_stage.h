@@ -14,7 +14,7 @@ struct TwoStageOptions {
   // Most improving moves/swaps between pipelines (>= 0).
   int max_local_search_steps = 400;
   // Candidate moves verified by a real re-pack per local-search step (>= 1).
-  int moves_verified_per_step = 4;
+  int moves_verified_per_step = 16;
   // Stop early once the step time is within this relative distance of `stop_below_ms`.
   double stop_below_ms = 0;
 };
