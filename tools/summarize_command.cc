@@ -50,10 +50,11 @@ int RunSummarize(const std::string& path) {
   }
   if (step == 0) throw InvalidInput(path + ": no plans");
   std::sort(planning.begin(), planning.end());
-  fmt::print("steps {}: mean step {:.1f} ms, mean lower bound {:.1f} ms (mean gap {:.2f}%), "
-             "median planning {:.2f} ms\n",
-             step, sum_est / step, sum_lb / step, 100.0 * (sum_est / sum_lb - 1.0),
-             planning[planning.size() / 2]);
+  fmt::print(
+      "steps {}: mean step {:.1f} ms, mean lower bound {:.1f} ms (mean gap {:.2f}%), "
+      "median planning {:.2f} ms\n",
+      step, sum_est / step, sum_lb / step, 100.0 * (sum_est / sum_lb - 1.0),
+      planning[planning.size() / 2]);
   return 0;
 }
 

@@ -105,8 +105,16 @@ double TwoGroupBound(const std::vector<std::pair<std::int64_t, double>>& docs,
 // stage time >= t_j, and a pp-stage pipeline running q such micro-batches takes at least
 // (q + pp - 1) * t_j: the first one's forward through pp-1 stages, all q forwards and
 // backwards on the last stage, the last one's backward through pp-1 stages.
+//
+// With one pipeline in the group all k of them share it, and a sharper path applies: the
+// first of them forward through pp-1 stages, every micro-batch from it to the last of them
+// on the last stage, the last one backward through pp-1 stages:
+// sum_i t_i + (pp-1)(f t_x + b t_y) over the cheapest distinct pair x, y (f, b the forward
+// and backward shares).
 double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& docs,
-                            const std::vector<Group>& groups, double theta) {
+                            const std::vector<Group>& groups, double theta,
+                            const ScheduleOptions& schedule) {
+  const double f = 1.0 / (1.0 + schedule.backward_to_forward), b = 1.0 - f;
   double bound = 0;
   std::vector<std::pair<double, double>> forced;  // (stage time, count), per group
   for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -121,11 +129,18 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
       if (!elsewhere) forced.push_back({m.time.DocumentMs(s) + m.time.c_ms, n});
     }
     std::sort(forced.begin(), forced.end(), std::greater<>());
-    double j = 0;
+    double j = 0, sum = 0;
     for (const auto& [t, n] : forced) {
       j += n;
+      sum += n * t;
       const double per_pipeline = std::ceil(j / groups[g].count);
       bound = std::max(bound, (per_pipeline + m.scheme.pp - 1) * t);
+    }
+    if (groups[g].count == 1 && j >= 2) {
+      const double smallest = forced.back().first;
+      const double second = forced.back().second >= 2 ? smallest : forced[forced.size() - 2].first;
+      const double ends = std::min(f * second + b * smallest, f * smallest + b * second);
+      bound = std::max(bound, sum + (m.scheme.pp - 1) * ends);
     }
   }
   return bound;
@@ -253,7 +268,7 @@ LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* rela
             relaxations->MinMakespanLowerBound(g.model.scheme.pp, g.model.time.c_ms, theta) / theta;
       }
     }
-    const double forced = ForcedDocumentsBound(docs, groups, theta);
+    const double forced = ForcedDocumentsBound(docs, groups, theta, problem.schedule);
     if (groups.size() == 1) return std::max(forced, DualValue(docs, groups, {1.0}, theta));
     if (groups.size() == 2) return std::max(forced, TwoGroupBound(docs, groups, theta));
     if (!warm) warm = std::make_unique<WarmLp>(docs, groups);
