@@ -1,7 +1,291 @@
+// Planner-level tests: invariants on real data for every algorithm, determinism, the
+// long-document rule, candidate choice and pruning, and the 1F1B relaxation.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+
+#include "hydraulis/assign/lower_bound.h"
+#include "hydraulis/assign/pack.h"
+#include "hydraulis/assign/pipeline_relaxation.h"
+#include "hydraulis/assign/plan_checker.h"
+#include "hydraulis/assign/planner.h"
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/rng.h"
+#include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/lengths.h"
+#include "hydraulis/spec/spec_io.h"
 
 namespace hydraulis {
 namespace {
-TEST(AssignTest, Placeholder) {}
+
+const std::string kRoot = HYDRAULIS_SOURCE_DIR;
+
+struct CaseStudy {
+  Profile profile = LoadProfile(kRoot + "/configs/profiles/llama-32b-a800.json");
+  CandidateSet candidates =
+      LoadCandidates(kRoot + "/configs/candidates/llama-32b-64gpu.json", profile);
+};
+
+// Real batches: the shared Wikipedia lengths when present, else the bundled sample.
+std::vector<std::vector<std::int64_t>> RealBatches(int count, std::int64_t tokens,
+                                                   std::uint64_t seed) {
+  std::string path = kRoot + "/../shared/data/wikipedia-doc-lengths.txt";
+  if (!std::filesystem::exists(path)) path = kRoot + "/data/wikipedia-sample-lengths.txt";
+  static const std::vector<std::int64_t> dataset = ReadLengths(path);
+  BatchSampler sampler(dataset, {tokens, 32'768, seed});
+  std::vector<std::vector<std::int64_t>> out;
+  for (int i = 0; i < count; ++i) out.push_back(sampler.Next().lengths);
+  return out;
+}
+
+Assignment ToAssignment(const Plan& plan) {
+  Assignment a;
+  for (const auto& p : plan.pipelines) {
+    a.pipelines.push_back(p.micro_batches);
+    a.pipeline_ms.push_back(p.estimated_ms);
+  }
+  a.step_ms = plan.estimated_step_ms;
+  return a;
+}
+
+TEST(PlannerTest, EveryAlgorithmGivesValidPlansOnRealBatches) {
+  CaseStudy cs;
+  const auto batches = RealBatches(12, 200'000, 7);
+  for (Algorithm algo : {Algorithm::kOurs, Algorithm::kStaticFixed, Algorithm::kKarmarkarKarp}) {
+    PlannerOptions options;
+    options.algorithm = algo;
+    Planner planner(cs.profile, cs.candidates, options);
+    for (const auto& batch : batches) {
+      SCOPED_TRACE(AlgorithmName(algo));
+      Plan plan = planner.PlanBatch(batch);
+      // Every document exactly once, capacities respected, times from the cost model.
+      const AssignProblem problem = planner.Problem(plan.lengths, plan.strategy_index);
+      EXPECT_EQ(CheckAssignment(problem, ToAssignment(plan)), "");
+      EXPECT_LE(plan.lower_bound_ms, plan.estimated_step_ms * (1 + 1e-12));
+      EXPECT_GT(plan.lower_bound_ms, 0);
+      if (algo != Algorithm::kOurs) {
+        EXPECT_EQ(plan.strategy.name, "S0");  // the static homogeneous strategy
+      }
+      if (algo == Algorithm::kStaticFixed) {
+        for (const auto& p : plan.pipelines) {
+          for (const auto& mb : p.micro_batches) {
+            std::int64_t tokens = 0;
+            for (int d : mb) tokens += plan.lengths[static_cast<std::size_t>(d)];
+            EXPECT_LE(tokens, options.context_tokens);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PlannerTest, OursBeatsStaticFixedPackingOnRealBatches) {
+  CaseStudy cs;
+  PlannerOptions ours_options, static_options;
+  static_options.algorithm = Algorithm::kStaticFixed;
+  Planner ours(cs.profile, cs.candidates, ours_options);
+  Planner fixed(cs.profile, cs.candidates, static_options);
+  double ours_ms = 0, fixed_ms = 0;
+  for (const auto& batch : RealBatches(20, 200'000, 3)) {
+    const double o = ours.PlanBatch(batch).estimated_step_ms;
+    const double f = fixed.PlanBatch(batch).estimated_step_ms;
+    EXPECT_LE(o, f * (1 + 1e-9));
+    ours_ms += o;
+    fixed_ms += f;
+  }
+  EXPECT_GT(fixed_ms / ours_ms, 1.5);
+}
+
+TEST(PlannerTest, ChoosesTheFastestPlannedCandidateAndPrunesOnlyWhatCannotWin) {
+  CaseStudy cs;
+  Planner planner(cs.profile, cs.candidates, {});
+  for (const auto& batch : RealBatches(10, 200'000, 11)) {
+    Plan plan = planner.PlanBatch(batch);
+    const std::int64_t longest = *std::max_element(plan.lengths.begin(), plan.lengths.end());
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& c : plan.candidates) {
+      switch (c.status) {
+        case CandidateStatus::kPlanned:
+          best = std::min(best, c.estimated_step_ms);
+          EXPECT_LE(c.lower_bound_ms, c.estimated_step_ms * (1 + 1e-12));
+          break;
+        case CandidateStatus::kPruned:
+          EXPECT_GE(c.lower_bound_ms, plan.estimated_step_ms);
+          break;
+        case CandidateStatus::kCannotHold:
+          EXPECT_LT(planner.MaxCapacity(c.index), longest);
+          break;
+        case CandidateStatus::kNotUsed:
+          ADD_FAILURE() << "ours considers every candidate";
+      }
+      EXPECT_GE(c.lower_bound_ms, plan.lower_bound_ms);
+    }
+    EXPECT_DOUBLE_EQ(plan.estimated_step_ms, best);
+  }
+}
+
+TEST(PlannerTest, SameInputSamePlanBytes) {
+  CaseStudy cs;
+  const auto batches = RealBatches(5, 200'000, 5);
+  for (Algorithm algo : {Algorithm::kOurs, Algorithm::kStaticFixed, Algorithm::kKarmarkarKarp}) {
+    PlannerOptions options;
+    options.algorithm = algo;
+    // A fresh planner and a warmed one (its relaxation cache already filled) agree.
+    Planner warm(cs.profile, cs.candidates, options);
+    for (const auto& b : batches) warm.PlanBatch(b);
+    for (const auto& b : batches) {
+      Planner fresh(cs.profile, cs.candidates, options);
+      EXPECT_EQ(PlanToJson(fresh.PlanBatch(b), false, false),
+                PlanToJson(warm.PlanBatch(b), false, false));
+    }
+  }
+}
+
+TEST(PlannerTest, OverlongDocumentsAreTruncatedAndListedOrRejected) {
+  CaseStudy cs;
+  Planner planner(cs.profile, cs.candidates, {});
+  const std::int64_t largest = planner.MaxCapacity(0);  // S0: 4 x TP16
+  std::vector<std::int64_t> batch = {500, 100'000, 2'000, largest, largest + 1};
+  Plan plan = planner.PlanBatch(batch);
+  ASSERT_EQ(plan.truncated.size(), 2u);
+  EXPECT_EQ(plan.truncated[0].index, 1);
+  EXPECT_EQ(plan.truncated[0].original, 100'000);
+  EXPECT_EQ(plan.truncated[0].kept, largest);
+  EXPECT_EQ(plan.truncated[1].index, 4);
+  EXPECT_EQ(plan.lengths[1], largest);
+  EXPECT_EQ(plan.lengths[3], largest);  // exactly the capacity is kept whole
+  // Still every document, including the truncated ones, is planned exactly once.
+  EXPECT_EQ(CheckAssignment(planner.Problem(plan.lengths, plan.strategy_index), ToAssignment(plan)),
+            "");
+
+  PlannerOptions reject;
+  reject.overlong = OverlongRule::kReject;
+  Planner strict(cs.profile, cs.candidates, reject);
+  try {
+    strict.PlanBatch(batch);
+    ADD_FAILURE() << "expected Infeasible";
+  } catch (const Infeasible& e) {
+    EXPECT_NE(std::string(e.what()).find("document 1 has 100000 tokens"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PlannerTest, LongDocumentRulesOutNarrowCandidates) {
+  CaseStudy cs;
+  Planner planner(cs.profile, cs.candidates, {});
+  // 30,000 tokens: only strategies with a TP16 pipeline (S0..S3) can hold it.
+  std::vector<std::int64_t> batch(100, 1'000);
+  batch.push_back(30'000);
+  Plan plan = planner.PlanBatch(batch);
+  for (const auto& c : plan.candidates) {
+    const bool has_tp16 = c.index <= 3;
+    EXPECT_EQ(c.status == CandidateStatus::kCannotHold, !has_tp16) << c.name;
+  }
+  EXPECT_LE(plan.strategy_index, 3);
+}
+
+TEST(PackTest, MinCountPackReachesTheTokenBoundWhenFirstFitCan) {
+  std::vector<std::int64_t> lengths = {5, 5, 4, 3, 3, 2, 2};
+  std::vector<int> docs(lengths.size());
+  std::iota(docs.begin(), docs.end(), 0);
+  MicroBatches mbs = MinCountPack(lengths, docs, 8);
+  EXPECT_EQ(mbs.size(), 3u);  // 24 tokens, capacity 8: exactly full
+  for (const auto& mb : mbs) {
+    std::int64_t t = 0;
+    for (int d : mb) t += lengths[static_cast<std::size_t>(d)];
+    EXPECT_LE(t, 8);
+  }
+}
+
+TEST(PackTest, Pp1PipelineTimeIsWorkPlusOneConstantPerMicroBatch) {
+  AssignProblem p;
+  p.lengths = {3000, 2500, 2000, 1500, 1000};
+  p.pipelines = {{{1, 4, 1}, {1e-6, 0.1, 100}, 5000}};
+  std::vector<int> docs = {0, 1, 2, 3, 4};
+  PackResult r = PackPipeline(p, p.pipelines[0], docs);
+  double work = 0;
+  for (auto s : p.lengths) work += p.pipelines[0].time.DocumentMs(s);
+  EXPECT_EQ(r.micro_batches.size(), 2u);  // 10,000 tokens in two full micro-batches
+  EXPECT_NEAR(r.ms, work + 2 * 100, 1e-9);
+}
+
+TEST(PackTest, DeepPipelinesSplitFinerThanTheFewestMicroBatches) {
+  // pp = 4 with a small c: more, smaller micro-batches shrink the fill and drain.
+  AssignProblem p;
+  for (int i = 0; i < 40; ++i) p.lengths.push_back(500 + 25 * i);
+  p.pipelines = {{{1, 4, 4}, {1e-6, 0.06, 10}, 60'000}};
+  std::vector<int> docs(p.lengths.size());
+  std::iota(docs.begin(), docs.end(), 0);
+  RelaxationTable table;
+  PackOptions with_shapes;
+  with_shapes.relaxations = &table;
+  PackResult plain = PackPipeline(p, p.pipelines[0], docs);
+  PackResult shaped = PackPipeline(p, p.pipelines[0], docs, with_shapes);
+  EXPECT_GT(plain.micro_batches.size(), 1u);
+  EXPECT_LE(shaped.ms, plain.ms);
+  // Never below the relaxation's bound for the same work.
+  double work = 0;
+  for (auto s : p.lengths) work += p.pipelines[0].time.DocumentMs(s);
+  EXPECT_GE(shaped.ms, table.MinMakespanLowerBound(4, 10, work));
+}
+
+TEST(RelaxationTest, LpOptimumIsTheSimulatedTimeOfItsSizesAndBeatsEqualSizes) {
+  for (int pp : {2, 3, 4}) {
+    for (int v : {1, 3, 8}) {
+      RelaxedSchedule r = RelaxPipeline(pp, v, 20.0, 3000.0);
+      ASSERT_EQ(r.work_ms.size(), static_cast<std::size_t>(v));
+      std::vector<double> stage;
+      double total = 0;
+      for (double x : r.work_ms) {
+        EXPECT_GE(x, -1e-9);
+        stage.push_back(20.0 + x);
+        total += x;
+      }
+      EXPECT_NEAR(total, 3000.0, 1e-6);
+      EXPECT_NEAR(OneFOneBMs(stage, pp), r.makespan_ms, 1e-6 * r.makespan_ms);
+      std::vector<double> equal(v, 20.0 + 3000.0 / v);
+      EXPECT_LE(r.makespan_ms, OneFOneBMs(equal, pp) + 1e-6);
+    }
+  }
+}
+
+TEST(RelaxationTest, TableBoundIsBelowEveryRandomPackingsExactTime) {
+  RelaxationTable table;
+  Rng rng(17);
+  for (int trial = 0; trial < 80; ++trial) {
+    const int pp = 2 + static_cast<int>(rng.Below(3));
+    const int v = 1 + static_cast<int>(rng.Below(12));
+    const double c = 5 + 50 * rng.Uniform();
+    std::vector<double> stage(static_cast<std::size_t>(v));
+    double work = 0;
+    for (auto& t : stage) {
+      const double w = 2000 * rng.Uniform() * rng.Uniform();
+      work += w;
+      t = c + w;
+    }
+    EXPECT_LE(table.MinMakespanLowerBound(pp, c, work), OneFOneBMs(stage, pp) * (1 + 1e-9));
+  }
+}
+
+TEST(LowerBoundTest, RelaxationOnlyTightensAndStaysBelowOurPlans) {
+  CaseStudy cs;
+  Planner planner(cs.profile, cs.candidates, {});
+  RelaxationTable table;
+  for (const auto& batch : RealBatches(6, 200'000, 21)) {
+    for (int s : {1, 4, 6}) {  // the candidates with pp > 1 pipelines
+      if (planner.MaxCapacity(s) < *std::max_element(batch.begin(), batch.end())) continue;
+      const AssignProblem p = planner.Problem(batch, s);
+      const double plain = ComputeLowerBound(p).ms;
+      const double relaxed = ComputeLowerBound(p, &table).ms;
+      EXPECT_GE(relaxed, plain * (1 - 1e-9));
+      TwoStageOptions opts;
+      opts.pack.relaxations = &table;
+      EXPECT_LE(relaxed, AssignTwoStage(p, opts).step_ms * (1 + 1e-9));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hydraulis

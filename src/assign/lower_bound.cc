@@ -260,13 +260,13 @@ LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* rela
   const bool deep =
       relaxations != nullptr && deep_gpus > 0 && deep_gpus >= kRelaxationMinGpuShare * gpus;
   std::unique_ptr<WarmLp> warm;
-  auto fractional = [&](double theta) {
-    if (deep) {
-      for (auto& g : groups) {
-        if (g.model.scheme.pp == 1) continue;
-        g.kappa =
-            relaxations->MinMakespanLowerBound(g.model.scheme.pp, g.model.time.c_ms, theta) / theta;
-      }
+  auto fractional = [&](double theta, bool relaxed) {
+    for (auto& g : groups) {
+      if (g.model.scheme.pp == 1) continue;
+      g.kappa = relaxed ? relaxations->MinMakespanLowerBound(g.model.scheme.pp, g.model.time.c_ms,
+                                                             theta) /
+                              theta
+                        : 1.0;
     }
     const double forced = ForcedDocumentsBound(docs, groups, theta, problem.schedule);
     if (groups.size() == 1) return std::max(forced, DualValue(docs, groups, {1.0}, theta));
@@ -277,8 +277,9 @@ LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* rela
   // T* >= LP(T*): in an optimal plan every document sits where its critical path
   // pp*(w + c) is <= T*, and every pipeline's work is <= T*, so kappa(T*) applies. LP(theta)
   // never rises with theta, so T* >= the least theta with LP(theta) <= theta.
-  if (!deep) {
-    // LP changes only at the thresholds pp*(w + c): search over those exactly.
+  {
+    // Without the relaxation (kappa = 1) LP changes only at the thresholds pp*(w + c):
+    // search over those exactly.
     std::vector<double> thresholds = {lb.longest_doc_ms};
     for (const auto& [s, n] : docs) {
       for (const auto& g : groups) {
@@ -293,29 +294,27 @@ LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* rela
     std::size_t lo = 0, hi = thresholds.size() - 1;
     while (lo < hi) {
       const std::size_t mid = (lo + hi) / 2;
-      if (fractional(thresholds[mid]) <= thresholds[mid + 1]) {
+      if (fractional(thresholds[mid], false) <= thresholds[mid + 1]) {
         hi = mid;
       } else {
         lo = mid + 1;
       }
     }
-    lb.fractional_ms = std::max(thresholds[lo], fractional(thresholds[lo]));
-  } else {
+    lb.fractional_ms = std::max(thresholds[lo], fractional(thresholds[lo], false));
+  }
+  if (deep && fractional(lb.fractional_ms, true) > lb.fractional_ms) {
+    // kappa >= 1 only raises LP, so the relaxed fixed point lies above the plain one, and
     // kappa varies continuously: bisect, keeping `lo` where LP(lo) > lo (so T* > lo).
-    double lo = lb.longest_doc_ms, hi = lo;
-    if (fractional(lo) <= lo) {
-      lb.fractional_ms = lo;
-    } else {
-      do {
-        lo = hi;
-        hi *= 2;
-      } while (fractional(hi) > hi);
-      for (int i = 0; i < kBisectionSteps && hi - lo > 1e-7 * hi; ++i) {
-        const double mid = 0.5 * (lo + hi);
-        (fractional(mid) <= mid ? hi : lo) = mid;
-      }
-      lb.fractional_ms = lo;
+    double lo = lb.fractional_ms, hi = lo;
+    do {
+      lo = hi;
+      hi *= 1.25;
+    } while (fractional(hi, true) > hi);
+    for (int i = 0; i < kBisectionSteps && hi - lo > 1e-7 * hi; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (fractional(mid, true) <= mid ? hi : lo) = mid;
     }
+    lb.fractional_ms = lo;
   }
   lb.ms = std::max(lb.fractional_ms, lb.longest_doc_ms);
   return lb;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../base/test_support.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/data/batch_sampler.h"
@@ -22,19 +23,7 @@ using Lengths = std::vector<std::int64_t>;
 const std::string kWikipediaLengths =
     std::string(HYDRAULIS_SOURCE_DIR) + "/../shared/data/wikipedia-doc-lengths.txt";
 
-// The message of the InvalidInput `fn` throws ("" and a failure when it throws none).
-std::string InvalidInputMessage(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InvalidInput& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InvalidInput, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InvalidInput, nothing was thrown";
-  return "";
-}
+using test_support::InvalidInputMessage;
 
 void ExpectParseError(const std::string& text, const std::string& fragment) {
   SCOPED_TRACE("input: " + text);

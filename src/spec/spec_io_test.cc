@@ -1,4 +1,5 @@
 #include "hydraulis/spec/spec_io.h"
+#include "../base/test_support.h"
 
 #include <gtest/gtest.h>
 
@@ -34,19 +35,7 @@ const Profile& Profile32b() {
   return profile;
 }
 
-// Runs `fn`, expects InvalidInput, and returns its message ("" when nothing was thrown).
-std::string InvalidInputMessage(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InvalidInput& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InvalidInput, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InvalidInput, nothing was thrown";
-  return "";
-}
+using test_support::InvalidInputMessage;
 
 Scheme S(int cp, int tp, int pp) { return Scheme{cp, tp, pp}; }
 
