@@ -12,5 +12,8 @@ using Command = std::function<int()>;
 Command AddPlanCommand(CLI::App& app);
 Command AddImportProfileCommand(CLI::App& app);
 Command AddSummarizeCommand(CLI::App& app);
+Command AddStatsCommand(CLI::App& app);
+Command AddProposeCommand(CLI::App& app);
+Command AddSimulateCommand(CLI::App& app);
 
 }  // namespace hydraulis::tools

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   add(hydraulis::tools::AddPlanCommand);
   add(hydraulis::tools::AddImportProfileCommand);
   add(hydraulis::tools::AddSummarizeCommand);
+  add(hydraulis::tools::AddStatsCommand);
+  add(hydraulis::tools::AddProposeCommand);
+  add(hydraulis::tools::AddSimulateCommand);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

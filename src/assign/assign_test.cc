@@ -186,6 +186,27 @@ TEST(PlannerTest, LongDocumentRulesOutNarrowCandidates) {
   EXPECT_LE(plan.strategy_index, 3);
 }
 
+TEST(PlannerTest, OnlyStrategyRestrictsOursToOneCandidate) {
+  CaseStudy cs;
+  PlannerOptions one;
+  one.only_strategy = 0;  // S0, 4 x TP16: ours as a static strategy with balanced packing
+  Planner restricted(cs.profile, cs.candidates, one);
+  Planner dynamic(cs.profile, cs.candidates, {});
+  for (const auto& batch : RealBatches(4, 200'000, 9)) {
+    Plan r = restricted.PlanBatch(batch);
+    EXPECT_EQ(r.strategy_index, 0);
+    for (const auto& c : r.candidates) {
+      if (c.index != 0 && c.status != CandidateStatus::kCannotHold) {
+        EXPECT_EQ(c.status, CandidateStatus::kNotUsed);
+      }
+    }
+    EXPECT_GE(r.estimated_step_ms, dynamic.PlanBatch(batch).estimated_step_ms * (1 - 1e-9));
+  }
+  PlannerOptions bad;
+  bad.only_strategy = 7;
+  EXPECT_THROW(Planner(cs.profile, cs.candidates, bad), InvalidInput);
+}
+
 TEST(PackTest, MinCountPackReachesTheTokenBoundWhenFirstFitCan) {
   std::vector<std::int64_t> lengths = {5, 5, 4, 3, 3, 2, 2};
   std::vector<int> docs(lengths.size());

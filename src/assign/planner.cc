@@ -63,6 +63,11 @@ std::string CandidateStatusName(CandidateStatus s) {
 Planner::Planner(const Profile& profile, const CandidateSet& candidates,
                  const PlannerOptions& options)
     : candidates_(candidates), options_(options), relaxations_(options.schedule) {
+  if (options_.only_strategy >= static_cast<int>(candidates.strategies.size())) {
+    throw InvalidInput("only_strategy " + std::to_string(options_.only_strategy) +
+                       " is not a candidate index (there are " +
+                       std::to_string(candidates.strategies.size()) + ")");
+  }
   if (options_.context_tokens < 1) {
     throw InvalidInput("context length must be >= 1, got " +
                        std::to_string(options_.context_tokens));
@@ -112,7 +117,8 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
   const auto t0 = std::chrono::steady_clock::now();
   const Algorithm algo = options_.algorithm;
   const bool is_static = algo == Algorithm::kStaticFixed || algo == Algorithm::kKarmarkarKarp;
-  if (is_static && static_index_ < 0) {
+  const int static_index = options_.only_strategy >= 0 ? options_.only_strategy : static_index_;
+  if (is_static && static_index < 0) {
     throw InvalidInput("--algorithm " + AlgorithmName(algo) +
                        ": the candidate set has no homogeneous strategy to run statically");
   }
@@ -122,8 +128,8 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
 
   // The long-document rule, against what the algorithm can run at all.
   std::int64_t limit = 0;
-  if (is_static) {
-    limit = MaxCapacity(static_index_);
+  if (is_static || options_.only_strategy >= 0) {
+    limit = MaxCapacity(is_static ? static_index : options_.only_strategy);
     if (algo == Algorithm::kStaticFixed) limit = std::min(limit, options_.context_tokens);
   } else {
     for (int i = 0; i < S; ++i) limit = std::max(limit, MaxCapacity(i));
@@ -161,11 +167,12 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
       continue;
     }
     // Ours computes the full bound lazily (below): it can prune on this cheap one.
-    rep.lower_bound_ms = algo == Algorithm::kOurs
+    const bool usable = options_.only_strategy < 0 || i == options_.only_strategy;
+    rep.lower_bound_ms = algo == Algorithm::kOurs && usable
                              ? LongestDocumentBoundMs(Problem(plan.lengths, i))
                              : ComputeLowerBound(Problem(plan.lengths, i), &relaxations_).ms;
     rep.status = CandidateStatus::kNotUsed;
-    feasible.push_back(i);
+    if (usable) feasible.push_back(i);
   }
   if (feasible.empty()) throw InternalError("no candidate can hold the truncated batch");
 
@@ -229,11 +236,11 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
       }
       break;
     case Algorithm::kStaticFixed:
-      consider(static_index_, AssignStaticFixed(Problem(plan.lengths, static_index_), limit), 0);
+      consider(static_index, AssignStaticFixed(Problem(plan.lengths, static_index), limit), 0);
       break;
     case Algorithm::kKarmarkarKarp:
-      consider(static_index_,
-               AssignKarmarkarKarp(Problem(plan.lengths, static_index_), options_.two_stage.pack),
+      consider(static_index,
+               AssignKarmarkarKarp(Problem(plan.lengths, static_index), options_.two_stage.pack),
                0);
       break;
   }

@@ -36,6 +36,10 @@ struct PlannerOptions {
   // Context length (tokens, >= 1): the bin size of static-fixed packing.
   std::int64_t context_tokens = 32'768;
   std::uint64_t seed = 1;  // randomised baselines only; ours is deterministic
+  // Restrict the algorithm to this candidate (index into the candidate set), e.g. ours
+  // on one static strategy; -1 considers every candidate. The static baselines then run
+  // this candidate instead of the default static one.
+  int only_strategy = -1;
   ScheduleOptions schedule;
   TwoStageOptions two_stage;
   PublishedOptions published;
@@ -98,7 +102,8 @@ class Planner {
 
   // Capacity (tokens) of the widest pipeline of each candidate.
   std::int64_t MaxCapacity(int strategy_index) const;
-  // The homogeneous candidate the static baselines run (largest capacity, first in file).
+  // The homogeneous candidate the static baselines run by default (largest capacity,
+  // first in file); -1 when there is none.
   int StaticStrategyIndex() const { return static_index_; }
   const CandidateSet& candidates() const { return candidates_; }
   const PlannerOptions& options() const { return options_; }
