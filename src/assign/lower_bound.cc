@@ -111,6 +111,66 @@ double TwoGroupBound(const std::vector<std::pair<std::int64_t, double>>& docs,
 // on the last stage, the last one backward through pp-1 stages:
 // sum_i t_i + (pp-1)(f t_x + b t_y) over the cheapest distinct pair x, y (f, b the forward
 // and backward shares).
+// The least, over every grouping of `docs` (length, work) into micro-batches within the
+// capacity and every order of those micro-batches, of the longest path through them: for
+// micro-batches a before b (stage times T_a, T_b), a's forward through pp-1 stages, every
+// micro-batch from a to b on the last stage, b's backward through pp-1 stages; pp T_a when
+// a = b. Other micro-batches only lengthen these paths, so this bounds any pipeline that
+// runs all of `docs`. Exhaustive, so callers pass at most kAtomicDocs documents.
+constexpr std::size_t kAtomicDocs = 4;
+
+double AtomicPathBound(const std::vector<std::pair<std::int64_t, double>>& docs,
+                       const PipelineModel& m, double f, double b) {
+  const std::size_t n = docs.size();
+  const int pp = m.scheme.pp;
+  double best = kInf;
+  // Groupings as restricted growth strings: block[0] = 0, block[i] <= 1 + max before it.
+  std::vector<int> block(n, 0);
+  auto next_grouping = [&] {
+    for (std::size_t i = n; i-- > 1;) {
+      const int prefix_max =
+          *std::max_element(block.begin(), block.begin() + static_cast<std::ptrdiff_t>(i));
+      if (block[i] <= prefix_max) {
+        ++block[i];
+        std::fill(block.begin() + static_cast<std::ptrdiff_t>(i) + 1, block.end(), 0);
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<double> times;
+  std::vector<std::int64_t> tokens;
+  if (n == 0) return 0.0;
+  do {
+    const int blocks = *std::max_element(block.begin(), block.end()) + 1;
+    times.assign(static_cast<std::size_t>(blocks), m.time.c_ms);
+    tokens.assign(static_cast<std::size_t>(blocks), 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      times[static_cast<std::size_t>(block[i])] += docs[i].second;
+      tokens[static_cast<std::size_t>(block[i])] += docs[i].first;
+    }
+    if (std::any_of(tokens.begin(), tokens.end(),
+                    [&](std::int64_t t) { return t > m.capacity_tokens; })) {
+      continue;
+    }
+    std::sort(times.begin(), times.end());
+    do {
+      double longest = 0;
+      for (std::size_t a = 0; a < times.size(); ++a) {
+        double between = 0;
+        for (std::size_t z = a; z < times.size(); ++z) {
+          between += times[z];
+          const double path =
+              z == a ? pp * times[a] : (pp - 1) * (f * times[a] + b * times[z]) + between;
+          longest = std::max(longest, path);
+        }
+      }
+      best = std::min(best, longest);
+    } while (std::next_permutation(times.begin(), times.end()));
+  } while (next_grouping());
+  return best == kInf ? 0.0 : best;
+}
+
 double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& docs,
                             const std::vector<Group>& groups, double theta,
                             const ScheduleOptions& schedule) {
@@ -135,6 +195,23 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
       sum += n * t;
       const double per_pipeline = std::ceil(j / groups[g].count);
       bound = std::max(bound, (per_pipeline + m.scheme.pp - 1) * t);
+    }
+    if (groups[g].count == 1) {
+      // Every forced document, long or not, runs on this one pipeline: the costliest few
+      // give the exhaustive path bound.
+      std::vector<std::pair<std::int64_t, double>> atomic;
+      for (auto it = docs.rbegin(); it != docs.rend() && atomic.size() < kAtomicDocs; ++it) {
+        const std::int64_t len = it->first;
+        if (Unit(m, len, theta, 1.0) == kInf) continue;
+        bool elsewhere = false;
+        for (std::size_t h = 0; h < groups.size() && !elsewhere; ++h) {
+          elsewhere = h != g && Unit(groups[h].model, len, theta, 1.0) < kInf;
+        }
+        for (double k = 0; !elsewhere && k < it->second && atomic.size() < kAtomicDocs; ++k) {
+          atomic.push_back({len, m.time.DocumentMs(len)});
+        }
+      }
+      bound = std::max(bound, AtomicPathBound(atomic, m, f, b));
     }
     if (groups[g].count == 1 && j >= 2) {
       const double smallest = forced.back().first;
