@@ -1,11 +1,129 @@
+// `hydraulis propose`: candidate strategies from a dataset's length histogram
+// (method.md 2.4, docs/propose.md), written in the format `hydraulis plan` reads.
+#include <fmt/core.h>
+
+#include <charconv>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include "commands.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
+#include "hydraulis/data/lengths.h"
+#include "hydraulis/propose/propose.h"
+#include "hydraulis/spec/spec_io.h"
 
 namespace hydraulis::tools {
+namespace {
+
+struct ProposeArgs {
+  std::string profile, lengths, output = "-", optimizer_layout;
+  int gpus = 0;
+  std::int64_t max_len = 0;
+  std::int64_t resolution = 128;
+  std::int64_t tokens_per_batch = 200'000;
+  int max_strategies = 0;
+  bool quiet = false;
+};
+
+// "DP,TP,PP", three integers >= 1.
+OptimizerLayout ParseLayout(const std::string& text) {
+  std::vector<int> parts;
+  std::string_view rest = text;
+  for (;;) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view part = rest.substr(0, comma);
+    int value = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (ec != std::errc() || end != part.data() + part.size() || value < 1) {
+      throw InvalidInput("--optimizer-layout \"" + text +
+                         "\": expected DP,TP,PP with three integers >= 1");
+    }
+    parts.push_back(value);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (parts.size() != 3) {
+    throw InvalidInput("--optimizer-layout \"" + text +
+                       "\": expected DP,TP,PP with three integers >= 1");
+  }
+  return {parts[0], parts[1], parts[2]};
+}
+
+void PrintSummary(const Proposal& p, const ProposeArgs& a) {
+  const OptimizerLayout& l = p.candidates.optimizer_layout;
+  fmt::print(stderr,
+             "hydraulis: {} strategies for {} GPUs (optimizer layout {},{},{}) from {} length "
+             "bins of {} tokens in {:.3f} s\n",
+             p.strategies.size(), p.candidates.gpus, l.dp, l.tp, l.pp, p.bins, a.resolution,
+             p.dp_seconds);
+  for (const ProposedStrategy& s : p.strategies) {
+    std::string served = "fallback";
+    if (!s.longest_tokens.empty()) {
+      served = fmt::format("longest {}..{}", s.longest_tokens.front(), s.longest_tokens.back());
+      if (s.fallback) served += ", fallback";
+    }
+    fmt::print(stderr, "  {:<14} {:<40} {:<26} batch share {:5.3f}\n", s.strategy.name,
+               StrategyDescription(s.strategy), served, s.batch_share);
+  }
+}
+
+int RunPropose(const ProposeArgs& a) {
+  const Profile profile = LoadProfile(a.profile);
+  ProposeOptions options;
+  options.gpus = a.gpus;
+  options.max_len = a.max_len;
+  options.resolution_tokens = a.resolution;
+  options.tokens_per_batch = a.tokens_per_batch;
+  options.max_strategies = a.max_strategies;
+  if (!a.optimizer_layout.empty()) options.optimizer_layout = ParseLayout(a.optimizer_layout);
+  const std::vector<std::int64_t> lengths = ReadLengths(a.lengths);
+  const Proposal proposal = ProposeStrategies(profile, lengths, options);
+  const std::string json = CandidatesToJson(proposal.candidates);
+  // The file must be one `plan` accepts; check before writing anything.
+  ParseCandidates(json, "proposed candidates", profile);
+  if (!a.quiet) PrintSummary(proposal, a);
+  if (a.output == "-") {
+    fmt::print("{}", json);
+  } else {
+    WriteFileAtomically(a.output, json);
+  }
+  return 0;
+}
+
+}  // namespace
 
 Command AddProposeCommand(CLI::App& app) {
-  app.add_subcommand("propose", "(being built)");
-  return []() -> int { throw Error("propose: being built"); };
+  auto* cmd = app.add_subcommand(
+      "propose",
+      "Propose candidate heterogeneous strategies from a dataset's length histogram "
+      "(writes a candidates file for plan and simulate)");
+  auto a = std::make_shared<ProposeArgs>();
+  cmd->add_option("--profile", a->profile, "profile JSON (docs/spec-format.md)")->required();
+  cmd->add_option("--lengths", a->lengths,
+                  "dataset document lengths: text, JSON array, .jsonl or .idx; - for stdin")
+      ->required();
+  cmd->add_option("--gpus", a->gpus, "cluster size N")->required();
+  cmd->add_option("--max-len", a->max_len,
+                  "context length: documents are truncated to it; must fit some scheme")
+      ->required();
+  cmd->add_option("--resolution", a->resolution, "histogram bin width (tokens)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer-layout", a->optimizer_layout,
+                  "DP,TP,PP of the optimizer layout (default: the homogeneous layout whose "
+                  "scheme has the largest capacity)");
+  cmd->add_option("--tokens-per-batch", a->tokens_per_batch,
+                  "global batch the histogram is scaled to; 0 plans for the whole dataset")
+      ->capture_default_str();
+  cmd->add_option("--max-strategies", a->max_strategies,
+                  "keep at most this many proposed strategies besides the fallback (0: all)")
+      ->capture_default_str();
+  cmd->add_flag("--quiet", a->quiet, "do not print the summary on stderr");
+  cmd->add_option("-o,--output", a->output, "output file, written atomically; - for stdout")
+      ->capture_default_str();
+  return [a] { return RunPropose(*a); };
 }
 
 }  // namespace hydraulis::tools

@@ -1,11 +1,170 @@
+// `hydraulis simulate`: a simulated training run of one system (docs/simulator.md).
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "commands.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
+#include "hydraulis/data/lengths.h"
+#include "hydraulis/sim/report.h"
+#include "hydraulis/sim/simulator.h"
+#include "hydraulis/sim/trace.h"
+#include "hydraulis/spec/spec_io.h"
 
 namespace hydraulis::tools {
+namespace {
+
+struct SimulateArgs {
+  std::string profile, candidates, lengths, system = "ours", json, trace;
+  std::vector<int> trace_steps;
+  bool quiet = false;
+  bool no_communication = false;
+  SimOptions options;
+};
+
+// A one-line progress bar on stderr, redrawn with \r. Only when stderr is a terminal (a
+// log file would fill with redraws) and only once the run has taken a second, so short
+// runs print nothing.
+class ProgressBar {
+ public:
+  ProgressBar() : enabled_(isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
+  ~ProgressBar() {
+    if (shown_) fmt::print(stderr, "\r\033[K");
+  }
+
+  void Update(int done, int total) {
+    if (!enabled_) return;
+    const double elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
+    if (elapsed_s < kDelaySeconds) return;
+    constexpr int kWidth = 30;
+    const int filled = total > 0 ? done * kWidth / total : kWidth;
+    fmt::print(stderr, "\r[{}{}] {}/{} steps  {:.1f} s", std::string(filled, '#'),
+               std::string(kWidth - filled, '.'), done, total, elapsed_s);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr double kDelaySeconds = 1.0;
+  bool enabled_;
+  bool shown_ = false;
+  Clock::time_point start_;
+};
+
+int RunSimulate(SimulateArgs a) {
+  a.options.system = ParseSystem(a.system);
+  a.options.comm.enabled = !a.no_communication;
+  a.options.planner_seed = a.options.sampler.seed;
+  ValidateSimOptions(a.options);
+  if (!a.trace_steps.empty() && a.trace.empty()) {
+    throw InvalidInput("--trace-steps: give --trace FILE to write the trace to");
+  }
+  if (a.trace_steps.empty()) a.trace_steps = {0};
+  for (int s : a.trace_steps) {
+    if (s < 0 || s >= a.options.steps) {
+      throw InvalidInput("--trace-steps: step " + std::to_string(s) + " is out of range (0.." +
+                         std::to_string(a.options.steps - 1) + ")");
+    }
+  }
+  const Profile profile = LoadProfile(a.profile);
+  const CandidateSet candidates = LoadCandidates(a.candidates, profile);
+  const std::vector<std::int64_t> dataset = ReadLengths(a.lengths);
+  SimResult result;
+  {
+    ProgressBar bar;
+    result = Simulate(profile, candidates, dataset, a.options,
+                      [&bar](int done, int total) { bar.Update(done, total); });
+  }
+  int truncated = 0;
+  std::int64_t lost = 0;
+  for (const StepResult& r : result.steps) {
+    truncated += r.truncated_documents;
+    lost += r.truncated_tokens;
+  }
+  if (truncated > 0) {
+    fmt::print(stderr,
+               "hydraulis: warning: {} document(s) longer than the system can hold were "
+               "truncated; {} tokens lost\n",
+               truncated, lost);
+  }
+  // Build every output before writing any, so an error leaves no partial set of files.
+  const std::string summary = a.json.empty() ? "" : SimSummaryJson(result);
+  const std::string trace = a.trace.empty() ? "" : ChromeTraceJson(result, a.trace_steps);
+  if (!a.json.empty()) WriteFileAtomically(a.json, summary);
+  if (!a.trace.empty()) WriteFileAtomically(a.trace, trace);
+  if (!a.quiet) fmt::print("{}", SimTable(result));
+  return 0;
+}
+
+}  // namespace
 
 Command AddSimulateCommand(CLI::App& app) {
-  app.add_subcommand("simulate", "(being built)");
-  return []() -> int { throw Error("simulate: being built"); };
+  auto* cmd = app.add_subcommand(
+      "simulate",
+      "Simulate N training steps of one system: sample, plan and time every step "
+      "(1F1B with point-to-point sends, parameter materialisation, gradient reduce-scatter, "
+      "optimizer step)");
+  auto a = std::make_shared<SimulateArgs>();
+  SimOptions& o = a->options;
+  cmd->add_option("--profile", a->profile, "profile JSON (docs/spec-format.md)")->required();
+  cmd->add_option("--candidates", a->candidates, "candidate strategies JSON")->required();
+  cmd->add_option("--lengths", a->lengths, "length dataset to sample the global batches from")
+      ->required();
+  cmd->add_option("--steps", o.steps, "global batches to simulate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--tokens-per-batch", o.sampler.tokens_per_batch,
+                  "token budget of a global batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-len", o.sampler.max_len,
+                  "context length: documents are cut to it; static bin and padding size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--system", a->system,
+                  "padding, static-fixed, static-balanced, published or ours")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.sampler.seed, "seed of the sampler and the published planner")
+      ->capture_default_str();
+  cmd->add_option("--json", a->json, "write the run summary JSON here (atomically)");
+  cmd->add_option("--trace", a->trace, "write a Chrome trace (Perfetto) of --trace-steps here");
+  cmd->add_option("--trace-steps", a->trace_steps,
+                  "0-based steps to trace, comma-separated (default: the first)")
+      ->delimiter(',');
+  cmd->add_option("--backward-to-forward", o.schedule.backward_to_forward,
+                  "backward:forward time ratio of a stage")
+      ->capture_default_str();
+  cmd->add_option("--nvlink-gbytes-per-s", o.comm.nvlink_gbytes_per_s,
+                  "NVLink bandwidth per GPU within a node, GB/s")
+      ->capture_default_str();
+  cmd->add_option("--network-gbits-per-node", o.comm.network_gbits_per_s_per_node,
+                  "network bandwidth of one node to the others (all NICs), Gb/s")
+      ->capture_default_str();
+  cmd->add_option("--p2p-latency-us", o.comm.p2p_latency_us,
+                  "latency of one point-to-point message between stages, us")
+      ->capture_default_str();
+  cmd->add_option("--collective-latency-us", o.comm.collective_latency_us,
+                  "latency of one collective phase, us")
+      ->capture_default_str();
+  cmd->add_option("--grad-bytes-per-param", o.comm.grad_bytes_per_param,
+                  "bytes per reduce-scattered gradient value (2 bf16, 4 fp32)")
+      ->capture_default_str();
+  cmd->add_flag("--no-communication", a->no_communication,
+                "every communication term takes 0 ms (the planner's view)");
+  cmd->add_option("--optimizer-ms", o.optimizer.fixed_ms,
+                  "fixed optimizer-step time, ms (default: from parameters per GPU and HBM "
+                  "bandwidth)");
+  cmd->add_option("--hbm-gbytes-per-s", o.optimizer.hbm_gbytes_per_s,
+                  "effective HBM bandwidth per GPU for the optimizer step, GB/s")
+      ->capture_default_str();
+  cmd->add_flag("-q,--quiet", a->quiet, "do not print the table");
+  return [a] { return RunSimulate(*a); };
 }
 
 }  // namespace hydraulis::tools

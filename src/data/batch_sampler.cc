@@ -17,7 +17,11 @@ BatchSampler::BatchSampler(std::span<const std::int64_t> dataset, const SamplerO
                          std::to_string(dataset_[i]) + "; lengths must be >= 1");
     }
   }
-  if (options_.tokens_per_batch < 1) {
+  if (options_.documents_per_batch < 0) {
+    throw InvalidInput("documents-per-batch must be >= 0 (0 samples by token budget), got " +
+                       std::to_string(options_.documents_per_batch));
+  }
+  if (options_.documents_per_batch == 0 && options_.tokens_per_batch < 1) {
     throw InvalidInput("tokens-per-batch must be >= 1, got " +
                        std::to_string(options_.tokens_per_batch));
   }
@@ -45,16 +49,33 @@ void BatchSampler::Restore(const SamplerPosition& position) {
   Reshuffle();
 }
 
+std::int64_t BatchSampler::TakeDocument() {
+  if (position_.offset == static_cast<std::int64_t>(order_.size())) {
+    ++position_.epoch;
+    position_.offset = 0;
+    Reshuffle();
+  }
+  return order_[static_cast<std::size_t>(position_.offset++)];
+}
+
 SampledBatch BatchSampler::Next() {
   SampledBatch batch;
+  if (options_.documents_per_batch > 0) {
+    const auto count = static_cast<std::size_t>(options_.documents_per_batch);
+    // Reserve at most an epoch: a very large count grows as it goes rather than up front.
+    batch.lengths.reserve(std::min(count, dataset_.size()));
+    batch.dataset_indices.reserve(std::min(count, dataset_.size()));
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t index = TakeDocument();
+      batch.lengths.push_back(
+          std::min(dataset_[static_cast<std::size_t>(index)], options_.max_len));
+      batch.dataset_indices.push_back(index);
+    }
+    return batch;
+  }
   std::int64_t remaining = options_.tokens_per_batch;
   while (remaining > 0) {
-    if (position_.offset == static_cast<std::int64_t>(order_.size())) {
-      ++position_.epoch;
-      position_.offset = 0;
-      Reshuffle();
-    }
-    const std::int64_t index = order_[static_cast<std::size_t>(position_.offset++)];
+    const std::int64_t index = TakeDocument();
     const std::int64_t len =
         std::min({dataset_[static_cast<std::size_t>(index)], options_.max_len, remaining});
     batch.lengths.push_back(len);

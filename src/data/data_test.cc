@@ -397,5 +397,97 @@ TEST(BatchSamplerTest, RealWikipediaLengths) {
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(SameBatch(restored.Next(), expected[i])) << i;
 }
 
+// ---------------------------------------------------------------------------------------
+// BatchSampler by document count.
+
+SamplerOptions ByDocuments(std::int64_t documents, std::int64_t max_len, std::uint64_t seed) {
+  SamplerOptions o;
+  o.documents_per_batch = documents;
+  o.max_len = max_len;
+  o.seed = seed;
+  return o;
+}
+
+TEST(BatchSamplerByDocumentsTest, ExactlyThatManyDocumentsCutToMaxLen) {
+  const Lengths data = SyntheticDataset(50, 3, 9000);
+  for (std::int64_t k : {1, 7, 50, 120}) {
+    SCOPED_TRACE(k);
+    SamplerOptions o = ByDocuments(k, 4096, 5);
+    o.tokens_per_batch = 0;  // not used when sampling by count
+    BatchSampler s(data, o);
+    for (int step = 0; step < 10; ++step) {
+      const SampledBatch b = s.Next();
+      ASSERT_EQ(b.lengths.size(), static_cast<std::size_t>(k));
+      ASSERT_EQ(b.dataset_indices.size(), static_cast<std::size_t>(k));
+      for (std::size_t i = 0; i < b.lengths.size(); ++i) {
+        EXPECT_EQ(b.lengths[i],
+                  std::min(data[static_cast<std::size_t>(b.dataset_indices[i])], o.max_len));
+      }
+    }
+  }
+}
+
+// Both modes walk the same shuffled stream: only where batches end differs.
+TEST(BatchSamplerByDocumentsTest, SameDocumentStreamAsTheTokenBudget) {
+  const Lengths data = SyntheticDataset(120, 6, 3000);
+  BatchSampler by_tokens(data, {10'000, 1'000'000, 31});
+  BatchSampler by_count(data, ByDocuments(9, 1'000'000, 31));
+  Lengths a, b;
+  while (a.size() < 400) {
+    const SampledBatch x = by_tokens.Next();
+    a.insert(a.end(), x.dataset_indices.begin(), x.dataset_indices.end());
+  }
+  while (b.size() < 400) {
+    const SampledBatch x = by_count.Next();
+    b.insert(b.end(), x.dataset_indices.begin(), x.dataset_indices.end());
+  }
+  a.resize(400);
+  b.resize(400);
+  EXPECT_EQ(a, b);
+}
+
+TEST(BatchSamplerByDocumentsTest, EpochsAndPositions) {
+  const Lengths data = {5, 6, 7, 8, 9};
+  BatchSampler s(data, ByDocuments(3, 100, 2));
+  const SampledBatch first = s.Next();
+  EXPECT_EQ(s.position().epoch, 0);
+  EXPECT_EQ(s.position().offset, 3);
+  const SampledBatch second = s.Next();  // 2 from epoch 0, 1 from epoch 1
+  EXPECT_EQ(s.position().epoch, 1);
+  EXPECT_EQ(s.position().offset, 1);
+  Lengths epoch0 = first.dataset_indices;
+  epoch0.insert(epoch0.end(), second.dataset_indices.begin(), second.dataset_indices.begin() + 2);
+  std::sort(epoch0.begin(), epoch0.end());
+  EXPECT_EQ(epoch0, (Lengths{0, 1, 2, 3, 4}));
+}
+
+TEST(BatchSamplerByDocumentsTest, RestoreReproducesTheFollowingBatches) {
+  const Lengths data = SyntheticDataset(37, 12, 5000);
+  const SamplerOptions o = ByDocuments(5, 2048, 8);
+  for (int checkpoint : {0, 3, 7, 8, 20}) {
+    SCOPED_TRACE(checkpoint);
+    BatchSampler a(data, o);
+    for (int i = 0; i < checkpoint; ++i) a.Next();
+    const SamplerPosition saved = a.position();
+    std::vector<SampledBatch> expected;
+    for (int i = 0; i < 15; ++i) expected.push_back(a.Next());
+    BatchSampler fresh(data, o);
+    fresh.Restore(saved);
+    for (int i = 0; i < 15; ++i) ASSERT_TRUE(SameBatch(fresh.Next(), expected[i])) << i;
+    a.Restore(saved);
+    for (int i = 0; i < 15; ++i) ASSERT_TRUE(SameBatch(a.Next(), expected[i])) << i;
+  }
+}
+
+TEST(BatchSamplerByDocumentsTest, RejectsInvalidOptions) {
+  const Lengths data = {10, 20, 30};
+  const Lengths none;
+  const std::string msg =
+      InvalidInputMessage([&] { BatchSampler s(data, ByDocuments(-1, 100, 1)); });
+  EXPECT_NE(msg.find("documents-per-batch"), std::string::npos) << msg;
+  InvalidInputMessage([&] { BatchSampler s(data, ByDocuments(2, 0, 1)); });
+  InvalidInputMessage([&] { BatchSampler s(none, ByDocuments(2, 100, 1)); });
+}
+
 }  // namespace
 }  // namespace hydraulis

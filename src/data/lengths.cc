@@ -2,13 +2,10 @@
 
 #include <cctype>
 #include <charconv>
-#include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/base/file_io.h"
+#include "hydraulis/data/length_source.h"
 
 namespace hydraulis {
 
@@ -58,12 +55,6 @@ std::vector<std::int64_t> ParseLengths(const std::string& text, const std::strin
   return out;
 }
 
-std::vector<std::int64_t> ReadLengths(const std::string& path) {
-  if (path == "-") {
-    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    return ParseLengths(text, "<stdin>");
-  }
-  return ParseLengths(ReadFileText(path), path);
-}
+std::vector<std::int64_t> ReadLengths(const std::string& path) { return LoadLengths(path); }
 
 }  // namespace hydraulis

@@ -1,1 +1,233 @@
-// Being built.
+#include "hydraulis/propose/propose.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/cost/capacity.h"
+
+namespace hydraulis {
+namespace {
+
+std::string LayoutName(const OptimizerLayout& l) {
+  return std::to_string(l.dp) + "," + std::to_string(l.tp) + "," + std::to_string(l.pp);
+}
+
+// The order ParseCandidates keeps pipelines in: widest first, ties by scheme descending.
+void Canonicalize(std::vector<Scheme>& pipelines) {
+  std::sort(pipelines.begin(), pipelines.end(), [](const Scheme& a, const Scheme& b) {
+    if (a.Gpus() != b.Gpus()) return a.Gpus() > b.Gpus();
+    return b < a;
+  });
+}
+
+void CheckOptions(const ProposeOptions& o) {
+  if (o.gpus < 1) throw InvalidInput("gpus: must be >= 1, got " + std::to_string(o.gpus));
+  if (o.tokens_per_batch < 0) {
+    throw InvalidInput("tokens-per-batch: must be >= 0, got " + std::to_string(o.tokens_per_batch));
+  }
+  if (o.max_strategies < 0) {
+    throw InvalidInput("max-strategies: must be >= 0, got " + std::to_string(o.max_strategies));
+  }
+}
+
+void CheckLayout(const Profile& profile, const OptimizerLayout& l, int gpus) {
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1) {
+    throw InvalidInput("optimizer-layout " + LayoutName(l) + ": every degree must be >= 1");
+  }
+  const std::int64_t product = std::int64_t{l.dp} * l.tp * l.pp;
+  if (product != gpus) {
+    throw InvalidInput("optimizer-layout " + LayoutName(l) + ": dp*tp*pp = " +
+                       std::to_string(product) + " must equal gpus = " + std::to_string(gpus));
+  }
+  // The fallback strategy runs the layout's own scheme, so it must be profiled.
+  const Scheme scheme{1, l.tp, l.pp};
+  if (!profile.Find(scheme)) {
+    throw InvalidInput("optimizer-layout " + LayoutName(l) + ": scheme " + SchemeName(scheme) +
+                       " has no fitted entry in the profile");
+  }
+}
+
+// P(the longest of n documents lies in bin b) = F(b)^n - F(b-1)^n, F the histogram's
+// cumulative document share and n = tokens_per_batch / mean length (1 when 0).
+std::vector<double> LongestBinShares(const LengthHistogram& h, std::int64_t tokens_per_batch) {
+  const double documents = static_cast<double>(h.documents);
+  const double n =
+      tokens_per_batch > 0
+          ? std::max(1.0, static_cast<double>(tokens_per_batch) * documents /
+                              static_cast<double>(h.tokens))
+          : 1.0;
+  std::vector<double> share;
+  std::int64_t below = 0;
+  for (const HistogramBin& b : h.bins) {
+    const double lower = std::pow(static_cast<double>(below) / documents, n);
+    below += b.documents;
+    share.push_back(std::pow(static_cast<double>(below) / documents, n) - lower);
+  }
+  return share;
+}
+
+}  // namespace
+
+OptimizerLayout DefaultOptimizerLayout(const Profile& profile, int gpus) {
+  if (gpus < 1) throw InvalidInput("gpus: must be >= 1, got " + std::to_string(gpus));
+  OptimizerLayout best;
+  std::int64_t best_capacity = 0;
+  for (const SchemeProfile& sp : profile.schemes) {
+    const Scheme& s = sp.scheme;
+    const int per_replica = s.tp * s.pp;
+    if (s.cp != 1 || per_replica > gpus || gpus % per_replica != 0) continue;
+    const OptimizerLayout layout{gpus / per_replica, s.tp, s.pp};
+    const std::int64_t capacity = CapacityTokens(profile, s, layout);
+    const int best_replica = best.tp * best.pp;
+    if (capacity > best_capacity ||
+        (capacity == best_capacity && capacity > 0 &&
+         (per_replica < best_replica || (per_replica == best_replica && s.tp < best.tp)))) {
+      best = layout;
+      best_capacity = capacity;
+    }
+  }
+  if (best_capacity == 0) {
+    throw InvalidInput("gpus " + std::to_string(gpus) +
+                       ": no profiled scheme with cp = 1 and tp*pp dividing it fits the model "
+                       "in memory as a homogeneous optimizer layout; give --optimizer-layout");
+  }
+  return best;
+}
+
+std::vector<DpScheme> UsableSchemes(const Profile& profile, int gpus,
+                                    const OptimizerLayout& layout) {
+  std::vector<DpScheme> out;
+  bool any_tiles = false;
+  for (const SchemeProfile& sp : profile.schemes) {
+    const Scheme& s = sp.scheme;
+    // Tensor/context groups must tile the cluster (the rule ParseCandidates applies).
+    if (s.Gpus() > gpus || gpus % (s.tp * s.cp) != 0) continue;
+    any_tiles = true;
+    const std::int64_t capacity = CapacityTokens(profile, s, layout);
+    if (capacity < 1) continue;
+    out.push_back({s, TimeModel::From(sp), capacity});
+  }
+  if (!any_tiles) {
+    throw InvalidInput("gpus " + std::to_string(gpus) +
+                       ": no profiled scheme fits: each needs more GPUs or has a tp*cp that "
+                       "does not divide " +
+                       std::to_string(gpus));
+  }
+  if (out.empty()) {
+    throw InvalidInput("gpus " + std::to_string(gpus) + ": no profiled scheme fits the model in "
+                       "memory with optimizer layout " + LayoutName(layout));
+  }
+  return out;
+}
+
+Proposal ProposeStrategies(const Profile& profile, std::span<const std::int64_t> lengths,
+                           const ProposeOptions& options) {
+  CheckOptions(options);
+  return ProposeFromHistogram(
+      profile, BuildLengthHistogram(lengths, options.max_len, options.resolution_tokens), options);
+}
+
+Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& histogram,
+                              const ProposeOptions& options) {
+  CheckOptions(options);
+  const int gpus = options.gpus;
+  if (histogram.bins.empty()) throw InvalidInput("lengths: the dataset has no documents");
+  const OptimizerLayout layout =
+      options.optimizer_layout ? *options.optimizer_layout : DefaultOptimizerLayout(profile, gpus);
+  CheckLayout(profile, layout, gpus);
+
+  Proposal out;
+  out.schemes = UsableSchemes(profile, gpus, layout);
+  std::int64_t max_capacity = 0;
+  for (const DpScheme& s : out.schemes) max_capacity = std::max(max_capacity, s.capacity_tokens);
+  const std::string capacity_note = " (largest capacity " + std::to_string(max_capacity) +
+                                    " tokens, optimizer layout " + LayoutName(layout) + ")";
+  if (max_capacity < std::min(histogram.resolution_tokens, histogram.max_len)) {
+    throw InvalidInput("resolution " + std::to_string(histogram.resolution_tokens) +
+                       ": no scheme can hold even one bin of it" + capacity_note);
+  }
+  // Documents are truncated to max_len first; a context no scheme can hold is an error
+  // rather than a silent second truncation.
+  if (histogram.max_len > max_capacity) {
+    throw InvalidInput("max-len " + std::to_string(histogram.max_len) +
+                       ": longer than every scheme's capacity" + capacity_note);
+  }
+
+  DpOptions dp_options;
+  if (options.tokens_per_batch > 0) {
+    dp_options.document_scale = static_cast<double>(options.tokens_per_batch) /
+                                static_cast<double>(histogram.tokens);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const ProposalDp dp(out.schemes, histogram, gpus, dp_options);
+
+  const std::vector<double> share = LongestBinShares(histogram, options.tokens_per_batch);
+
+  // The fallback first, then one DP answer per longest-document bin in decreasing order
+  // of that bin; an answer equal to an earlier strategy joins it.
+  std::vector<ProposedStrategy> found(1);
+  found[0].fallback = true;
+  found[0].strategy.name = "homogeneous";
+  found[0].strategy.pipelines.assign(static_cast<std::size_t>(layout.dp),
+                                     Scheme{1, layout.tp, layout.pp});
+  for (int bin = dp.bin_count() - 1; bin >= 0; --bin) {
+    const DpSolution solution = dp.SolveForLongest(bin);
+    if (solution.groups.empty()) {
+      throw InternalError("proposal: no strategy holds bin " + std::to_string(bin));
+    }
+    Strategy strategy;
+    for (const DpGroup& g : solution.groups) {
+      strategy.pipelines.insert(strategy.pipelines.end(), static_cast<std::size_t>(g.replicas),
+                                out.schemes[static_cast<std::size_t>(g.scheme)].scheme);
+    }
+    Canonicalize(strategy.pipelines);
+    auto same = std::find_if(found.begin(), found.end(), [&](const ProposedStrategy& p) {
+      return p.strategy.pipelines == strategy.pipelines;
+    });
+    if (same == found.end()) {
+      same = found.insert(found.end(), ProposedStrategy{});
+      same->strategy = std::move(strategy);
+    }
+    if (same->longest_tokens.empty()) same->estimated_ms = solution.makespan_ms;
+    same->longest_tokens.push_back(histogram.bins[static_cast<std::size_t>(bin)].longest);
+    same->batch_share += share[static_cast<std::size_t>(bin)];
+  }
+  out.dp_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.bins = dp.bin_count();
+  out.gpu_step = dp.gpu_step();
+  out.evaluations = dp.evaluations();
+
+  // found[1] (or found[0] when the DP proposed the fallback for the longest bin) serves
+  // the longest bin and is always kept; the other DP strategies are ranked by share
+  // (stable: ties keep the longer-document strategy).
+  std::vector<std::size_t> ranked;
+  for (std::size_t i = 1; i < found.size(); ++i) ranked.push_back(i);
+  if (options.max_strategies > 0 && static_cast<int>(ranked.size()) > options.max_strategies) {
+    const bool longest_is_fallback =
+        !found[0].longest_tokens.empty() &&
+        found[0].longest_tokens.front() == histogram.bins.back().longest;
+    const auto first = ranked.begin() + (longest_is_fallback ? 0 : 1);
+    std::stable_sort(first, ranked.end(), [&](std::size_t a, std::size_t b) {
+      return found[a].batch_share > found[b].batch_share;
+    });
+    ranked.resize(static_cast<std::size_t>(options.max_strategies));
+    std::sort(ranked.begin(), ranked.end());
+  }
+  ranked.insert(ranked.begin(), 0);
+  for (std::size_t i : ranked) {
+    ProposedStrategy& p = found[i];
+    std::sort(p.longest_tokens.begin(), p.longest_tokens.end());
+    if (!p.fallback) p.strategy.name = "up-to-" + std::to_string(p.longest_tokens.back());
+    out.strategies.push_back(std::move(p));
+  }
+
+  out.candidates.gpus = gpus;
+  out.candidates.optimizer_layout = layout;
+  for (const ProposedStrategy& p : out.strategies) out.candidates.strategies.push_back(p.strategy);
+  return out;
+}
+
+}  // namespace hydraulis

@@ -1,1 +1,51 @@
-// Being built.
+#include "hydraulis/sim/simulator.h"
+
+#include <chrono>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/sim/step_planner.h"
+#include "units.h"
+
+namespace hydraulis {
+
+SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
+                   std::span<const std::int64_t> dataset, const SimOptions& options,
+                   const SimProgress& progress) {
+  ValidateSimOptions(options);
+  if (dataset.empty()) throw InvalidInput("dataset: no document lengths");
+  PlannerOptions planner_options;
+  planner_options.context_tokens = options.sampler.max_len;
+  planner_options.seed = options.planner_seed;
+  planner_options.schedule = options.schedule;
+  const StepPlanner planner(profile, candidates, options.system, planner_options);
+  const StepTimer timer(profile, candidates, options);
+  BatchSampler sampler(dataset, options.sampler);
+
+  SimResult result;
+  result.options = options;
+  double bubble_sum = 0;
+  for (int step = 0; step < options.steps; ++step) {
+    const SampledBatch batch = sampler.Next();
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepWork work = planner.Plan(batch.lengths);
+    result.planning_wall_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    StepResult r = timer.Time(work);
+    r.step = step;
+    r.start_ms = result.total_time_ms;
+    result.total_time_ms += r.step_ms;
+    result.total_tokens += r.tokens;
+    bubble_sum += r.bubble_share;
+    result.steps.push_back(std::move(r));
+    if (progress) progress(step + 1, options.steps);
+  }
+  result.mean_step_ms = result.total_time_ms / options.steps;
+  result.mean_bubble_share = bubble_sum / options.steps;
+  result.tokens_per_second = result.total_time_ms > 0 ? static_cast<double>(result.total_tokens) /
+                                                            (result.total_time_ms / sim_units::kMsPerSecond)
+                                                      : 0.0;
+  return result;
+}
+
+}  // namespace hydraulis

@@ -1,4 +1,4 @@
-// Seeded global-batch sampling from a length dataset by token budget.
+// Seeded global-batch sampling from a length dataset, by token budget or document count.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,9 @@ struct SamplerOptions {
   std::int64_t tokens_per_batch = 200'000;  // budget per global batch (tokens, >= 1)
   std::int64_t max_len = 32'768;            // context length: documents are cut to it (>= 1)
   std::uint64_t seed = 1;
+  // Documents per global batch (>= 0). 0 samples by token budget; > 0 samples exactly this
+  // many documents per batch (each cut to max_len) and tokens_per_batch is not used.
+  std::int64_t documents_per_batch = 0;
 };
 
 // Where the sampler stands: epoch and offset into that epoch's shuffled order.
@@ -25,19 +28,29 @@ struct SampledBatch {
   std::vector<std::int64_t> dataset_indices;
 };
 
-// Appends documents of a per-epoch shuffled order until the token budget is reached: each
-// document is cut to max_len, and the last one to what remains of the budget. The
-// shuffle of epoch e is seeded with (seed, e), so a restored position sees the same data.
+// Takes documents from a per-epoch shuffled order, each cut to max_len. By token budget:
+// until the budget is reached, the last document cut to what remains of it (so a budget
+// below one document's length yields that document cut to the budget). By document count:
+// exactly documents_per_batch documents. Batches run on across epoch ends. The shuffle of
+// epoch e is seeded with (seed, e), so a restored position sees the same data.
 class BatchSampler {
  public:
+  // `dataset` (lengths >= 1, at least one) must outlive the sampler. InvalidInput on an
+  // empty dataset, a length < 1 or invalid options.
   BatchSampler(std::span<const std::int64_t> dataset, const SamplerOptions& options);
 
+  // The next global batch; never empty.
   SampledBatch Next();
+  // Where the next batch starts; Restore(position()) on a sampler with the same dataset
+  // and options continues with exactly the same batches.
   SamplerPosition position() const { return position_; }
+  // InvalidInput when epoch < 0 or offset is outside [0, dataset size].
   void Restore(const SamplerPosition& position);
 
  private:
   void Reshuffle();
+  // The dataset index of the next document in the stream, rolling over to a new epoch.
+  std::int64_t TakeDocument();
 
   std::span<const std::int64_t> dataset_;
   SamplerOptions options_;

@@ -1,0 +1,158 @@
+// The dynamic programme of the data-distribution-aware strategy proposal (method.md 2.4;
+// recurrences, cost function and complexity in docs/propose.md).
+//
+// t[n][j] is the least makespan for the documents of the first j non-empty histogram bins
+// on at most n GPUs, where the bins are split into contiguous intervals and each interval
+// goes to d replicas of one scheme that can hold its longest document:
+//
+//   t[n][0] = 0,  t[0][j] = +inf (j >= 1),
+//   t[n][j] = min( t[n - G][j],
+//                  min over scheme k holding bin j, l in 1..j, d >= 1 with d g_k <= n of
+//                      max( t[n - d g_k][j - l], GroupMs(k, bins j-l+1..j, d) ) )
+//
+// with G the gcd of the schemes' GPU counts (t only changes at multiples of G).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hydraulis/cost/time_model.h"
+#include "hydraulis/propose/histogram.h"
+#include "hydraulis/spec/scheme.h"
+
+namespace hydraulis {
+
+// One scheme the proposal may use, with its capacity under the run's optimizer layout.
+struct DpScheme {
+  Scheme scheme;
+  TimeModel time;
+  std::int64_t capacity_tokens = 0;  // >= 1
+};
+
+// The documents of an interval of bins; counts are fractional once the histogram is
+// scaled to one global batch (DpOptions::document_scale).
+struct IntervalLoad {
+  double documents = 0;
+  double tokens = 0;
+  double squared_tokens = 0;
+  std::int64_t longest = 0;  // the interval's longest document (tokens)
+};
+
+// Estimated time (ms) of each of `replicas` (>= 1) pipelines of `scheme` that share the
+// documents of `load` evenly:
+//   max(work / d, T(longest)) + c * ceil(tokens / (d * capacity)) + (pp - 1) (T(longest) + c)
+// with work = a * squared_tokens + b * tokens and T(s) = a s^2 + b s: the stage work of
+// its share (but never less than its longest document, which cannot be split), one c per
+// micro-batch of at most `capacity` tokens, and the 1F1B warm-up and cool-down that the
+// longest micro-batch crosses on the other pp - 1 stages. Non-increasing in `replicas` and
+// non-decreasing as the interval grows, which the DP's searches rely on.
+double GroupMs(const DpScheme& scheme, const IntervalLoad& load, int replicas);
+
+struct DpOptions {
+  // Multiplies every bin's documents, tokens and squares (> 0): 1 plans for the whole
+  // dataset at once; tokens_per_batch / dataset tokens plans for one global batch.
+  double document_scale = 1.0;
+  // SolveForLongest: the bin that holds the longest document gets at least one whole
+  // document (a batch whose longest document lies in bin j does contain one), keeping the
+  // bin's mean length. Matters only when document_scale makes the bin's count < 1.
+  bool longest_present = true;
+  // SolveForLongest: GPUs the optimum leaves idle (when extra GPUs cannot lower the
+  // makespan, e.g. it is one long document's time) go one replica at a time to the slowest
+  // group that one more replica makes faster, or, when none does, to the group of the
+  // shortest documents that fits. Never raises the makespan (GroupMs is non-increasing in
+  // replicas); afterwards fewer GPUs are idle than any group's scheme needs.
+  bool fill_idle_gpus = true;
+};
+
+// `replicas` pipelines of schemes[scheme] sharing the documents of bins
+// first_bin..last_bin (indices into LengthHistogram::bins, inclusive).
+struct DpGroup {
+  int scheme = 0;
+  int replicas = 0;
+  int first_bin = 0;
+  int last_bin = 0;
+  double ms = 0;  // GroupMs of the group (after filling idle GPUs)
+};
+
+struct DpSolution {
+  // The DP objective: least makespan for the bins up to the requested one (before idle
+  // GPUs are filled, which never raises it). +inf when no scheme holds that bin.
+  double makespan_ms = 0;
+  std::vector<DpGroup> groups;  // ascending bins, covering bins 0..the requested one
+  int gpus = 0;                 // GPUs the groups use, <= the cluster's
+};
+
+// Solves the table once (O(N/G * M^2 * K * log(N/G)) time in the worst case, O(N/G * M)
+// memory; M bins, K schemes, N GPUs) and answers per-bin questions from it.
+class ProposalDp {
+ public:
+  // Preconditions (InvalidInput otherwise): gpus >= 1; at least one scheme, each with
+  // 1 <= Gpus() <= gpus and capacity >= 1; document_scale > 0. The histogram may be empty.
+  ProposalDp(std::vector<DpScheme> schemes, const LengthHistogram& histogram, int gpus,
+             const DpOptions& options = {});
+
+  // t[gpus][bins]: the least makespan (ms) for the first `bins` non-empty bins on at most
+  // `gpus` GPUs (0 <= gpus <= the cluster's, 0 <= bins <= bin_count()); +inf if infeasible.
+  double Makespan(int gpus, int bins) const;
+
+  // The best groups on all GPUs when the longest document lies in bin `bin`
+  // (0 <= bin < bin_count()): the documents of bins 0..bin, with DpOptions applied.
+  DpSolution SolveForLongest(int bin) const;
+
+  // The (scaled) documents of bins first..last, inclusive, from the prefix sums.
+  IntervalLoad Load(int first_bin, int last_bin) const;
+
+  const std::vector<DpScheme>& schemes() const { return schemes_; }
+  int bin_count() const { return bins_; }
+  int gpus() const { return gpus_; }
+  // G: the gcd of the schemes' GPU counts.
+  int gpu_step() const { return step_; }
+  // Group-time evaluations the table took (work done, for benchmarks).
+  std::int64_t evaluations() const { return evaluations_; }
+
+ private:
+  struct Choice {
+    int scheme = -1;  // -1: the value comes from t[n - G][j] (fewer GPUs)
+    int length = 0;   // l, in bins
+    int replicas = 0;
+  };
+  struct Extra {  // added to an interval's load (the top bin's missing document)
+    double documents = 0, tokens = 0, squared_tokens = 0;
+  };
+  struct Best {
+    double value;
+    Choice choice;
+  };
+
+  double& T(int level, int bins) { return table_[static_cast<std::size_t>(level) * row_ + bins]; }
+  double T(int level, int bins) const {
+    return table_[static_cast<std::size_t>(level) * row_ + bins];
+  }
+  // GroupMs of scheme k over bins [lo, hi) with d replicas, plus `extra`.
+  double Group(int k, int lo, int hi, int d, const Extra& extra) const;
+  // Best option for bins [0, j) at `level` that ends in a group of bins [j - l, j),
+  // improving on `best` only; counts evaluations into *evaluations.
+  void BestOption(int level, int j, const Extra& extra, Best& best,
+                  std::int64_t* evaluations) const;
+  // What DpOptions::longest_present adds to an interval whose top bin is `bin`.
+  Extra TopExtra(int bin) const;
+  // DpOptions::fill_idle_gpus on a traced solution; groups.back() is the top group.
+  void Fill(std::vector<DpGroup>& groups, int& gpus) const;
+
+  std::vector<DpScheme> schemes_;
+  DpOptions options_;
+  int gpus_ = 0;
+  int step_ = 1;
+  int levels_ = 1;  // levels 0..levels_-1 stand for 0, G, 2G, ... GPUs
+  int bins_ = 0;
+  std::size_t row_ = 1;
+  std::vector<int> units_;       // scheme GPUs / G
+  std::vector<int> held_bins_;   // per scheme: how many leading bins it can hold
+  std::vector<double> prefix_documents_, prefix_tokens_, prefix_squares_;  // scaled
+  std::vector<std::int64_t> longest_;                                      // per bin
+  std::vector<double> table_;
+  std::vector<Choice> choices_;
+  std::int64_t evaluations_ = 0;
+};
+
+}  // namespace hydraulis

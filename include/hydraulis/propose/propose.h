@@ -1,0 +1,93 @@
+// Data-distribution-aware strategy proposal (method.md 2.4): from a dataset's length
+// histogram, a profile and the cluster size, the candidate heterogeneous strategies a run
+// chooses from every step (one per longest-document bin, duplicates dropped, plus the
+// homogeneous optimizer layout as a fallback), in the form `hydraulis plan` reads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "hydraulis/propose/histogram.h"
+#include "hydraulis/propose/proposal_dp.h"
+#include "hydraulis/spec/profile.h"
+#include "hydraulis/spec/strategy.h"
+
+namespace hydraulis {
+
+struct ProposeOptions {
+  // Cluster size N (GPUs, >= 1).
+  int gpus = 0;
+  // Context length (tokens, >= 1): documents are truncated to it. Must not exceed the
+  // largest capacity of a usable scheme.
+  std::int64_t max_len = 32'768;
+  // Histogram bin width R (tokens, >= 1): finer bins cost time (the DP is quadratic in the
+  // number of bins) and buy finer interval boundaries.
+  std::int64_t resolution_tokens = 128;
+  // Where optimizer states live; it fixes every scheme's capacity and the fallback
+  // strategy. Unset: DefaultOptimizerLayout(profile, gpus).
+  std::optional<OptimizerLayout> optimizer_layout;
+  // Tokens of one global batch (>= 0). > 0 scales the histogram to the expected documents
+  // of one batch of this many tokens, so the per-micro-batch and pipeline warm-up terms
+  // weigh what they weigh in a step, and the longest-document bin holds one whole
+  // document (docs/propose.md). 0 plans for the whole histogram at once (method.md 2.4
+  // read literally), which lets the warm-up vanish and favours deep pipelines.
+  std::int64_t tokens_per_batch = 200'000;
+  // Keep at most this many DP strategies (>= 0; 0 keeps all): the one for the longest
+  // bin (so every document up to max_len stays plannable), then those with the largest
+  // batch_share. The fallback is kept in addition.
+  int max_strategies = 0;
+};
+
+struct ProposedStrategy {
+  Strategy strategy;
+  // The homogeneous optimizer-layout strategy (also when the DP proposed it too).
+  bool fallback = false;
+  // Longest document (tokens) of every bin this strategy was the DP's answer for,
+  // ascending; empty for a fallback the DP never proposed.
+  std::vector<std::int64_t> longest_tokens;
+  // DP makespan (ms, at the DpOptions scale) for the largest of those bins; 0 if none.
+  double estimated_ms = 0;
+  // Probability that a batch's longest document lies in one of those bins, for batches
+  // of tokens_per_batch / mean length independent documents (0 tokens_per_batch: one).
+  double batch_share = 0;
+};
+
+struct Proposal {
+  // Ready for CandidatesToJson: the fallback first, then the DP's strategies by decreasing
+  // longest document served. Every strategy uses at most `gpus` GPUs, schemes from the
+  // profile whose tp*cp divides `gpus`, and its widest-capacity pipeline holds the
+  // longest document of every bin it was proposed for.
+  CandidateSet candidates;
+  std::vector<ProposedStrategy> strategies;  // parallel to candidates.strategies
+  std::vector<DpScheme> schemes;             // the schemes the DP could use
+  int bins = 0;                              // non-empty histogram bins
+  int gpu_step = 1;                          // G, the DP's GPU granularity
+  std::int64_t evaluations = 0;              // group-time evaluations of the DP table
+  double dp_seconds = 0;                     // wall-clock of the DP and trace-backs
+};
+
+// The homogeneous optimizer layout used when none is given: over every profiled scheme
+// with cp = 1 whose tp*pp divides `gpus` (layout (gpus/(tp*pp), tp, pp)), the one whose own
+// scheme has the largest capacity under it; ties go to the smaller tp*pp (then the smaller
+// tp). InvalidInput naming gpus when no such layout fits the model in memory.
+OptimizerLayout DefaultOptimizerLayout(const Profile& profile, int gpus);
+
+// The profiled schemes a strategy on `gpus` GPUs may use: cp*tp*pp <= gpus, tp*cp
+// dividing gpus, and a capacity of at least one token under `layout`. InvalidInput
+// naming gpus when none is left.
+std::vector<DpScheme> UsableSchemes(const Profile& profile, int gpus,
+                                    const OptimizerLayout& layout);
+
+// Builds the histogram of `lengths` (ProposeOptions::max_len, resolution_tokens) and
+// proposes from it. InvalidInput naming the value on bad options or data.
+Proposal ProposeStrategies(const Profile& profile, std::span<const std::int64_t> lengths,
+                           const ProposeOptions& options);
+
+// Proposes from a prepared histogram; options.max_len and resolution_tokens are taken
+// from the histogram.
+Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& histogram,
+                              const ProposeOptions& options);
+
+}  // namespace hydraulis

@@ -1,0 +1,79 @@
+// Times one planned step: materialisation, every pipeline's 1F1B schedule with
+// point-to-point sends, the gradient reduce-scatter and the optimizer step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hydraulis/sim/pipeline_schedule.h"
+#include "hydraulis/sim/sim_options.h"
+#include "hydraulis/sim/step_work.h"
+#include "hydraulis/sim/sync_cost.h"
+#include "hydraulis/spec/profile.h"
+#include "hydraulis/spec/strategy.h"
+
+namespace hydraulis {
+
+struct PipelineStepResult {
+  Scheme scheme;
+  int micro_batches = 0;
+  std::int64_t tokens = 0;
+  std::vector<std::int64_t> micro_batch_tokens;  // real tokens, execution order
+  std::vector<int> micro_batch_documents;        // documents, execution order
+  double planned_ms = 0;   // the plan's estimate: exact 1F1B without communication
+  double pipeline_ms = 0;  // simulated 1F1B makespan including point-to-point sends
+  double busy_ms = 0;      // compute time of one stage (all stages do the same work)
+  // Share of this pipeline's GPU time idle during the step's compute phase:
+  // 1 - busy_ms / compute_ms.
+  double bubble_share = 0;
+  PipelineSchedule schedule;  // times relative to the start of the compute phase
+};
+
+struct StepResult {
+  int step = 0;            // 0-based
+  double start_ms = 0;     // simulated time the step starts (earlier steps end to end)
+  int strategy_index = 0;  // position in the candidate set
+  std::string strategy;    // its name, e.g. "S3"
+  std::string strategy_description;  // e.g. "TP16 + 12 x TP4"
+  int documents = 0;
+  std::int64_t tokens = 0;  // real tokens trained (after the long-document rule)
+  int truncated_documents = 0;
+  std::int64_t truncated_tokens = 0;
+  double planned_ms = 0;         // the system's estimate (slowest pipeline, no communication)
+  double materialize_ms = 0;     // phase 1
+  double compute_ms = 0;         // phase 2: slowest pipeline_ms
+  double reduce_scatter_ms = 0;  // phase 3
+  double optimizer_ms = 0;       // phase 4
+  double step_ms = 0;            // sum of the four phases
+  double tokens_per_second = 0;
+  // Share of the busy GPUs' time during the compute phase not spent computing (pipeline
+  // bubbles and waiting for the slowest pipeline), weighted by GPUs.
+  double bubble_share = 0;
+  std::vector<PipelineStepResult> pipelines;
+};
+
+class StepTimer {
+ public:
+  // Precompute the synchronisation cost of every candidate. Precondition: `candidates`
+  // was validated against `profile`; options validated (ValidateSimOptions).
+  StepTimer(const Profile& profile, const CandidateSet& candidates, const SimOptions& options);
+
+  // Times `work` (strategy_index valid). step and start_ms of the result are left 0.
+  StepResult Time(const StepWork& work) const;
+
+  // Simulated time (ms) of sending `tokens` activations over stage boundary `boundary`
+  // of pipeline `pipeline` of candidate `strategy_index` (latency included).
+  double SendMs(int strategy_index, int pipeline, int boundary, std::int64_t tokens) const;
+
+  const SyncCost& Sync(int strategy_index) const;
+
+ private:
+  Profile profile_;
+  CandidateSet candidates_;
+  SimOptions options_;
+  std::vector<SyncCost> sync_;                      // per candidate
+  std::vector<std::vector<int>> first_gpus_;        // per candidate, per pipeline
+};
+
+}  // namespace hydraulis

@@ -1,0 +1,24 @@
+// The training systems the simulator compares on identical batches: the published
+// ablation ladder plus today's practice (docs/simulator.md, "Systems").
+#pragma once
+
+#include <string>
+
+namespace hydraulis {
+
+enum class System {
+  kPadding,         // static homogeneous strategy, one document per micro-batch padded to
+                    // the context length
+  kStaticFixed,     // static homogeneous strategy, fixed-length packing (Megatron-LM practice)
+  kStaticBalanced,  // static homogeneous strategy, our dispatch + balanced packing
+  kPublished,       // dynamic heterogeneous strategies, the published planner
+  kOurs,            // dynamic heterogeneous strategies, our planner
+};
+
+// "padding", "static-fixed", "static-balanced", "published", "ours".
+std::string SystemName(System system);
+
+// InvalidInput naming the value when unknown.
+System ParseSystem(const std::string& name);
+
+}  // namespace hydraulis

@@ -1,0 +1,100 @@
+#include "hydraulis/data/length_source.h"
+
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
+#include "hydraulis/data/json_lines.h"
+#include "hydraulis/data/lengths.h"
+#include "hydraulis/data/megatron_index.h"
+
+namespace hydraulis {
+namespace {
+
+constexpr std::string_view kStdinPath = "-";
+constexpr std::string_view kStdinName = "<stdin>";
+
+std::string Extension(const std::string& path) {
+  return std::filesystem::path(path).extension().string();
+}
+
+// Text and JSON lines share the reader; kAuto tells them apart by the first non-blank
+// character, which is '{' only in JSON lines.
+std::vector<std::int64_t> ParseTextual(const std::string& text, const std::string& source,
+                                       LengthFormat format, const LengthSourceOptions& options) {
+  if (format == LengthFormat::kAuto) {
+    const std::size_t first = text.find_first_not_of(" \t\r\n");
+    format = first != std::string::npos && text[first] == '{' ? LengthFormat::kJsonLines
+                                                              : LengthFormat::kText;
+  }
+  if (format == LengthFormat::kJsonLines) return ParseJsonLinesLengths(text, source, options);
+  return ParseLengths(text, source);
+}
+
+}  // namespace
+
+LengthFormat ParseLengthFormat(std::string_view name) {
+  if (name == "auto") return LengthFormat::kAuto;
+  if (name == "text" || name == "txt") return LengthFormat::kText;
+  if (name == "jsonl" || name == "json-lines") return LengthFormat::kJsonLines;
+  if (name == "idx" || name == "megatron") return LengthFormat::kMegatronIndex;
+  throw InvalidInput("unknown lengths format '" + std::string(name) +
+                     "' (expected auto, text, jsonl or idx)");
+}
+
+std::string_view LengthFormatName(LengthFormat format) {
+  switch (format) {
+    case LengthFormat::kAuto:
+      return "auto";
+    case LengthFormat::kText:
+      return "text";
+    case LengthFormat::kJsonLines:
+      return "jsonl";
+    case LengthFormat::kMegatronIndex:
+      return "idx";
+  }
+  return "?";
+}
+
+LengthFormat FormatFromExtension(const std::string& path) {
+  const std::string ext = Extension(path);
+  if (ext == ".idx") return LengthFormat::kMegatronIndex;
+  if (ext == ".jsonl" || ext == ".ndjson") return LengthFormat::kJsonLines;
+  return LengthFormat::kAuto;
+}
+
+TokenCounter ParseTokenCounter(std::string_view name) {
+  if (name == "bytes") return CountUtf8Bytes;
+  if (name == "words") return CountWhitespaceWords;
+  throw InvalidInput("unknown token counter '" + std::string(name) + "' (expected bytes or words)");
+}
+
+std::vector<std::int64_t> LoadLengths(const std::string& path, const LengthSourceOptions& options) {
+  if (path == kStdinPath) {
+    if (options.format == LengthFormat::kMegatronIndex) {
+      throw InvalidInput(std::string(kStdinName) +
+                         ": a Megatron-LM index cannot be read from standard input; give the "
+                         ".idx path");
+    }
+    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    return ParseTextual(text, std::string(kStdinName), options.format, options);
+  }
+  LengthFormat format = options.format;
+  if (format == LengthFormat::kAuto) {
+    if (Extension(path) == ".bin") {
+      throw InvalidInput(path +
+                         ": a Megatron-LM data file; give its index (the .idx beside it) instead");
+    }
+    format = FormatFromExtension(path);
+  }
+  if (format == LengthFormat::kMegatronIndex) {
+    std::vector<std::int64_t> out = ReadMegatronDocumentLengths(path, options.skip_empty);
+    if (out.empty()) throw InvalidInput(path + ": no document lengths");
+    return out;
+  }
+  return ParseTextual(ReadFileText(path), path, format, options);
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,291 @@
+#include "hydraulis/propose/proposal_dp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+double GroupMs(const DpScheme& s, const IntervalLoad& load, int replicas) {
+  const TimeModel& t = s.time;
+  const double d = replicas;
+  const double longest_ms = t.DocumentMs(load.longest);
+  const double work_ms = t.a_ms_per_token2 * load.squared_tokens + t.b_ms_per_token * load.tokens;
+  // A replica's share: an even split of the work, but at least the longest document,
+  // which one replica must take whole.
+  const double share_ms = std::max(work_ms / d, longest_ms);
+  const double micro_batches =
+      load.tokens > 0 ? std::ceil(load.tokens / (d * static_cast<double>(s.capacity_tokens))) : 0;
+  return share_ms + t.c_ms * micro_batches + (s.scheme.pp - 1) * (longest_ms + t.c_ms);
+}
+
+ProposalDp::ProposalDp(std::vector<DpScheme> schemes, const LengthHistogram& histogram, int gpus,
+                       const DpOptions& options)
+    : schemes_(std::move(schemes)), options_(options), gpus_(gpus) {
+  if (gpus_ < 1) throw InvalidInput("gpus: must be >= 1, got " + std::to_string(gpus_));
+  if (schemes_.empty()) throw InvalidInput("proposal: no scheme to choose from");
+  if (!(options_.document_scale > 0) || !std::isfinite(options_.document_scale)) {
+    throw InvalidInput("proposal: document scale must be > 0");
+  }
+  step_ = 0;
+  for (const DpScheme& s : schemes_) {
+    if (s.scheme.Gpus() < 1 || s.scheme.Gpus() > gpus_) {
+      throw InvalidInput("proposal: scheme " + SchemeName(s.scheme) + " needs " +
+                         std::to_string(s.scheme.Gpus()) + " GPUs, the cluster has " +
+                         std::to_string(gpus_));
+    }
+    if (s.capacity_tokens < 1) {
+      throw InvalidInput("proposal: scheme " + SchemeName(s.scheme) + " has no capacity");
+    }
+    step_ = std::gcd(step_, s.scheme.Gpus());
+  }
+  // Every strategy uses a multiple of G GPUs, so t[n] = t[G floor(n / G)]: the table keeps
+  // only multiples of G.
+  levels_ = gpus_ / step_ + 1;
+  for (const DpScheme& s : schemes_) units_.push_back(s.scheme.Gpus() / step_);
+
+  bins_ = static_cast<int>(histogram.bins.size());
+  row_ = static_cast<std::size_t>(bins_) + 1;
+  const double scale = options_.document_scale;
+  prefix_documents_.assign(row_, 0.0);
+  prefix_tokens_.assign(row_, 0.0);
+  prefix_squares_.assign(row_, 0.0);
+  for (int j = 0; j < bins_; ++j) {
+    const HistogramBin& b = histogram.bins[static_cast<std::size_t>(j)];
+    if (j > 0 && b.longest < longest_.back()) {
+      throw InvalidInput("proposal: histogram bins are not in ascending length order");
+    }
+    longest_.push_back(b.longest);
+    // Running sums of non-negative terms never decrease in floating point either, so an
+    // interval's load from prefix differences is monotone in the interval exactly; the
+    // binary searches below depend on that.
+    prefix_documents_[j + 1] = prefix_documents_[j] + scale * static_cast<double>(b.documents);
+    prefix_tokens_[j + 1] = prefix_tokens_[j] + scale * static_cast<double>(b.tokens);
+    prefix_squares_[j + 1] = prefix_squares_[j] + scale * b.squared_tokens;
+  }
+  for (const DpScheme& s : schemes_) {
+    // Bins are ascending in length, so the bins a scheme holds are a prefix.
+    held_bins_.push_back(static_cast<int>(
+        std::upper_bound(longest_.begin(), longest_.end(), s.capacity_tokens) - longest_.begin()));
+  }
+
+  table_.assign(static_cast<std::size_t>(levels_) * row_, kInf);
+  choices_.assign(table_.size(), Choice{});
+  for (int level = 0; level < levels_; ++level) T(level, 0) = 0;
+  const Extra none;
+  std::int64_t evaluations = 0;
+  for (int level = 1; level < levels_; ++level) {
+    for (int j = 1; j <= bins_; ++j) {
+      Best best{T(level - 1, j), Choice{}};
+      BestOption(level, j, none, best, &evaluations);
+      T(level, j) = best.value;
+      choices_[static_cast<std::size_t>(level) * row_ + j] = best.choice;
+    }
+  }
+  evaluations_ = evaluations;
+}
+
+double ProposalDp::Group(int k, int lo, int hi, int d, const Extra& extra) const {
+  IntervalLoad load;
+  load.documents = prefix_documents_[hi] - prefix_documents_[lo] + extra.documents;
+  load.tokens = prefix_tokens_[hi] - prefix_tokens_[lo] + extra.tokens;
+  load.squared_tokens = prefix_squares_[hi] - prefix_squares_[lo] + extra.squared_tokens;
+  load.longest = longest_[hi - 1];
+  return GroupMs(schemes_[k], load, d);
+}
+
+void ProposalDp::BestOption(int level, int j, const Extra& extra, Best& best,
+                            std::int64_t* evaluations) const {
+  // Ties matter: once one long document fixes the makespan, many strategies reach it.
+  // Among equal makespans prefer the option whose last group takes fewer GPUs (the skip
+  // option t[n - G][j] takes none, so it wins every tie), then the one covering more bins,
+  // which leaves the rest more GPUs for less work.
+  auto beats = [&](double value, int units, int l) {
+    if (value != best.value) return value < best.value;
+    if (!(value < kInf) || best.choice.scheme < 0) return false;
+    const int best_units = best.choice.replicas * units_[best.choice.scheme];
+    return units < best_units || (units == best_units && l > best.choice.length);
+  };
+  // A bound `x` on every option of an l excludes them when x is above `best`, or equal to
+  // it and unable to win a tie (infinite, or `best` is the skip option).
+  auto excluded = [&](double x) {
+    return x > best.value || (x == best.value && (!(x < kInf) || best.choice.scheme < 0));
+  };
+  for (int k = 0; k < static_cast<int>(schemes_.size()); ++k) {
+    const int u = units_[k];
+    if (held_bins_[k] < j || u > level) continue;
+    const int max_d = level / u;
+    for (int l = 1; l <= j; ++l) {
+      const int lo = j - l;
+      // A(d) = t[level - d u][lo] never decreases with d and B(d) = Group(d) never
+      // increases, so A(1) and B(max_d) bound every d from below. A(1) falls and B(max_d)
+      // rises as l grows: skip while A(1) cannot beat `best`, stop once B(max_d) cannot.
+      if (excluded(T(level - u, lo))) continue;
+      ++*evaluations;
+      if (excluded(Group(k, lo, j, max_d, extra))) break;
+      // max(A, B) is least where they cross: find the smallest d with A(d) >= B(d).
+      int d_lo = 1, d_hi = max_d + 1;
+      while (d_lo < d_hi) {
+        const int mid = d_lo + (d_hi - d_lo) / 2;
+        ++*evaluations;
+        if (T(level - mid * u, lo) >= Group(k, lo, j, mid, extra)) {
+          d_hi = mid;
+        } else {
+          d_lo = mid + 1;
+        }
+      }
+      double value = kInf;
+      int d = 0;
+      if (d_lo <= max_d) {  // A >= B at d_lo: the maximum is A
+        value = T(level - d_lo * u, lo);
+        d = d_lo;
+      }
+      if (d_lo > 1) {  // A < B below d_lo: the maximum is B
+        ++*evaluations;
+        const double b = Group(k, lo, j, d_lo - 1, extra);
+        if (b <= value) {
+          // B may be flat (the longest document bounds it): the fewest replicas reaching
+          // b are the smallest d with B(d) <= b.
+          int lo_d = 1, hi_d = d_lo - 1;
+          while (lo_d < hi_d) {
+            const int mid = lo_d + (hi_d - lo_d) / 2;
+            ++*evaluations;
+            if (Group(k, lo, j, mid, extra) <= b) {
+              hi_d = mid;
+            } else {
+              lo_d = mid + 1;
+            }
+          }
+          value = b;
+          d = lo_d;
+        }
+      }
+      if (beats(value, d * u, l)) best = {value, Choice{k, l, d}};
+    }
+  }
+}
+
+double ProposalDp::Makespan(int gpus, int bins) const {
+  if (gpus < 0 || gpus > gpus_ || bins < 0 || bins > bins_) {
+    throw InvalidInput("proposal: no table entry for " + std::to_string(gpus) + " GPUs and " +
+                       std::to_string(bins) + " bins");
+  }
+  return T(gpus / step_, bins);
+}
+
+IntervalLoad ProposalDp::Load(int first_bin, int last_bin) const {
+  if (first_bin < 0 || last_bin < first_bin || last_bin >= bins_) {
+    throw InvalidInput("proposal: bad bin interval " + std::to_string(first_bin) + ".." +
+                       std::to_string(last_bin));
+  }
+  IntervalLoad load;
+  load.documents = prefix_documents_[last_bin + 1] - prefix_documents_[first_bin];
+  load.tokens = prefix_tokens_[last_bin + 1] - prefix_tokens_[first_bin];
+  load.squared_tokens = prefix_squares_[last_bin + 1] - prefix_squares_[first_bin];
+  load.longest = longest_[last_bin];
+  return load;
+}
+
+DpSolution ProposalDp::SolveForLongest(int bin) const {
+  if (bin < 0 || bin >= bins_) {
+    throw InvalidInput("proposal: no bin " + std::to_string(bin) + " (there are " +
+                       std::to_string(bins_) + ")");
+  }
+  const int j = bin + 1;
+  const Extra extra = TopExtra(bin);
+  // The top group is chosen here on all GPUs (using every GPU is never worse: t never
+  // increases with n), so ties go to the solution that uses more of them.
+  const int top = levels_ - 1;
+  Best best{kInf, Choice{}};
+  std::int64_t evaluations = 0;
+  BestOption(top, j, extra, best, &evaluations);
+  DpSolution solution;
+  solution.makespan_ms = best.value;
+  if (best.choice.scheme < 0) return solution;
+
+  auto add_group = [&](const Choice& c, int hi, const Extra& e) {
+    DpGroup g;
+    g.scheme = c.scheme;
+    g.replicas = c.replicas;
+    g.first_bin = hi - c.length;
+    g.last_bin = hi - 1;
+    g.ms = Group(c.scheme, g.first_bin, hi, c.replicas, e);
+    solution.groups.push_back(g);
+    solution.gpus += c.replicas * schemes_[c.scheme].scheme.Gpus();
+  };
+  add_group(best.choice, j, extra);
+  int level = top - best.choice.replicas * units_[best.choice.scheme];
+  int hi = j - best.choice.length;
+  while (hi > 0) {
+    const Choice& c = choices_[static_cast<std::size_t>(level) * row_ + hi];
+    if (c.scheme < 0) {
+      --level;
+      continue;
+    }
+    add_group(c, hi, Extra{});
+    level -= c.replicas * units_[c.scheme];
+    hi -= c.length;
+  }
+  std::reverse(solution.groups.begin(), solution.groups.end());
+  if (options_.fill_idle_gpus) Fill(solution.groups, solution.gpus);
+  return solution;
+}
+
+ProposalDp::Extra ProposalDp::TopExtra(int bin) const {
+  Extra extra;
+  const double present = prefix_documents_[bin + 1] - prefix_documents_[bin];
+  if (options_.longest_present && present < 1.0) {
+    // Scale the bin up to one document of its mean shape.
+    const double factor = 1.0 / present - 1.0;
+    extra.documents = 1.0 - present;
+    extra.tokens = factor * (prefix_tokens_[bin + 1] - prefix_tokens_[bin]);
+    extra.squared_tokens = factor * (prefix_squares_[bin + 1] - prefix_squares_[bin]);
+  }
+  return extra;
+}
+
+void ProposalDp::Fill(std::vector<DpGroup>& groups, int& gpus) const {
+  const int top = static_cast<int>(groups.size()) - 1;
+  auto ms_with = [&](int i, int replicas) {
+    const DpGroup& g = groups[static_cast<std::size_t>(i)];
+    // The top group keeps its present-document extra.
+    return Group(g.scheme, g.first_bin, g.last_bin + 1, replicas,
+                 i == top ? TopExtra(g.last_bin) : Extra{});
+  };
+  for (;;) {
+    const int idle = gpus_ - gpus;
+    // The slowest group that one more replica makes faster (a group bound by its longest
+    // document is not); on a tie the narrower scheme. When none is, the group of the
+    // shortest documents that fits: more pipelines for the bulk never hurt the planner.
+    int pick = -1, fallback = -1;
+    for (int i = 0; i < static_cast<int>(groups.size()); ++i) {
+      const DpGroup& g = groups[static_cast<std::size_t>(i)];
+      const int need = schemes_[g.scheme].scheme.Gpus();
+      if (need > idle) continue;
+      if (fallback < 0) fallback = i;
+      if (!(ms_with(i, g.replicas + 1) < g.ms)) continue;
+      const DpGroup* p = pick < 0 ? nullptr : &groups[static_cast<std::size_t>(pick)];
+      if (p == nullptr || g.ms > p->ms ||
+          (g.ms == p->ms && need < schemes_[p->scheme].scheme.Gpus())) {
+        pick = i;
+      }
+    }
+    if (pick < 0) pick = fallback;
+    if (pick < 0) return;
+    DpGroup& g = groups[static_cast<std::size_t>(pick)];
+    ++g.replicas;
+    gpus += schemes_[g.scheme].scheme.Gpus();
+    g.ms = ms_with(pick, g.replicas);
+  }
+}
+
+}  // namespace hydraulis

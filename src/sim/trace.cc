@@ -1,0 +1,123 @@
+#include "hydraulis/sim/trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "hydraulis/base/error.h"
+#include "units.h"
+
+namespace hydraulis {
+namespace {
+
+using nlohmann::json;
+using sim_units::kUsPerMs;
+
+// Whole microseconds: rounding both ends of every slice the same way keeps consecutive
+// slices of a track from overlapping by a rounding error, which trace viewers reject.
+std::int64_t Us(double ms) { return std::llround(ms * kUsPerMs); }
+
+json Complete(const std::string& name, const std::string& cat, int pid, int tid,
+              double start_ms, double end_ms, json args) {
+  const std::int64_t ts = Us(start_ms);
+  return json{{"name", name},      {"cat", cat},
+              {"ph", "X"},         {"pid", pid},
+              {"tid", tid},        {"ts", ts},
+              {"dur", Us(end_ms) - ts}, {"args", std::move(args)}};
+}
+
+json Metadata(const std::string& what, int pid, int tid, json args) {
+  json e{{"name", what}, {"ph", "M"}, {"pid", pid}, {"args", std::move(args)}};
+  if (tid >= 0) e["tid"] = tid;
+  return e;
+}
+
+}  // namespace
+
+std::string ChromeTraceJson(const SimResult& result, std::span<const int> steps) {
+  const int num_steps = static_cast<int>(result.steps.size());
+  std::size_t max_pipelines = 0;
+  std::vector<int> max_stages;  // per pipeline index, over the traced steps
+  for (int s : steps) {
+    if (s < 0 || s >= num_steps) {
+      throw InvalidInput("--trace-steps: step " + std::to_string(s) + " is out of range (0.." +
+                         std::to_string(num_steps - 1) + ")");
+    }
+    const StepResult& r = result.steps[static_cast<std::size_t>(s)];
+    max_pipelines = std::max(max_pipelines, r.pipelines.size());
+    max_stages.resize(max_pipelines, 0);
+    for (std::size_t p = 0; p < r.pipelines.size(); ++p) {
+      max_stages[p] = std::max(max_stages[p], r.pipelines[p].scheme.pp);
+    }
+  }
+  json events = json::array();
+  // Steps get their own process, sorted above the pipelines.
+  const int steps_pid = static_cast<int>(max_pipelines) + 1;
+  events.push_back(Metadata("process_name", steps_pid, -1, {{"name", "steps"}}));
+  events.push_back(Metadata("process_sort_index", steps_pid, -1, {{"sort_index", -1}}));
+  events.push_back(Metadata("thread_name", steps_pid, 0, {{"name", "step"}}));
+  for (std::size_t p = 0; p < max_pipelines; ++p) {
+    const int pid = static_cast<int>(p) + 1;
+    events.push_back(Metadata("process_name", pid, -1, {{"name", "pipeline " + std::to_string(p)}}));
+    events.push_back(Metadata("process_sort_index", pid, -1, {{"sort_index", pid}}));
+    for (int stage = 0; stage < max_stages[p]; ++stage) {
+      events.push_back(
+          Metadata("thread_name", pid, stage, {{"name", "stage " + std::to_string(stage)}}));
+    }
+  }
+  for (int s : steps) {
+    const StepResult& r = result.steps[static_cast<std::size_t>(s)];
+    events.push_back(Complete("step " + std::to_string(r.step) + " " + r.strategy, "step",
+                              steps_pid, 0, r.start_ms, r.start_ms + r.step_ms,
+                              {{"step", r.step},
+                               {"strategy", r.strategy},
+                               {"description", r.strategy_description},
+                               {"tokens", r.tokens},
+                               {"documents", r.documents},
+                               {"step_ms", r.step_ms},
+                               {"bubble_share", r.bubble_share}}));
+    const double compute_start = r.start_ms + r.materialize_ms;
+    const double sync_start = compute_start + r.compute_ms;
+    // The next step starts at start_ms + step_ms; ending the last slice exactly there
+    // keeps a rounding difference from overlapping the next step's first slice.
+    const double step_end = r.start_ms + r.step_ms;
+    const double optimizer_start = std::min(sync_start + r.reduce_scatter_ms, step_end);
+    for (std::size_t p = 0; p < r.pipelines.size(); ++p) {
+      const PipelineStepResult& pr = r.pipelines[p];
+      const int pid = static_cast<int>(p) + 1;
+      const std::string scheme = SchemeName(pr.scheme);
+      for (int stage = 0; stage < pr.scheme.pp; ++stage) {
+        const json args{{"step", r.step}, {"scheme", scheme}};
+        if (r.materialize_ms > 0) {
+          events.push_back(
+              Complete("materialize", "sync", pid, stage, r.start_ms, compute_start, args));
+        }
+        if (r.reduce_scatter_ms > 0) {
+          events.push_back(
+              Complete("reduce-scatter", "sync", pid, stage, sync_start, optimizer_start, args));
+        }
+        if (r.optimizer_ms > 0) {
+          events.push_back(
+              Complete("optimizer", "sync", pid, stage, optimizer_start, step_end, args));
+        }
+      }
+      for (const ScheduledOp& op : pr.schedule.ops) {
+        const bool fwd = op.pass == PassKind::kForward;
+        const auto mb = static_cast<std::size_t>(op.micro_batch);
+        events.push_back(Complete((fwd ? "F" : "B") + std::to_string(op.micro_batch),
+                                  fwd ? "forward" : "backward", pid, op.stage,
+                                  compute_start + op.start_ms, compute_start + op.end_ms,
+                                  {{"step", r.step},
+                                   {"scheme", scheme},
+                                   {"micro_batch", op.micro_batch},
+                                   {"tokens", pr.micro_batch_tokens[mb]},
+                                   {"documents", pr.micro_batch_documents[mb]}}));
+      }
+    }
+  }
+  json trace{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  return trace.dump() + "\n";
+}
+
+}  // namespace hydraulis
