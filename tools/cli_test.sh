@@ -473,6 +473,18 @@ else
   echo "skip: import-profile check ($A800 absent)"
 fi
 
+# --- stats ------------------------------------------------------------------------------------
+check "stats on the bundled sample prints percentiles and buckets"
+hyd stats stats --lengths "$SRC/data/wikipedia-sample-lengths.txt" --max-len 32768
+expect_rc stats 0
+grep -q "p50" "$TMP/stats.out" || fail "no p50 in stats output"
+grep -q "20,000" "$TMP/stats.out" || fail "stats does not count the 20,000 documents"
+
+check "stats on a bad lengths file"
+printf '12\nabc\n' > "$TMP/bad-lengths.txt"
+hyd statsbad stats --lengths "$TMP/bad-lengths.txt"
+expect_input_error statsbad "bad-lengths.txt:2"
+
 if [[ $HAVE_PYTHON -eq 0 ]]; then echo "note: python3 absent; JSON checked by grep only"; fi
 if [[ $FAILED -ne 0 ]]; then
   echo "cli_test: $FAILED failure(s) in $CHECKS checks" >&2

@@ -37,7 +37,9 @@ TEST(PipelineSchedule, OpsRespectDependenciesAndNeverOverlapOnAStage) {
   const std::vector<double> send(static_cast<std::size_t>(pp - 1) * stage_ms.size(), 0.25);
   const PipelineSchedule s = SimulateOneFOneB(stage_ms, send, pp);
   for (std::size_t i = 1; i < s.ops.size(); ++i) {
-    if (s.ops[i].stage == s.ops[i - 1].stage) EXPECT_GE(s.ops[i].start_ms, s.ops[i - 1].end_ms);
+    if (s.ops[i].stage == s.ops[i - 1].stage) {
+      EXPECT_GE(s.ops[i].start_ms, s.ops[i - 1].end_ms);
+    }
   }
   auto end_of = [&](int stage, int mb, PassKind pass) {
     for (const auto& op : s.ops) {

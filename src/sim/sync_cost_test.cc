@@ -53,7 +53,7 @@ TEST(SyncCost, ParameterCountOfALlamaShape) {
   EXPECT_DOUBLE_EQ(ParameterCount(m), 2 * 152 + 80 + 4);
   // The 32B case study: 60 x (4 H^2 + 3 H ffn + 2 H) + 2 V H + H.
   ModelSpec m32{"llama-32b", 60, 6656, 17920, 64, 64, 30592};
-  EXPECT_NEAR(ParameterCount(m32), 32.5073e9, 0.0001e9);
+  EXPECT_NEAR(ParameterCount(m32), 32.5102e9, 0.0001e9);
 }
 
 TEST(SyncCost, HandComputedTrafficOnTwoNodesOfTwoGpus) {
