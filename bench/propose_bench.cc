@@ -51,8 +51,7 @@ void PrintProposal(const Proposal& p) {
 // Mean planned step time (ours, exact 1F1B) of `set` over `batches`, and how often each
 // candidate was chosen.
 double MeanStepMs(const Profile& profile, const CandidateSet& set,
-                  const std::vector<std::vector<std::int64_t>>& batches,
-                  std::vector<int>* chosen) {
+                  const std::vector<std::vector<std::int64_t>>& batches, std::vector<int>* chosen) {
   PlannerOptions options;
   Planner planner(profile, set, options);
   chosen->assign(set.strategies.size(), 0);
@@ -94,11 +93,10 @@ int Run(int argc, char** argv) {
   fmt::print("{} documents read in {:.2f} s ({})\n", lengths.size(), Seconds(t0), lengths_path);
 
   const std::int64_t max_len = 32'768;
-  const std::vector<Case> cases = {
-      {64, 128, {4, 16, 1}, 200'000},
-      {64, 32, {4, 16, 1}, 200'000},
-      {1024, 512, {64, 16, 1}, 1'600'000},
-      {1024, 128, {64, 16, 1}, 1'600'000}};
+  const std::vector<Case> cases = {{64, 128, {4, 16, 1}, 200'000},
+                                   {64, 32, {4, 16, 1}, 200'000},
+                                   {1024, 512, {64, 16, 1}, 1'600'000},
+                                   {1024, 128, {64, 16, 1}, 1'600'000}};
   Proposal case_study;
   for (const Case& c : cases) {
     ProposeOptions options;
@@ -119,10 +117,16 @@ int Run(int argc, char** argv) {
       best_dp = std::min(best_dp, p.dp_seconds);
     }
     fmt::print(
-        "{:>5} GPUs, resolution {:>4}, batch {} tokens: {:.3f} s total (histogram {:.3f} s, DP + trace-back "
+        "{:>5} GPUs, resolution {:>4}, batch {} tokens: {:.3f} s total (histogram {:.3f} s, DP + "
+        "trace-back "
         "{:.3f} s); {} bins, {} schemes, GPU step {}, {} group evaluations, {} strategies\n",
-        c.gpus, c.resolution, options.tokens_per_batch, best_total, best_histogram, best_dp, p.bins, p.schemes.size(),
-        p.gpu_step, p.evaluations, p.strategies.size());
+        c.gpus, c.resolution, options.tokens_per_batch, best_total, best_histogram, best_dp, p.bins,
+        p.schemes.size(), p.gpu_step, p.evaluations, p.strategies.size());
+    fmt::print("    schemes (capacity tokens):");
+    for (const DpScheme& s : p.schemes) {
+      fmt::print(" {} {}", SchemeName(s.scheme), s.capacity_tokens);
+    }
+    fmt::print("\n");
     PrintProposal(p);
     if (c.gpus == 64 && c.resolution == 128) case_study = p;
   }
@@ -133,17 +137,18 @@ int Run(int argc, char** argv) {
     BatchSampler sampler(lengths, {batch_tokens, max_len, 1});
     std::vector<std::vector<std::int64_t>> batches;
     for (int i = 0; i < compare_steps; ++i) batches.push_back(sampler.Next().lengths);
-    const CandidateSet proposed = ParseCandidates(CandidatesToJson(case_study.candidates),
-                                                  "proposed", profile);
+    const CandidateSet proposed =
+        ParseCandidates(CandidatesToJson(case_study.candidates), "proposed", profile);
     std::vector<int> chosen;
     for (const auto* set : {&s0s6, &proposed}) {
       t0 = Clock::now();
       const double ms = MeanStepMs(profile, *set, batches, &chosen);
-      fmt::print("{} ({} candidates): mean planned step {:.1f} ms, {:.0f} tokens/s over {} "
-                 "batches of {} tokens (planned in {:.1f} s); chosen:",
-                 set == &s0s6 ? "S0..S6" : "proposed", set->strategies.size(), ms,
-                 static_cast<double>(batch_tokens) / ms * 1000.0, compare_steps, batch_tokens,
-                 Seconds(t0));
+      fmt::print(
+          "{} ({} candidates): mean planned step {:.1f} ms, {:.0f} tokens/s over {} "
+          "batches of {} tokens (planned in {:.1f} s); chosen:",
+          set == &s0s6 ? "S0..S6" : "proposed", set->strategies.size(), ms,
+          static_cast<double>(batch_tokens) / ms * 1000.0, compare_steps, batch_tokens,
+          Seconds(t0));
       for (std::size_t i = 0; i < chosen.size(); ++i) {
         if (chosen[i] > 0) fmt::print(" {}x{}", set->strategies[i].name, chosen[i]);
       }

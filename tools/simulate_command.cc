@@ -41,6 +41,9 @@ class ProgressBar {
     if (!enabled_) return;
     const double elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
     if (elapsed_s < kDelaySeconds) return;
+    // At most ten redraws a second, but always the last one.
+    if (done < total && elapsed_s - last_draw_s_ < kRedrawSeconds) return;
+    last_draw_s_ = elapsed_s;
     constexpr int kWidth = 30;
     const int filled = total > 0 ? done * kWidth / total : kWidth;
     fmt::print(stderr, "\r[{}{}] {}/{} steps  {:.1f} s", std::string(filled, '#'),
@@ -52,7 +55,9 @@ class ProgressBar {
  private:
   using Clock = std::chrono::steady_clock;
   static constexpr double kDelaySeconds = 1.0;
+  static constexpr double kRedrawSeconds = 0.1;
   bool enabled_;
+  double last_draw_s_ = 0;
   bool shown_ = false;
   Clock::time_point start_;
 };
@@ -98,7 +103,10 @@ int RunSimulate(SimulateArgs a) {
   const std::string trace = a.trace.empty() ? "" : ChromeTraceJson(result, a.trace_steps);
   if (!a.json.empty()) WriteFileAtomically(a.json, summary);
   if (!a.trace.empty()) WriteFileAtomically(a.trace, trace);
-  if (!a.quiet) fmt::print("{}", SimTable(result));
+  if (!a.quiet) {
+    fmt::print("{}planning: {:.2f} s wall-clock\n", SimTable(result),
+               result.planning_wall_ms / 1e3);
+  }
   return 0;
 }
 

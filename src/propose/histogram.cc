@@ -29,10 +29,10 @@ LengthHistogram BuildLengthHistogram(std::span<const std::int64_t> lengths, std:
   // One slot per possible bin: ceil(max_len / R) of them, at most max_len.
   const std::int64_t slots = (max_len - 1) / resolution_tokens + 1;
   if (slots > kMaxHistogramSlots) {
-    throw InvalidInput("resolution: " + std::to_string(resolution_tokens) + " tokens over max-len " +
-                       std::to_string(max_len) + " makes " + std::to_string(slots) +
-                       " bins, more than " + std::to_string(kMaxHistogramSlots) +
-                       "; widen the resolution");
+    throw InvalidInput("resolution: " + std::to_string(resolution_tokens) +
+                       " tokens over max-len " + std::to_string(max_len) + " makes " +
+                       std::to_string(slots) + " bins, more than " +
+                       std::to_string(kMaxHistogramSlots) + "; widen the resolution");
   }
   std::vector<HistogramBin> all(static_cast<std::size_t>(slots));
   for (std::size_t i = 0; i < lengths.size(); ++i) {

@@ -86,7 +86,7 @@ ProposalDp::ProposalDp(std::vector<DpScheme> schemes, const LengthHistogram& his
   for (int level = 1; level < levels_; ++level) {
     for (int j = 1; j <= bins_; ++j) {
       Best best{T(level - 1, j), Choice{}};
-      BestOption(level, j, none, best, &evaluations);
+      BestOption(level, j, none, &best, &evaluations);
       T(level, j) = best.value;
       choices_[static_cast<std::size_t>(level) * row_ + j] = best.choice;
     }
@@ -103,22 +103,22 @@ double ProposalDp::Group(int k, int lo, int hi, int d, const Extra& extra) const
   return GroupMs(schemes_[k], load, d);
 }
 
-void ProposalDp::BestOption(int level, int j, const Extra& extra, Best& best,
+void ProposalDp::BestOption(int level, int j, const Extra& extra, Best* best,
                             std::int64_t* evaluations) const {
   // Ties matter: once one long document fixes the makespan, many strategies reach it.
   // Among equal makespans prefer the option whose last group takes fewer GPUs (the skip
   // option t[n - G][j] takes none, so it wins every tie), then the one covering more bins,
   // which leaves the rest more GPUs for less work.
   auto beats = [&](double value, int units, int l) {
-    if (value != best.value) return value < best.value;
-    if (!(value < kInf) || best.choice.scheme < 0) return false;
-    const int best_units = best.choice.replicas * units_[best.choice.scheme];
-    return units < best_units || (units == best_units && l > best.choice.length);
+    if (value != best->value) return value < best->value;
+    if (!(value < kInf) || best->choice.scheme < 0) return false;
+    const int best_units = best->choice.replicas * units_[best->choice.scheme];
+    return units < best_units || (units == best_units && l > best->choice.length);
   };
   // A bound `x` on every option of an l excludes them when x is above `best`, or equal to
   // it and unable to win a tie (infinite, or `best` is the skip option).
   auto excluded = [&](double x) {
-    return x > best.value || (x == best.value && (!(x < kInf) || best.choice.scheme < 0));
+    return x > best->value || (x == best->value && (!(x < kInf) || best->choice.scheme < 0));
   };
   for (int k = 0; k < static_cast<int>(schemes_.size()); ++k) {
     const int u = units_[k];
@@ -169,7 +169,7 @@ void ProposalDp::BestOption(int level, int j, const Extra& extra, Best& best,
           d = lo_d;
         }
       }
-      if (beats(value, d * u, l)) best = {value, Choice{k, l, d}};
+      if (beats(value, d * u, l)) *best = {value, Choice{k, l, d}};
     }
   }
 }
@@ -207,7 +207,7 @@ DpSolution ProposalDp::SolveForLongest(int bin) const {
   const int top = levels_ - 1;
   Best best{kInf, Choice{}};
   std::int64_t evaluations = 0;
-  BestOption(top, j, extra, best, &evaluations);
+  BestOption(top, j, extra, &best, &evaluations);
   DpSolution solution;
   solution.makespan_ms = best.value;
   if (best.choice.scheme < 0) return solution;

@@ -54,11 +54,10 @@ void CheckLayout(const Profile& profile, const OptimizerLayout& l, int gpus) {
 // cumulative document share and n = tokens_per_batch / mean length (1 when 0).
 std::vector<double> LongestBinShares(const LengthHistogram& h, std::int64_t tokens_per_batch) {
   const double documents = static_cast<double>(h.documents);
-  const double n =
-      tokens_per_batch > 0
-          ? std::max(1.0, static_cast<double>(tokens_per_batch) * documents /
-                              static_cast<double>(h.tokens))
-          : 1.0;
+  const double n = tokens_per_batch > 0
+                       ? std::max(1.0, static_cast<double>(tokens_per_batch) * documents /
+                                           static_cast<double>(h.tokens))
+                       : 1.0;
   std::vector<double> share;
   std::int64_t below = 0;
   for (const HistogramBin& b : h.bins) {
@@ -111,14 +110,14 @@ std::vector<DpScheme> UsableSchemes(const Profile& profile, int gpus,
     out.push_back({s, TimeModel::From(sp), capacity});
   }
   if (!any_tiles) {
-    throw InvalidInput("gpus " + std::to_string(gpus) +
-                       ": no profiled scheme fits: each needs more GPUs or has a tp*cp that "
-                       "does not divide " +
-                       std::to_string(gpus));
+    const std::string n = std::to_string(gpus);
+    throw InvalidInput("gpus " + n + ": no profiled scheme fits: each needs more GPUs or has " +
+                       "a tp*cp that does not divide " + n);
   }
   if (out.empty()) {
-    throw InvalidInput("gpus " + std::to_string(gpus) + ": no profiled scheme fits the model in "
-                       "memory with optimizer layout " + LayoutName(layout));
+    throw InvalidInput("gpus " + std::to_string(gpus) +
+                       ": no profiled scheme fits the model in memory with optimizer layout " +
+                       LayoutName(layout));
   }
   return out;
 }
@@ -158,8 +157,8 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
 
   DpOptions dp_options;
   if (options.tokens_per_batch > 0) {
-    dp_options.document_scale = static_cast<double>(options.tokens_per_batch) /
-                                static_cast<double>(histogram.tokens);
+    dp_options.document_scale =
+        static_cast<double>(options.tokens_per_batch) / static_cast<double>(histogram.tokens);
   }
   const auto start = std::chrono::steady_clock::now();
   const ProposalDp dp(out.schemes, histogram, gpus, dp_options);

@@ -1,1 +1,516 @@
+// Strategy proposal tests: the histogram, the group-time model, the DP against an
+// exhaustive evaluation of the same objective on tiny histograms, invariants and an
+// end-to-end plan on the real Wikipedia lengths, and the errors of bad input.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../base/test_support.h"
+#include "hydraulis/assign/planner.h"
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/rng.h"
+#include "hydraulis/cost/capacity.h"
+#include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/lengths.h"
+#include "hydraulis/propose/histogram.h"
+#include "hydraulis/propose/proposal_dp.h"
+#include "hydraulis/propose/propose.h"
+#include "hydraulis/spec/spec_io.h"
+
+namespace hydraulis {
+namespace {
+
+using test_support::InvalidInputMessage;
+
+const std::string kRoot = HYDRAULIS_SOURCE_DIR;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const Profile& Profile32b() {
+  static const Profile profile = LoadProfile(kRoot + "/configs/profiles/llama-32b-a800.json");
+  return profile;
+}
+
+// The shared 1M Wikipedia lengths when present, else the bundled 20K sample.
+const std::vector<std::int64_t>& RealLengths() {
+  static const std::vector<std::int64_t> lengths = [] {
+    std::string path = kRoot + "/../shared/data/wikipedia-doc-lengths.txt";
+    if (!std::filesystem::exists(path)) path = kRoot + "/data/wikipedia-sample-lengths.txt";
+    return ReadLengths(path);
+  }();
+  return lengths;
+}
+
+bool Near(double a, double b) {
+  if (a == b) return true;  // also both infinite
+  return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b));
+}
+
+// ---------------------------------------------------------------------------------------
+// Histogram.
+
+TEST(HistogramTest, BinsAreHalfOpenAtTheResolutionAndTruncateToMaxLen) {
+  const std::vector<std::int64_t> lengths = {1, 128, 129, 256, 300, 1000, 5000};
+  const LengthHistogram h = BuildLengthHistogram(lengths, 1000, 128);
+  EXPECT_EQ(h.resolution_tokens, 128);
+  EXPECT_EQ(h.max_len, 1000);
+  EXPECT_EQ(h.documents, 7);
+  EXPECT_EQ(h.truncated_documents, 1);
+  EXPECT_EQ(h.tokens, 1 + 128 + 129 + 256 + 300 + 1000 + 1000);
+  ASSERT_EQ(h.bins.size(), 4u);
+  // (0,128]: 1, 128.
+  EXPECT_EQ(h.bins[0].index, 1);
+  EXPECT_EQ(h.bins[0].upper_tokens, 128);
+  EXPECT_EQ(h.bins[0].documents, 2);
+  EXPECT_EQ(h.bins[0].tokens, 129);
+  EXPECT_EQ(h.bins[0].longest, 128);
+  EXPECT_DOUBLE_EQ(h.bins[0].squared_tokens, 1.0 + 128.0 * 128.0);
+  // (128,256]: 129, 256.
+  EXPECT_EQ(h.bins[1].index, 2);
+  EXPECT_EQ(h.bins[1].documents, 2);
+  EXPECT_EQ(h.bins[1].longest, 256);
+  // (256,384]: 300.
+  EXPECT_EQ(h.bins[2].index, 3);
+  EXPECT_EQ(h.bins[2].documents, 1);
+  // The last bin (896, 1000] is cut at max_len and holds the two truncated lengths.
+  EXPECT_EQ(h.bins[3].index, 8);
+  EXPECT_EQ(h.bins[3].upper_tokens, 1000);
+  EXPECT_EQ(h.bins[3].documents, 2);
+  EXPECT_EQ(h.bins[3].longest, 1000);
+}
+
+TEST(HistogramTest, RejectsBadInput) {
+  const std::vector<std::int64_t> ok = {5};
+  EXPECT_NE(InvalidInputMessage([] { BuildLengthHistogram({}, 10, 1); }).find("no documents"),
+            std::string::npos);
+  const std::vector<std::int64_t> zero = {3, 0};
+  EXPECT_NE(InvalidInputMessage([&] { BuildLengthHistogram(zero, 10, 1); }).find("lengths[1]"),
+            std::string::npos);
+  EXPECT_NE(InvalidInputMessage([&] { BuildLengthHistogram(ok, 0, 1); }).find("max-len"),
+            std::string::npos);
+  EXPECT_NE(InvalidInputMessage([&] { BuildLengthHistogram(ok, 10, 0); }).find("resolution"),
+            std::string::npos);
+  EXPECT_NE(InvalidInputMessage([&] {
+              BuildLengthHistogram(ok, std::int64_t{1} << 40, 1);
+            }).find("resolution"),
+            std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------
+// Group time.
+
+DpScheme MakeScheme(int tp, int pp, double a, double b, double c, std::int64_t capacity) {
+  return DpScheme{Scheme{1, tp, pp}, TimeModel{a, b, c}, capacity};
+}
+
+TEST(GroupMsTest, MatchesTheDocumentedFormula) {
+  const DpScheme s = MakeScheme(2, 3, 1e-3, 0.5, 10, 100);
+  IntervalLoad load{4, 250, 4 * 62.5 * 62.5, 90};  // longest 90, 250 tokens
+  const double longest = 1e-3 * 90 * 90 + 0.5 * 90;
+  const double work = 1e-3 * load.squared_tokens + 0.5 * 250;
+  // d = 1: 3 micro-batches of <= 100 tokens; 2 warm-up/cool-down stages.
+  EXPECT_DOUBLE_EQ(GroupMs(s, load, 1), std::max(work, longest) + 10 * 3 + 2 * (longest + 10));
+  // d = 2: 125 tokens each -> 2 micro-batches.
+  EXPECT_DOUBLE_EQ(GroupMs(s, load, 2), std::max(work / 2, longest) + 10 * 2 + 2 * (longest + 10));
+  // Many replicas: the longest document bounds the share.
+  EXPECT_DOUBLE_EQ(GroupMs(s, load, 50), longest + 10 + 2 * (longest + 10));
+  for (int d = 1; d < 60; ++d) EXPECT_LE(GroupMs(s, load, d + 1), GroupMs(s, load, d));
+}
+
+// ---------------------------------------------------------------------------------------
+// The DP against an exhaustive evaluation of its objective.
+
+// Every split of bins [0, j) into contiguous intervals, each given to d >= 1 replicas of a
+// scheme that holds the interval's longest document, within `gpus` GPUs; `top_extra` is
+// added to the interval holding bin j-1. Returns the least maximum GroupMs (+inf if none).
+double BruteForce(const std::vector<DpScheme>& schemes, const LengthHistogram& h, double scale,
+                  int gpus, int j, const IntervalLoad& top_extra) {
+  auto load = [&](int lo, int hi) {  // bins [lo, hi), summed directly
+    IntervalLoad l;
+    for (int b = lo; b < hi; ++b) {
+      l.documents += scale * static_cast<double>(h.bins[b].documents);
+      l.tokens += scale * static_cast<double>(h.bins[b].tokens);
+      l.squared_tokens += scale * h.bins[b].squared_tokens;
+    }
+    l.longest = h.bins[hi - 1].longest;
+    if (hi == j) {
+      l.documents += top_extra.documents;
+      l.tokens += top_extra.tokens;
+      l.squared_tokens += top_extra.squared_tokens;
+    }
+    return l;
+  };
+  double best = kInf;
+  // rec(lo, left, worst): bins [lo, j) still to cover with `left` GPUs.
+  std::function<void(int, int, double)> rec = [&](int lo, int left, double worst) {
+    if (worst >= best) return;
+    if (lo == j) {
+      best = worst;
+      return;
+    }
+    for (int hi = lo + 1; hi <= j; ++hi) {
+      const IntervalLoad l = load(lo, hi);
+      for (const DpScheme& s : schemes) {
+        if (s.capacity_tokens < l.longest) continue;
+        for (int d = 1; d * s.scheme.Gpus() <= left; ++d) {
+          rec(hi, left - d * s.scheme.Gpus(), std::max(worst, GroupMs(s, l, d)));
+        }
+      }
+    }
+  };
+  rec(0, gpus, 0.0);
+  return j == 0 ? 0.0 : best;
+}
+
+// A random tiny histogram (1..5 non-empty bins of resolution 100) and 1..3 schemes.
+struct TinyCase {
+  LengthHistogram histogram;
+  std::vector<DpScheme> schemes;
+  int gpus = 0;
+  double scale = 1;
+};
+
+TinyCase RandomTinyCase(Rng& rng) {
+  TinyCase t;
+  std::vector<std::int64_t> lengths;
+  const int bins = 1 + static_cast<int>(rng.Below(5));
+  std::int64_t k = 0;
+  for (int b = 0; b < bins; ++b) {
+    k += 1 + static_cast<std::int64_t>(rng.Below(3));  // gaps make empty bins
+    const int docs = 1 + static_cast<int>(rng.Below(6));
+    for (int i = 0; i < docs; ++i) {
+      lengths.push_back((k - 1) * 100 + 1 + static_cast<std::int64_t>(rng.Below(100)));
+    }
+  }
+  t.histogram = BuildLengthHistogram(lengths, 10'000, 100);
+  const std::int64_t longest = t.histogram.bins.back().longest;
+  const int gpu_choices[] = {1, 2, 3, 4, 6};
+  const int schemes = 1 + static_cast<int>(rng.Below(3));
+  for (int i = 0; i < schemes; ++i) {
+    const int g = gpu_choices[rng.Below(5)];
+    const int pp = 1 + static_cast<int>(rng.Below(2));
+    const int tp = g % pp == 0 ? g / pp : g;
+    const int real_pp = g % pp == 0 ? pp : 1;
+    // The first scheme holds everything, the others a random prefix of lengths.
+    const std::int64_t capacity =
+        i == 0 ? longest + static_cast<std::int64_t>(rng.Below(200))
+               : 50 + static_cast<std::int64_t>(rng.Below(static_cast<std::uint64_t>(longest)));
+    t.schemes.push_back(MakeScheme(tp, real_pp, rng.Uniform() * 1e-3 / g,
+                                   (0.05 + rng.Uniform()) / g, rng.Uniform() * 30, capacity));
+  }
+  t.gpus = 1 + static_cast<int>(rng.Below(12));
+  t.scale = rng.Below(3) == 0 ? 0.05 + rng.Uniform() * 0.3 : 1.0;
+  return t;
+}
+
+TEST(ProposalDpTest, TableEqualsExhaustiveSearchOnTinyHistograms) {
+  Rng rng(7);
+  int feasible = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    TinyCase t = RandomTinyCase(rng);
+    // Schemes wider than the cluster are not the DP's input.
+    std::erase_if(t.schemes, [&](const DpScheme& s) { return s.scheme.Gpus() > t.gpus; });
+    if (t.schemes.empty()) continue;
+    DpOptions options;
+    options.document_scale = t.scale;
+    const ProposalDp dp(t.schemes, t.histogram, t.gpus, options);
+    const int bins = dp.bin_count();
+    for (int n = 0; n <= t.gpus; ++n) {
+      for (int j = 0; j <= bins; ++j) {
+        const double expected = BruteForce(t.schemes, t.histogram, t.scale, n, j, {});
+        ASSERT_TRUE(Near(dp.Makespan(n, j), expected))
+            << "trial " << trial << " n " << n << " j " << j << ": dp " << dp.Makespan(n, j)
+            << " exhaustive " << expected;
+        if (expected < kInf) ++feasible;
+      }
+    }
+  }
+  EXPECT_GT(feasible, 1000);
+}
+
+TEST(ProposalDpTest, SolveForLongestIsOptimalConsistentAndFillsIdleGpus) {
+  Rng rng(11);
+  for (int trial = 0; trial < 2000; ++trial) {
+    TinyCase t = RandomTinyCase(rng);
+    std::erase_if(t.schemes, [&](const DpScheme& s) { return s.scheme.Gpus() > t.gpus; });
+    if (t.schemes.empty()) continue;
+    for (bool fill : {false, true}) {
+      DpOptions options;
+      options.document_scale = t.scale;
+      options.fill_idle_gpus = fill;
+      const ProposalDp dp(t.schemes, t.histogram, t.gpus, options);
+      for (int bin = 0; bin < dp.bin_count(); ++bin) {
+        // The top bin holds at least one document of its mean shape.
+        const HistogramBin& top = t.histogram.bins[static_cast<std::size_t>(bin)];
+        const double present = t.scale * static_cast<double>(top.documents);
+        IntervalLoad extra;
+        if (present < 1) {
+          const double f = 1 / present - 1;
+          extra = {1 - present, f * t.scale * static_cast<double>(top.tokens),
+                   f * t.scale * top.squared_tokens, 0};
+        }
+        const double expected = BruteForce(t.schemes, t.histogram, t.scale, t.gpus, bin + 1, extra);
+        const DpSolution s = dp.SolveForLongest(bin);
+        ASSERT_TRUE(Near(s.makespan_ms, expected)) << "trial " << trial << " bin " << bin << ": dp "
+                                                   << s.makespan_ms << " exhaustive " << expected;
+        if (!(expected < kInf)) {
+          EXPECT_TRUE(s.groups.empty());
+          continue;
+        }
+        // The groups tile bins 0..bin in order, fit the cluster, hold their documents and
+        // reach the makespan (exactly without filling, at most with it).
+        ASSERT_FALSE(s.groups.empty());
+        int next = 0, gpus = 0;
+        double worst = 0;
+        for (const DpGroup& g : s.groups) {
+          EXPECT_EQ(g.first_bin, next);
+          EXPECT_LE(g.first_bin, g.last_bin);
+          next = g.last_bin + 1;
+          const DpScheme& scheme = t.schemes[static_cast<std::size_t>(g.scheme)];
+          gpus += g.replicas * scheme.scheme.Gpus();
+          EXPECT_GE(scheme.capacity_tokens,
+                    t.histogram.bins[static_cast<std::size_t>(g.last_bin)].longest);
+          worst = std::max(worst, g.ms);
+        }
+        EXPECT_EQ(next, bin + 1);
+        EXPECT_EQ(gpus, s.gpus);
+        EXPECT_LE(gpus, t.gpus);
+        if (fill) {
+          EXPECT_LE(worst, s.makespan_ms * (1 + 1e-12));
+          for (const DpGroup& g : s.groups) {
+            EXPECT_GT(t.schemes[static_cast<std::size_t>(g.scheme)].scheme.Gpus(), t.gpus - gpus);
+          }
+        } else {
+          EXPECT_TRUE(Near(worst, s.makespan_ms));
+        }
+      }
+    }
+  }
+}
+
+TEST(ProposalDpTest, OneLongDocumentDoesNotPullWideSchemesIntoTheBulk) {
+  // One 32K-like document only the wide scheme holds, and a bulk of short documents that
+  // the narrow scheme runs twice as efficiently. The makespan is the long document's
+  // time whatever the bulk runs on; ties must go to the narrow scheme.
+  std::vector<std::int64_t> lengths(400, 500);
+  lengths.push_back(8000);
+  const LengthHistogram h = BuildLengthHistogram(lengths, 8000, 500);
+  const std::vector<DpScheme> schemes = {MakeScheme(8, 1, 0, 1.0 / 8, 10, 10'000),
+                                         MakeScheme(2, 1, 0, 1.0 / 4, 10, 1'000)};
+  DpOptions options;
+  options.fill_idle_gpus = false;
+  const ProposalDp dp(schemes, h, 64, options);
+  const DpSolution s = dp.SolveForLongest(dp.bin_count() - 1);
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_EQ(s.groups[1].scheme, 0);
+  EXPECT_EQ(s.groups[1].replicas, 1);
+  EXPECT_EQ(s.groups[0].scheme, 1);
+}
+
+TEST(ProposalDpTest, RejectsBadPreconditions) {
+  const LengthHistogram h = BuildLengthHistogram(std::vector<std::int64_t>{10}, 100, 10);
+  const DpScheme s = MakeScheme(4, 1, 0, 1, 1, 100);
+  EXPECT_NE(InvalidInputMessage([&] { ProposalDp({s}, h, 0); }).find("gpus"), std::string::npos);
+  EXPECT_NE(InvalidInputMessage([&] { ProposalDp({}, h, 4); }).find("no scheme"),
+            std::string::npos);
+  EXPECT_NE(InvalidInputMessage([&] { ProposalDp({s}, h, 2); }).find("needs 4 GPUs"),
+            std::string::npos);
+  DpOptions bad;
+  bad.document_scale = 0;
+  EXPECT_NE(InvalidInputMessage([&] { ProposalDp({s}, h, 4, bad); }).find("scale"),
+            std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------
+// Real data: 32B on 64 and 1,024 GPUs over the Wikipedia lengths truncated to 32K.
+
+void ExpectValidProposal(const Proposal& p, const Profile& profile, int gpus) {
+  ASSERT_FALSE(p.strategies.empty());
+  ASSERT_EQ(p.strategies.size(), p.candidates.strategies.size());
+  const OptimizerLayout& layout = p.candidates.optimizer_layout;
+  EXPECT_EQ(std::int64_t{layout.dp} * layout.tp * layout.pp, gpus);
+  // The fallback first: the homogeneous optimizer layout.
+  EXPECT_TRUE(p.strategies.front().fallback);
+  EXPECT_EQ(
+      p.strategies.front().strategy.pipelines,
+      std::vector<Scheme>(static_cast<std::size_t>(layout.dp), Scheme{1, layout.tp, layout.pp}));
+  std::set<std::vector<Scheme>> seen;
+  std::set<std::string> names;
+  std::set<std::int64_t> served;
+  for (const ProposedStrategy& s : p.strategies) {
+    EXPECT_TRUE(seen.insert(s.strategy.pipelines).second)
+        << "duplicate " << StrategyDescription(s.strategy);
+    EXPECT_TRUE(names.insert(s.strategy.name).second);
+    EXPECT_LE(s.strategy.Gpus(), gpus);
+    std::int64_t widest = 0;
+    for (const Scheme& scheme : s.strategy.pipelines) {
+      EXPECT_NE(profile.Find(scheme), nullptr) << SchemeName(scheme);
+      EXPECT_EQ(gpus % (scheme.tp * scheme.cp), 0) << SchemeName(scheme);
+      widest = std::max(widest, CapacityTokens(profile, scheme, layout));
+    }
+    for (std::int64_t longest : s.longest_tokens) {
+      EXPECT_GE(widest, longest) << s.strategy.name;
+      EXPECT_TRUE(served.insert(longest).second) << "bin served twice: " << longest;
+    }
+    if (!s.fallback) {
+      EXPECT_FALSE(s.longest_tokens.empty());
+      EXPECT_EQ(s.strategy.name, "up-to-" + std::to_string(s.longest_tokens.back()));
+    }
+  }
+  EXPECT_EQ(static_cast<int>(served.size()), p.bins);
+  // The file round-trips through the strict reader unchanged.
+  const CandidateSet parsed = ParseCandidates(CandidatesToJson(p.candidates), "proposed", profile);
+  ASSERT_EQ(parsed.strategies.size(), p.candidates.strategies.size());
+  for (std::size_t i = 0; i < parsed.strategies.size(); ++i) {
+    EXPECT_EQ(parsed.strategies[i].name, p.candidates.strategies[i].name);
+    EXPECT_EQ(parsed.strategies[i].pipelines, p.candidates.strategies[i].pipelines);
+  }
+}
+
+TEST(ProposeTest, DefaultOptimizerLayoutIsTheWidestCapacityHomogeneousLayout) {
+  EXPECT_EQ(DefaultOptimizerLayout(Profile32b(), 64).dp, 4);
+  EXPECT_EQ(DefaultOptimizerLayout(Profile32b(), 64).tp, 16);
+  EXPECT_EQ(DefaultOptimizerLayout(Profile32b(), 64).pp, 1);
+  const OptimizerLayout big = DefaultOptimizerLayout(Profile32b(), 1024);
+  EXPECT_EQ(big.dp, 64);
+  EXPECT_EQ(big.tp, 16);
+  EXPECT_EQ(big.pp, 1);
+}
+
+TEST(ProposeTest, LlamaThirtyTwoBOnSixtyFourGpusPlansARealBatch) {
+  const Profile& profile = Profile32b();
+  ProposeOptions options;
+  options.gpus = 64;
+  options.max_len = 32'768;
+  options.resolution_tokens = 128;
+  const Proposal p = ProposeStrategies(profile, RealLengths(), options);
+  ExpectValidProposal(p, profile, 64);
+  EXPECT_EQ(p.candidates.optimizer_layout.tp, 16);
+  EXPECT_GE(p.strategies.size(), 3u);
+  // The strategy for the longest bin holds a 32K document: a TP16 pipeline.
+  const ProposedStrategy& longest = p.strategies[1];
+  EXPECT_EQ(longest.longest_tokens.back(), 32'768);
+  EXPECT_EQ(longest.strategy.pipelines.front(), (Scheme{1, 16, 1}));
+
+  // Written, read back by the strict reader, and planned by the planner.
+  const CandidateSet candidates =
+      ParseCandidates(CandidatesToJson(p.candidates), "proposed", profile);
+  const Planner planner(profile, candidates, PlannerOptions{});
+  BatchSampler sampler(RealLengths(), {200'000, 32'768, 3});
+  for (int step = 0; step < 2; ++step) {
+    const Plan plan = planner.PlanBatch(sampler.Next().lengths);
+    EXPECT_GT(plan.estimated_step_ms, 0);
+    EXPECT_GE(plan.estimated_step_ms, plan.lower_bound_ms * (1 - 1e-9));
+    ASSERT_GE(plan.strategy_index, 0);
+    ASSERT_LT(plan.strategy_index, static_cast<int>(candidates.strategies.size()));
+    EXPECT_TRUE(plan.truncated.empty());
+  }
+}
+
+TEST(ProposeTest, LlamaThirtyTwoBOnOneThousandGpusAndDeterminism) {
+  const Profile& profile = Profile32b();
+  ProposeOptions options;
+  options.gpus = 1024;
+  options.max_len = 32'768;
+  options.resolution_tokens = 512;
+  options.tokens_per_batch = 1'600'000;
+  options.optimizer_layout = OptimizerLayout{64, 16, 1};
+  const Proposal p = ProposeStrategies(profile, RealLengths(), options);
+  ExpectValidProposal(p, profile, 1024);
+  EXPECT_EQ(CandidatesToJson(p.candidates),
+            CandidatesToJson(ProposeStrategies(profile, RealLengths(), options).candidates));
+}
+
+TEST(ProposeTest, WholeDatasetModeAndMaxStrategies) {
+  const Profile& profile = Profile32b();
+  ProposeOptions options;
+  options.gpus = 64;
+  options.max_len = 32'768;
+  options.resolution_tokens = 512;
+  options.tokens_per_batch = 0;
+  ExpectValidProposal(ProposeStrategies(profile, RealLengths(), options), profile, 64);
+
+  options.tokens_per_batch = 200'000;
+  const Proposal all = ProposeStrategies(profile, RealLengths(), options);
+  options.max_strategies = 3;
+  const Proposal few = ProposeStrategies(profile, RealLengths(), options);
+  ASSERT_GT(all.strategies.size(), 4u);
+  ASSERT_EQ(few.strategies.size(), 4u);  // the fallback and three others
+  EXPECT_TRUE(few.strategies[0].fallback);
+  // The longest bin's strategy is kept, the rest by decreasing share, in length order.
+  EXPECT_EQ(few.strategies[1].strategy.pipelines, all.strategies[1].strategy.pipelines);
+  EXPECT_GT(few.strategies[1].longest_tokens.back(), few.strategies[2].longest_tokens.back());
+  EXPECT_GT(few.strategies[2].longest_tokens.back(), few.strategies[3].longest_tokens.back());
+  std::vector<double> shares;
+  for (std::size_t i = 2; i < all.strategies.size(); ++i) {
+    shares.push_back(all.strategies[i].batch_share);
+  }
+  std::sort(shares.rbegin(), shares.rend());
+  EXPECT_GE(std::min(few.strategies[2].batch_share, few.strategies[3].batch_share), shares[1]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors name the value.
+
+TEST(ProposeTest, ErrorsNameTheBadValue) {
+  const Profile& profile = Profile32b();
+  const std::vector<std::int64_t> lengths = {100, 2000, 40'000};
+  ProposeOptions o;
+  o.gpus = 64;
+  o.max_len = 32'768;
+  auto message = [&](const ProposeOptions& opts, std::span<const std::int64_t> l) {
+    return InvalidInputMessage([&] { ProposeStrategies(profile, l, opts); });
+  };
+  ProposeOptions bad = o;
+  bad.gpus = 0;
+  EXPECT_NE(message(bad, lengths).find("gpus"), std::string::npos);
+  bad = o;
+  bad.gpus = 3;  // no homogeneous layout tiles 3 GPUs
+  EXPECT_NE(message(bad, lengths).find("gpus 3"), std::string::npos);
+  bad = o;
+  bad.max_len = 50'000;  // TP16's capacity under (4,16,1) is 43,520
+  EXPECT_NE(message(bad, lengths).find("max-len 50000"), std::string::npos);
+  bad = o;
+  bad.resolution_tokens = 60'000;
+  bad.max_len = 60'000;
+  EXPECT_NE(message(bad, lengths).find("resolution 60000"), std::string::npos);
+  bad = o;
+  bad.optimizer_layout = OptimizerLayout{2, 16, 1};
+  EXPECT_NE(message(bad, lengths).find("optimizer-layout 2,16,1"), std::string::npos);
+  bad = o;
+  bad.optimizer_layout = OptimizerLayout{64, 1, 1};  // (TP1) is not profiled
+  EXPECT_NE(message(bad, lengths).find("optimizer-layout 64,1,1"), std::string::npos);
+  bad = o;
+  bad.tokens_per_batch = -1;
+  EXPECT_NE(message(bad, lengths).find("tokens-per-batch"), std::string::npos);
+  bad = o;
+  bad.max_strategies = -2;
+  EXPECT_NE(message(bad, lengths).find("max-strategies"), std::string::npos);
+  EXPECT_NE(message(o, {}).find("no documents"), std::string::npos);
+
+  // A cluster that no profiled scheme tiles: only TP4 and TP8 on 6 GPUs.
+  Profile narrow = profile;
+  std::erase_if(narrow.schemes, [](const SchemeProfile& s) {
+    return !(s.scheme.pp == 1 && (s.scheme.tp == 4 || s.scheme.tp == 8));
+  });
+  EXPECT_NE(InvalidInputMessage([&] {
+              UsableSchemes(narrow, 6, {3, 2, 1});
+            }).find("gpus 6"),
+            std::string::npos);
+  // A model that fits nowhere.
+  Profile tiny_gpu = profile;
+  tiny_gpu.cluster.gpu_memory_bytes = std::int64_t{1} << 30;
+  EXPECT_NE(InvalidInputMessage([&] {
+              UsableSchemes(tiny_gpu, 64, {4, 16, 1});
+            }).find("fits the model"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hydraulis

@@ -12,15 +12,14 @@ namespace hydraulis {
 // Mirrors OneFOneBMs (src/cost/pipeline_time.cc) operation for operation, adding the send
 // delay to each cross-stage dependency; keeping the same arithmetic is what makes the
 // zero-communication makespan equal the planner's estimate exactly, not just closely.
-PipelineSchedule SimulateOneFOneB(std::span<const double> stage_ms,
-                                  std::span<const double> send_ms, int pp,
-                                  const ScheduleOptions& options) {
+PipelineSchedule SimulateOneFOneB(std::span<const double> stage_ms, std::span<const double> send_ms,
+                                  int pp, const ScheduleOptions& options) {
   if (pp < 1) throw InvalidInput("pipeline degree pp must be >= 1, got " + std::to_string(pp));
   const int v = static_cast<int>(stage_ms.size());
   const std::size_t sends = static_cast<std::size_t>(pp - 1) * stage_ms.size();
   if (!send_ms.empty() && send_ms.size() != sends) {
-    throw InvalidInput("send delays: expected (pp - 1) * micro-batches = " +
-                       std::to_string(sends) + " entries, got " + std::to_string(send_ms.size()));
+    throw InvalidInput("send delays: expected (pp - 1) * micro-batches = " + std::to_string(sends) +
+                       " entries, got " + std::to_string(send_ms.size()));
   }
   PipelineSchedule out;
   out.stage_busy_ms.assign(static_cast<std::size_t>(pp), 0.0);

@@ -42,8 +42,7 @@ std::vector<ParameterBlock> OptimizerPlacement(const OptimizerLayout& layout) {
   return blocks;
 }
 
-bool StageBoundaryIntraNode(const Scheme& scheme, int first_gpu, int boundary,
-                            int gpus_per_node) {
+bool StageBoundaryIntraNode(const Scheme& scheme, int first_gpu, int boundary, int gpus_per_node) {
   const int width = scheme.cp * scheme.tp;
   for (int k = 0; k < width; ++k) {
     const int from = first_gpu + boundary * width + k;

@@ -109,19 +109,20 @@ std::string SimSummaryJson(const SimResult& result) {
 
 std::string SimTable(const SimResult& result) {
   std::string out = Printf("%5s  %-9s %5s %8s %9s %8s %10s %8s %7s %10s %8s %7s\n", "step",
-                           "strategy", "docs", "tokens", "plan ms", "mat ms", "compute ms",
-                           "rs ms", "opt ms", "step ms", "tok/s", "bubble");
+                           "strategy", "docs", "tokens", "plan ms", "mat ms", "compute ms", "rs ms",
+                           "opt ms", "step ms", "tok/s", "bubble");
   for (const StepResult& r : result.steps) {
     out += Printf("%5d  %-9s %5d %8lld %9.1f %8.1f %10.1f %8.1f %7.1f %10.1f %8.0f %6.1f%%\n",
                   r.step, r.strategy.c_str(), r.documents, static_cast<long long>(r.tokens),
-                  r.planned_ms, r.materialize_ms, r.compute_ms, r.reduce_scatter_ms,
-                  r.optimizer_ms, r.step_ms, r.tokens_per_second, 100.0 * r.bubble_share);
+                  r.planned_ms, r.materialize_ms, r.compute_ms, r.reduce_scatter_ms, r.optimizer_ms,
+                  r.step_ms, r.tokens_per_second, 100.0 * r.bubble_share);
   }
-  out += Printf("%s: %zu steps, %.1f ms, %lld tokens, %.0f tokens/s, mean step %.1f ms, mean "
-                "bubble %.1f%%\n",
-                SystemName(result.options.system).c_str(), result.steps.size(),
-                result.total_time_ms, static_cast<long long>(result.total_tokens),
-                result.tokens_per_second, result.mean_step_ms, 100.0 * result.mean_bubble_share);
+  out += Printf(
+      "%s: %zu steps, %.1f ms, %lld tokens, %.0f tokens/s, mean step %.1f ms, mean "
+      "bubble %.1f%%\n",
+      SystemName(result.options.system).c_str(), result.steps.size(), result.total_time_ms,
+      static_cast<long long>(result.total_tokens), result.tokens_per_second, result.mean_step_ms,
+      100.0 * result.mean_bubble_share);
   std::string strategies;
   for (const auto& [name, n] : StrategyCounts(result)) {
     strategies += (strategies.empty() ? "" : ", ") + name + " x " + std::to_string(n);

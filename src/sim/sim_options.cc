@@ -17,15 +17,13 @@ std::string Format(double value) {
 
 void RequirePositive(double value, const char* field) {
   if (!(value > 0) || !std::isfinite(value)) {
-    throw InvalidInput(std::string(field) + ": must be a finite number > 0, got " +
-                       Format(value));
+    throw InvalidInput(std::string(field) + ": must be a finite number > 0, got " + Format(value));
   }
 }
 
 void RequireNonNegative(double value, const char* field) {
   if (!(value >= 0) || !std::isfinite(value)) {
-    throw InvalidInput(std::string(field) + ": must be a finite number >= 0, got " +
-                       Format(value));
+    throw InvalidInput(std::string(field) + ": must be a finite number >= 0, got " + Format(value));
   }
 }
 

@@ -42,9 +42,10 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
   }
   result.mean_step_ms = result.total_time_ms / options.steps;
   result.mean_bubble_share = bubble_sum / options.steps;
-  result.tokens_per_second = result.total_time_ms > 0 ? static_cast<double>(result.total_tokens) /
-                                                            (result.total_time_ms / sim_units::kMsPerSecond)
-                                                      : 0.0;
+  result.tokens_per_second = result.total_time_ms > 0
+                                 ? static_cast<double>(result.total_tokens) /
+                                       (result.total_time_ms / sim_units::kMsPerSecond)
+                                 : 0.0;
   return result;
 }
 

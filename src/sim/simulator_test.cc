@@ -37,9 +37,9 @@ const CaseStudy& Case() {
     out->candidates = LoadCandidates(
         HYDRAULIS_SOURCE_DIR "/configs/candidates/llama-32b-64gpu.json", out->profile);
     const std::string full = HYDRAULIS_SOURCE_DIR "/../shared/data/wikipedia-doc-lengths.txt";
-    out->dataset = ReadLengths(std::filesystem::exists(full)
-                                   ? full
-                                   : HYDRAULIS_SOURCE_DIR "/data/wikipedia-sample-lengths.txt");
+    out->dataset = ReadLengths(std::filesystem::exists(full) ? full
+                                                             : HYDRAULIS_SOURCE_DIR
+                                   "/data/wikipedia-sample-lengths.txt");
     return out;
   }();
   return *c;
@@ -57,8 +57,8 @@ SimResult RunCase(const SimOptions& o) {
   return Simulate(Case().profile, Case().candidates, Case().dataset, o);
 }
 
-constexpr System kFastSystems[] = {System::kPadding, System::kStaticFixed,
-                                   System::kStaticBalanced, System::kOurs};
+constexpr System kFastSystems[] = {System::kPadding, System::kStaticFixed, System::kStaticBalanced,
+                                   System::kOurs};
 
 TEST(Simulator, WithoutCommunicationTheComputePhaseIsThePlannersEstimate) {
   for (System system : kFastSystems) {
@@ -106,8 +106,8 @@ TEST(Simulator, CommunicationAddsTheModelledAmounts) {
     const SyncCost& sync = timer.Sync(step.strategy_index);
     EXPECT_EQ(step.materialize_ms, sync.materialize_ms);
     EXPECT_EQ(step.reduce_scatter_ms, sync.reduce_scatter_ms);
-    EXPECT_DOUBLE_EQ(step.step_ms, step.materialize_ms + step.compute_ms +
-                                       step.reduce_scatter_ms + step.optimizer_ms);
+    EXPECT_DOUBLE_EQ(step.step_ms, step.materialize_ms + step.compute_ms + step.reduce_scatter_ms +
+                                       step.optimizer_ms);
     EXPECT_GE(step.compute_ms, step.planned_ms);
   }
   // S0 is the optimizer layout: ZeRO-1 traffic, 3/8 of the bf16 model leaves each node
@@ -120,13 +120,13 @@ TEST(Simulator, CommunicationAddsTheModelledAmounts) {
   EXPECT_NEAR(timer.Sync(0).optimizer_ms, params / 64 * 30 / 1600e9 * 1e3, 1e-9);
   // Point-to-point: S1's (TP8,PP3) stages are whole nodes, so a micro-batch of 32,768
   // tokens sends 32768 x 6656 x 2 / 8 bytes per GPU at 100 GB/s / 8 GPUs, plus 10 us.
-  EXPECT_NEAR(timer.SendMs(1, 1, 0, 32'768), 0.01 + 32768.0 * 6656 * 2 / 8 / 12.5e9 * 1e3,
-              1e-12);
+  EXPECT_NEAR(timer.SendMs(1, 1, 0, 32'768), 0.01 + 32768.0 * 6656 * 2 / 8 / 12.5e9 * 1e3, 1e-12);
 }
 
 TEST(Simulator, OnAHandBuiltStepTheTimelineAddsSendsOnTheCriticalPath) {
-  // One (TP4,PP2) pipeline inside node 0 (NVLink) with two micro-batches, times chosen by
-  // hand: 3 ms each; a send of 1,024 tokens is 10 us + 1024 x 6656 x 2 / 4 / 400e9 s.
+  // One (TP4,PP2) pipeline inside node 0 (NVLink) with two micro-batches of 3 ms each
+  // (forward 1, backward 2); a send of 1,024 tokens takes 10 us + 1024 x 6656 x 2 / 4
+  // bytes at 400 GB/s.
   CandidateSet set = Case().candidates;
   set.strategies = {Strategy{"X", {{1, 4, 2}}}};
   SimOptions o = Options(System::kOurs, 1);
@@ -142,11 +142,9 @@ TEST(Simulator, OnAHandBuiltStepTheTimelineAddsSendsOnTheCriticalPath) {
   const double d = 0.01 + 1024.0 * 6656 * 2 / 4 / 400e9 * 1e3;
   EXPECT_NEAR(timer.SendMs(0, 0, 0, 1024), d, 1e-12);
   const StepResult r = timer.Time(work);
-  // From the two-stage hand schedule (pipeline_schedule_test): B1 on stage 0 starts after
-  // three sends on the critical path: makespan 9 + 2d for d <= 1 (F0 send, B1 send; the
-  // F1 send hides behind B0 on stage 1)... derived below instead of assumed.
-  // Stage 0: F0 [0,1], F1 [1,2]; stage 1: F0 [1+d, 2+d], B0 [2+d, 4+d], F1 [4+d, 5+d],
-  // B1 [5+d, 7+d]; stage 0: B0 [4+2d, 6+2d], B1 [7+2d, 9+2d].
+  // Hand schedule with send delay d. Stage 0: F0 [0,1], F1 [1,2]. Stage 1: F0 [1+d,2+d],
+  // B0 [2+d,4+d], F1 [4+d,5+d] (arrived at 2+d), B1 [5+d,7+d]. Stage 0: B0 [4+2d,6+2d],
+  // B1 [7+2d,9+2d]. Two sends lie on the critical path.
   EXPECT_NEAR(r.compute_ms, 9 + 2 * d, 1e-12);
   EXPECT_NEAR(r.step_ms, r.materialize_ms + 9 + 2 * d + r.reduce_scatter_ms, 1e-9);
   EXPECT_NEAR(r.pipelines[0].busy_ms, 6.0, 1e-12);
@@ -198,8 +196,8 @@ TEST(Simulator, PaddingPadsEveryDocumentToTheContextLength) {
   EXPECT_LE(s.pipelines.front().micro_batches - s.pipelines.back().micro_batches, 1);
   const SchemeProfile* tp16 = Case().profile.Find({1, 16, 1});
   ASSERT_NE(tp16, nullptr);
-  const double padded_ms = tp16->c_ms + tp16->a_ms_per_token2 * 32768.0 * 32768.0 +
-                           tp16->b_ms_per_token * 32768.0;
+  const double padded_ms =
+      tp16->c_ms + tp16->a_ms_per_token2 * 32768.0 * 32768.0 + tp16->b_ms_per_token * 32768.0;
   EXPECT_NEAR(s.pipelines.front().busy_ms, padded_ms * s.pipelines.front().micro_batches, 1e-6);
 }
 
@@ -226,9 +224,9 @@ TEST(Simulator, SummaryJsonHasTheContractFields) {
   ASSERT_EQ(j["per_step"].size(), 2u);
   EXPECT_EQ(j["per_step"][1]["strategy"], "S0");
   EXPECT_GT(j["per_step"][1]["step_ms"].get<double>(), 0);
-  EXPECT_DOUBLE_EQ(j["per_step"][0]["step_ms"].get<double>() +
-                       j["per_step"][1]["step_ms"].get<double>(),
-                   r.total_time_ms);
+  EXPECT_DOUBLE_EQ(
+      j["per_step"][0]["step_ms"].get<double>() + j["per_step"][1]["step_ms"].get<double>(),
+      r.total_time_ms);
   EXPECT_EQ(j["per_step"][0]["pipelines"].size(), 4u);
   EXPECT_NE(SimTable(r).find("static-fixed: 2 steps"), std::string::npos);
 }
@@ -275,8 +273,7 @@ TEST(Simulator, TraceHasOneCompleteEventPerMicroBatchPass) {
 TEST(Simulator, SystemsCompareAsThePublishedAblation) {
   double mean_ms[4];
   for (int i = 0; i < 4; ++i) mean_ms[i] = RunCase(Options(kFastSystems[i], 3)).mean_step_ms;
-  const double padding = mean_ms[0], fixed = mean_ms[1], balanced = mean_ms[2],
-               ours = mean_ms[3];
+  const double padding = mean_ms[0], fixed = mean_ms[1], balanced = mean_ms[2], ours = mean_ms[3];
   EXPECT_LE(ours, balanced);
   EXPECT_LE(balanced, fixed);
   EXPECT_LE(fixed, padding);
@@ -290,7 +287,8 @@ TEST(Simulator, BadInputIsNamed) {
   EXPECT_NE(test_support::InvalidInputMessage([&] { RunCase(o); }).find("nvlink_gbytes_per_s"),
             std::string::npos);
   o = Options(System::kOurs, 0);
-  EXPECT_NE(test_support::InvalidInputMessage([&] { RunCase(o); }).find("steps"), std::string::npos);
+  EXPECT_NE(test_support::InvalidInputMessage([&] { RunCase(o); }).find("steps"),
+            std::string::npos);
   // Static systems need a homogeneous candidate.
   CandidateSet heterogeneous = Case().candidates;
   heterogeneous.strategies.erase(heterogeneous.strategies.begin());

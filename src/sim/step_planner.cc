@@ -48,7 +48,8 @@ PlannerOptions OptionsFor(const Profile& profile, const CandidateSet& candidates
 StepPlanner::StepPlanner(const Profile& profile, const CandidateSet& candidates, System system,
                          const PlannerOptions& options)
     : system_(system),
-      planner_(profile, candidates, OptionsFor(profile, candidates, system, options, &static_index_)) {}
+      planner_(profile, candidates,
+               OptionsFor(profile, candidates, system, options, &static_index_)) {}
 
 StepWork StepPlanner::Plan(std::span<const std::int64_t> lengths) const {
   if (system_ == System::kPadding) return PlanPadding(lengths);
@@ -113,7 +114,8 @@ StepWork StepPlanner::PlanPadding(std::span<const std::int64_t> lengths) const {
   }
   const std::size_t num_pipelines = problem.pipelines.size();
   work.pipelines.resize(num_pipelines);
-  for (std::size_t p = 0; p < num_pipelines; ++p) work.pipelines[p].scheme = problem.pipelines[p].scheme;
+  for (std::size_t p = 0; p < num_pipelines; ++p)
+    work.pipelines[p].scheme = problem.pipelines[p].scheme;
   for (std::size_t d = 0; d < work.lengths.size(); ++d) {
     const std::size_t p = d % num_pipelines;
     const TimeModel& time = problem.pipelines[p].time;

@@ -38,16 +38,15 @@ double StepTimer::SendMs(int strategy_index, int pipeline, int boundary,
   if (!options_.comm.enabled) return 0.0;
   const Strategy& strategy = candidates_.strategies.at(static_cast<std::size_t>(strategy_index));
   const Scheme& scheme = strategy.pipelines.at(static_cast<std::size_t>(pipeline));
-  const int first = first_gpus_[static_cast<std::size_t>(strategy_index)]
-                               [static_cast<std::size_t>(pipeline)];
+  const int first =
+      first_gpus_[static_cast<std::size_t>(strategy_index)][static_cast<std::size_t>(pipeline)];
   const int gpus_per_node = profile_.cluster.gpus_per_node;
   const double bytes = static_cast<double>(tokens) * profile_.model.hidden *
                        options_.comm.activation_bytes_per_value / (scheme.tp * scheme.cp);
-  const double bytes_per_s =
-      StageBoundaryIntraNode(scheme, first, boundary, gpus_per_node)
-          ? options_.comm.nvlink_gbytes_per_s * kBytesPerGigabyte
-          : options_.comm.network_gbits_per_s_per_node * kBytesPerGigabyte / kBitsPerByte /
-                gpus_per_node;
+  const double bytes_per_s = StageBoundaryIntraNode(scheme, first, boundary, gpus_per_node)
+                                 ? options_.comm.nvlink_gbytes_per_s * kBytesPerGigabyte
+                                 : options_.comm.network_gbits_per_s_per_node * kBytesPerGigabyte /
+                                       kBitsPerByte / gpus_per_node;
   return options_.comm.p2p_latency_us / kUsPerMs + bytes / bytes_per_s * kMsPerSecond;
 }
 

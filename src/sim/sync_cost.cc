@@ -37,9 +37,7 @@ std::vector<Fraction> Cuts(const std::vector<int>& degrees) {
 }
 
 // Index of the block of `degree` equal parts containing the interval starting at `lo`.
-int PartOf(const Fraction& lo, int degree) {
-  return static_cast<int>(lo.num * degree / lo.den);
-}
+int PartOf(const Fraction& lo, int degree) { return static_cast<int>(lo.num * degree / lo.den); }
 
 double PhaseMs(double share, double params, double bytes_per_value, double bytes_per_s,
                double latency_us) {
@@ -81,8 +79,8 @@ SyncTraffic ComputeSyncTraffic(const Strategy& strategy, const OptimizerLayout& 
   std::vector<double> area(num_cells);
   for (std::size_t i = 0; i < num_rows; ++i) {
     for (std::size_t j = 0; j < num_cols; ++j) {
-      area[i * num_cols + j] = (rows[i + 1].Value() - rows[i].Value()) *
-                               (cols[j + 1].Value() - cols[j].Value());
+      area[i * num_cols + j] =
+          (rows[i + 1].Value() - rows[i].Value()) * (cols[j + 1].Value() - cols[j].Value());
     }
   }
   const int nodes = (cluster_gpus + gpus_per_node - 1) / gpus_per_node;
@@ -126,8 +124,8 @@ SyncTraffic ComputeSyncTraffic(const Strategy& strategy, const OptimizerLayout& 
 }
 
 SyncCost ComputeSyncCost(const Profile& profile, const Strategy& strategy,
-                         const OptimizerLayout& layout, int cluster_gpus,
-                         const CommOptions& comm, const OptimizerStepOptions& optimizer) {
+                         const OptimizerLayout& layout, int cluster_gpus, const CommOptions& comm,
+                         const OptimizerStepOptions& optimizer) {
   SyncCost cost;
   const double params = ParameterCount(profile.model);
   cost.traffic = ComputeSyncTraffic(strategy, layout, cluster_gpus, profile.cluster.gpus_per_node);

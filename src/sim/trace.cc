@@ -18,13 +18,17 @@ using sim_units::kUsPerMs;
 // slices of a track from overlapping by a rounding error, which trace viewers reject.
 std::int64_t Us(double ms) { return std::llround(ms * kUsPerMs); }
 
-json Complete(const std::string& name, const std::string& cat, int pid, int tid,
-              double start_ms, double end_ms, json args) {
+json Complete(const std::string& name, const std::string& cat, int pid, int tid, double start_ms,
+              double end_ms, json args) {
   const std::int64_t ts = Us(start_ms);
-  return json{{"name", name},      {"cat", cat},
-              {"ph", "X"},         {"pid", pid},
-              {"tid", tid},        {"ts", ts},
-              {"dur", Us(end_ms) - ts}, {"args", std::move(args)}};
+  return json{{"name", name},
+              {"cat", cat},
+              {"ph", "X"},
+              {"pid", pid},
+              {"tid", tid},
+              {"ts", ts},
+              {"dur", Us(end_ms) - ts},
+              {"args", std::move(args)}};
 }
 
 json Metadata(const std::string& what, int pid, int tid, json args) {
@@ -59,7 +63,8 @@ std::string ChromeTraceJson(const SimResult& result, std::span<const int> steps)
   events.push_back(Metadata("thread_name", steps_pid, 0, {{"name", "step"}}));
   for (std::size_t p = 0; p < max_pipelines; ++p) {
     const int pid = static_cast<int>(p) + 1;
-    events.push_back(Metadata("process_name", pid, -1, {{"name", "pipeline " + std::to_string(p)}}));
+    events.push_back(
+        Metadata("process_name", pid, -1, {{"name", "pipeline " + std::to_string(p)}}));
     events.push_back(Metadata("process_sort_index", pid, -1, {{"sort_index", pid}}));
     for (int stage = 0; stage < max_stages[p]; ++stage) {
       events.push_back(

@@ -131,8 +131,9 @@ class ProposalDp {
   // GroupMs of scheme k over bins [lo, hi) with d replicas, plus `extra`.
   double Group(int k, int lo, int hi, int d, const Extra& extra) const;
   // Best option for bins [0, j) at `level` that ends in a group of bins [j - l, j),
-  // improving on `best` only; counts evaluations into *evaluations.
-  void BestOption(int level, int j, const Extra& extra, Best& best,
+  // replacing *best only when it wins (ties as in docs/propose.md); counts group-time
+  // evaluations into *evaluations.
+  void BestOption(int level, int j, const Extra& extra, Best* best,
                   std::int64_t* evaluations) const;
   // What DpOptions::longest_present adds to an interval whose top bin is `bin`.
   Extra TopExtra(int bin) const;
@@ -146,8 +147,8 @@ class ProposalDp {
   int levels_ = 1;  // levels 0..levels_-1 stand for 0, G, 2G, ... GPUs
   int bins_ = 0;
   std::size_t row_ = 1;
-  std::vector<int> units_;       // scheme GPUs / G
-  std::vector<int> held_bins_;   // per scheme: how many leading bins it can hold
+  std::vector<int> units_;      // scheme GPUs / G
+  std::vector<int> held_bins_;  // per scheme: how many leading bins it can hold
   std::vector<double> prefix_documents_, prefix_tokens_, prefix_squares_;  // scaled
   std::vector<std::int64_t> longest_;                                      // per bin
   std::vector<double> table_;

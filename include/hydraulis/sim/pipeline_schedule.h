@@ -20,8 +20,8 @@ struct ScheduledOp {
 };
 
 struct PipelineSchedule {
-  std::vector<ScheduledOp> ops;      // stage by stage, each in execution order
-  double makespan_ms = 0;            // when the last operation ends (0 without work)
+  std::vector<ScheduledOp> ops;       // stage by stage, each in execution order
+  double makespan_ms = 0;             // when the last operation ends (0 without work)
   std::vector<double> stage_busy_ms;  // compute time of each stage
 };
 
@@ -32,8 +32,7 @@ struct PipelineSchedule {
 // send_ms[b * v + j] delays forward j from stage b to b+1 and backward j from stage b+1 to b.
 // A send occupies neither stage (asynchronous). With zero delays the makespan equals
 // OneFOneBMs exactly (same arithmetic). InvalidInput when pp < 1 or sizes differ.
-PipelineSchedule SimulateOneFOneB(std::span<const double> stage_ms,
-                                  std::span<const double> send_ms, int pp,
-                                  const ScheduleOptions& options = {});
+PipelineSchedule SimulateOneFOneB(std::span<const double> stage_ms, std::span<const double> send_ms,
+                                  int pp, const ScheduleOptions& options = {});
 
 }  // namespace hydraulis

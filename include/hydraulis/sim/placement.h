@@ -39,7 +39,6 @@ std::vector<ParameterBlock> OptimizerPlacement(const OptimizerLayout& layout);
 
 // True when every GPU of stage `boundary` of a pipeline starting at `first_gpu` shares a
 // node with its peer (same cp and tp rank) in stage boundary + 1.
-bool StageBoundaryIntraNode(const Scheme& scheme, int first_gpu, int boundary,
-                            int gpus_per_node);
+bool StageBoundaryIntraNode(const Scheme& scheme, int first_gpu, int boundary, int gpus_per_node);
 
 }  // namespace hydraulis

@@ -50,8 +50,8 @@ struct OptimizerStepOptions {
 
 struct SimOptions {
   System system = System::kOurs;
-  int steps = 1;           // global batches to simulate (>= 1)
-  SamplerOptions sampler;  // token budget, context length (max_len) and sampler seed
+  int steps = 1;                   // global batches to simulate (>= 1)
+  SamplerOptions sampler;          // token budget, context length (max_len) and sampler seed
   std::uint64_t planner_seed = 1;  // the published planner's randomised greedy
   ScheduleOptions schedule;        // forward:backward split of a stage's time
   CommOptions comm;

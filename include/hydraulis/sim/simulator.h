@@ -21,8 +21,8 @@ struct SimResult {
   std::int64_t total_tokens = 0;
   double tokens_per_second = 0;  // total_tokens / total time
   double mean_step_ms = 0;
-  double mean_bubble_share = 0;     // mean over steps
-  double planning_wall_ms = 0;      // wall-clock spent planning; not part of the summary
+  double mean_bubble_share = 0;  // mean over steps
+  double planning_wall_ms = 0;   // wall-clock spent planning; not part of the summary
 };
 
 // Called after each step with (steps done, steps in total).

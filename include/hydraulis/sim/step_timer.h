@@ -31,10 +31,10 @@ struct PipelineStepResult {
 };
 
 struct StepResult {
-  int step = 0;            // 0-based
-  double start_ms = 0;     // simulated time the step starts (earlier steps end to end)
-  int strategy_index = 0;  // position in the candidate set
-  std::string strategy;    // its name, e.g. "S3"
+  int step = 0;                      // 0-based
+  double start_ms = 0;               // simulated time the step starts (earlier steps end to end)
+  int strategy_index = 0;            // position in the candidate set
+  std::string strategy;              // its name, e.g. "S3"
   std::string strategy_description;  // e.g. "TP16 + 12 x TP4"
   int documents = 0;
   std::int64_t tokens = 0;  // real tokens trained (after the long-document rule)
@@ -72,8 +72,8 @@ class StepTimer {
   Profile profile_;
   CandidateSet candidates_;
   SimOptions options_;
-  std::vector<SyncCost> sync_;                      // per candidate
-  std::vector<std::vector<int>> first_gpus_;        // per candidate, per pipeline
+  std::vector<SyncCost> sync_;                // per candidate
+  std::vector<std::vector<int>> first_gpus_;  // per candidate, per pipeline
 };
 
 }  // namespace hydraulis

@@ -34,16 +34,16 @@ SyncTraffic ComputeSyncTraffic(const Strategy& strategy, const OptimizerLayout& 
                                int cluster_gpus, int gpus_per_node);
 
 struct SyncCost {
-  double materialize_ms = 0;      // bf16 parameters into the compute layout
-  double reduce_scatter_ms = 0;   // gradients into the optimizer shards
-  double optimizer_ms = 0;        // one optimizer step on the shards
+  double materialize_ms = 0;     // bf16 parameters into the compute layout
+  double reduce_scatter_ms = 0;  // gradients into the optimizer shards
+  double optimizer_ms = 0;       // one optimizer step on the shards
   SyncTraffic traffic;
 };
 
 // The synchronisation cost of one step on `strategy` (independent of the batch and of the
 // previous step's strategy: switching strategies costs nothing extra under disaggregation).
 SyncCost ComputeSyncCost(const Profile& profile, const Strategy& strategy,
-                         const OptimizerLayout& layout, int cluster_gpus,
-                         const CommOptions& comm, const OptimizerStepOptions& optimizer);
+                         const OptimizerLayout& layout, int cluster_gpus, const CommOptions& comm,
+                         const OptimizerStepOptions& optimizer);
 
 }  // namespace hydraulis
