@@ -485,6 +485,32 @@ printf '12\nabc\n' > "$TMP/bad-lengths.txt"
 hyd statsbad stats --lengths "$TMP/bad-lengths.txt"
 expect_input_error statsbad "bad-lengths.txt:2"
 
+# --- simulate ---------------------------------------------------------------------------------
+check "simulate writes the summary JSON and a Chrome trace"
+hyd sim simulate --profile "$PROFILE" --candidates "$CANDS" \
+  --lengths "$SRC/data/wikipedia-sample-lengths.txt" --steps 2 --tokens-per-batch 50000 \
+  --system ours --json "$TMP/sim.json" --trace "$TMP/sim-trace.json" -q
+expect_rc sim 0
+if [[ $HAVE_PYTHON -eq 1 ]]; then
+  python3 - "$TMP/sim.json" "$TMP/sim-trace.json" <<'PY' || fail "simulate outputs malformed"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["steps"] == 2 and s["total_time_ms"] > 0 and s["tokens_per_second"] > 0, s
+per = s["per_step"]
+assert per is not None and len(per) == 2, list(s)
+assert all(p["step_ms"] > 0 and p["strategy"] for p in per)
+t = json.load(open(sys.argv[2]))
+assert any(e.get("ph") == "X" for e in t["traceEvents"])
+PY
+else
+  grep -q '"total_time_ms"' "$TMP/sim.json" || fail "no total_time_ms"
+fi
+
+check "simulate rejects an unknown system"
+hyd simbad simulate --profile "$PROFILE" --candidates "$CANDS" \
+  --lengths "$SRC/data/wikipedia-sample-lengths.txt" --system nonsense
+expect_input_error simbad "nonsense"
+
 if [[ $HAVE_PYTHON -eq 0 ]]; then echo "note: python3 absent; JSON checked by grep only"; fi
 if [[ $FAILED -ne 0 ]]; then
   echo "cli_test: $FAILED failure(s) in $CHECKS checks" >&2
