@@ -24,6 +24,7 @@ struct SimulateArgs {
   std::vector<int> trace_steps;
   bool quiet = false;
   bool no_communication = false;
+  bool sync_blind = false;
   SimOptions options;
 };
 
@@ -65,6 +66,7 @@ class ProgressBar {
 int RunSimulate(SimulateArgs a) {
   a.options.system = ParseSystem(a.system);
   a.options.comm.enabled = !a.no_communication;
+  a.options.sync_aware = !a.sync_blind;
   a.options.planner_seed = a.options.sampler.seed;
   ValidateSimOptions(a.options);
   if (!a.trace_steps.empty() && a.trace.empty()) {
@@ -163,6 +165,9 @@ Command AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--grad-bytes-per-param", o.comm.grad_bytes_per_param,
                   "bytes per reduce-scattered gradient value (2 bf16, 4 fp32)")
       ->capture_default_str();
+  cmd->add_flag("--sync-blind", a->sync_blind,
+                "ours chooses strategies on compute time alone (default: compute + modelled "
+                "synchronisation)");
   cmd->add_flag("--no-communication", a->no_communication,
                 "every communication term takes 0 ms (the planner's view)");
   cmd->add_option("--optimizer-ms", o.optimizer.fixed_ms,

@@ -207,6 +207,27 @@ TEST(PlannerTest, OnlyStrategyRestrictsOursToOneCandidate) {
   EXPECT_THROW(Planner(cs.profile, cs.candidates, bad), InvalidInput);
 }
 
+TEST(PlannerTest, StrategyOverheadsShiftTheChoiceButNotTheComputeEstimate) {
+  CaseStudy cs;
+  PlannerOptions options;
+  // Everything but S0 costs an extra second per step.
+  options.strategy_overhead_ms.assign(cs.candidates.strategies.size(), 1000.0);
+  options.strategy_overhead_ms[0] = 0.0;
+  Planner with(cs.profile, cs.candidates, options);
+  Planner without(cs.profile, cs.candidates, {});
+  int moved = 0;
+  for (const auto& batch : RealBatches(8, 200'000, 13)) {
+    Plan a = with.PlanBatch(batch), b = without.PlanBatch(batch);
+    EXPECT_LE(a.estimated_step_ms + a.overhead_ms, b.estimated_step_ms + 1000.0 + 1e-6);
+    EXPECT_GE(a.estimated_step_ms, b.estimated_step_ms * (1 - 1e-9));
+    EXPECT_EQ(a.overhead_ms, a.strategy_index == 0 ? 0.0 : 1000.0);
+    moved += a.strategy_index == 0 && b.strategy_index != 0;
+  }
+  EXPECT_GT(moved, 0);
+  options.strategy_overhead_ms.pop_back();
+  EXPECT_THROW(Planner(cs.profile, cs.candidates, options), InvalidInput);
+}
+
 TEST(PackTest, MinCountPackReachesTheTokenBoundWhenFirstFitCan) {
   std::vector<std::int64_t> lengths = {5, 5, 4, 3, 3, 2, 2};
   std::vector<int> docs(lengths.size());

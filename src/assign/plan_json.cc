@@ -33,6 +33,7 @@ std::string PlanToJson(const Plan& plan, bool pretty, bool include_timing) {
   j["gap"] = plan.lower_bound_ms > 0 ? Ms(plan.estimated_step_ms / plan.lower_bound_ms - 1.0)
                                      : nlohmann::ordered_json(nullptr);
   if (include_timing) j["planning_ms"] = plan.planning_ms;
+  j["overhead_ms"] = plan.overhead_ms;
   j["num_documents"] = plan.lengths.size();
   std::int64_t tokens = 0;
   for (auto s : plan.lengths) tokens += s;

@@ -68,6 +68,15 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
                        " is not a candidate index (there are " +
                        std::to_string(candidates.strategies.size()) + ")");
   }
+  if (!options_.strategy_overhead_ms.empty() &&
+      options_.strategy_overhead_ms.size() != candidates.strategies.size()) {
+    throw InvalidInput("strategy_overhead_ms has " +
+                       std::to_string(options_.strategy_overhead_ms.size()) + " entries for " +
+                       std::to_string(candidates.strategies.size()) + " candidates");
+  }
+  for (double x : options_.strategy_overhead_ms) {
+    if (!(x >= 0)) throw InvalidInput("strategy_overhead_ms must be >= 0");
+  }
   if (options_.context_tokens < 1) {
     throw InvalidInput("context length must be >= 1, got " +
                        std::to_string(options_.context_tokens));
@@ -194,32 +203,41 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
       auto lb_of = [&](int i) -> double& {
         return plan.candidates[static_cast<std::size_t>(i)].lower_bound_ms;
       };
+      // What ours minimises is compute time plus the candidate's fixed overhead.
+      auto overhead = [&](int i) {
+        return options_.strategy_overhead_ms.empty()
+                   ? 0.0
+                   : options_.strategy_overhead_ms[static_cast<std::size_t>(i)];
+      };
       auto run = [&](int i) {
         TwoStageOptions opts = options_.two_stage;
         opts.pack.relaxations = &relaxations_;
         opts.stop_below_ms = std::max(opts.stop_below_ms, lb_of(i));
         Assignment a = AssignTwoStage(Problem(plan.lengths, i), opts);
-        const double score = a.step_ms;
+        const double score = a.step_ms + overhead(i);
         consider(i, std::move(a), score);
       };
       // Plan the candidate with the least cheap bound first, so a good plan is known
       // early; then the others whose bounds can still beat it, most promising first.
-      std::stable_sort(feasible.begin(), feasible.end(),
-                       [&](int x, int y) { return lb_of(x) < lb_of(y); });
+      std::stable_sort(feasible.begin(), feasible.end(), [&](int x, int y) {
+        return lb_of(x) + overhead(x) < lb_of(y) + overhead(y);
+      });
       const int first = feasible.front();
       lb_of(first) = ComputeLowerBound(Problem(plan.lengths, first), &relaxations_).ms;
       run(first);
       std::vector<int> rest;
       for (std::size_t k = 1; k < feasible.size(); ++k) {
         const int i = feasible[k];
-        if (lb_of(i) < best_score) {
+        if (lb_of(i) + overhead(i) < best_score) {
           lb_of(i) = ComputeLowerBound(Problem(plan.lengths, i), &relaxations_).ms;
         }
         rest.push_back(i);
       }
-      std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) { return lb_of(x) < lb_of(y); });
+      std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) {
+        return lb_of(x) + overhead(x) < lb_of(y) + overhead(y);
+      });
       for (int i : rest) {
-        if (lb_of(i) >= best_score) {
+        if (lb_of(i) + overhead(i) >= best_score) {
           plan.candidates[static_cast<std::size_t>(i)].status = CandidateStatus::kPruned;
         } else {
           run(i);
@@ -256,6 +274,9 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
   }
 #endif
   plan.strategy_index = best_index;
+  if (!options_.strategy_overhead_ms.empty()) {
+    plan.overhead_ms = options_.strategy_overhead_ms[static_cast<std::size_t>(best_index)];
+  }
   plan.strategy = candidates_.strategies[static_cast<std::size_t>(best_index)];
   for (std::size_t p = 0; p < problem.pipelines.size(); ++p) {
     PipelinePlan pp;

@@ -5,6 +5,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/sim/step_planner.h"
+#include "hydraulis/sim/sync_cost.h"
 #include "units.h"
 
 namespace hydraulis {
@@ -18,6 +19,14 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
   planner_options.context_tokens = options.sampler.max_len;
   planner_options.seed = options.planner_seed;
   planner_options.schedule = options.schedule;
+  if (options.system == System::kOurs && options.sync_aware && options.comm.enabled) {
+    // The sync cost depends on the strategy only, so it is computed once per candidate.
+    for (const Strategy& s : candidates.strategies) {
+      const SyncCost cost = ComputeSyncCost(profile, s, candidates.optimizer_layout,
+                                            candidates.gpus, options.comm, options.optimizer);
+      planner_options.strategy_overhead_ms.push_back(cost.materialize_ms + cost.reduce_scatter_ms);
+    }
+  }
   const StepPlanner planner(profile, candidates, options.system, planner_options);
   const StepTimer timer(profile, candidates, options);
   BatchSampler sampler(dataset, options.sampler);

@@ -40,6 +40,11 @@ struct PlannerOptions {
   // on one static strategy; -1 considers every candidate. The static baselines then run
   // this candidate instead of the default static one.
   int only_strategy = -1;
+  // Per-candidate step cost outside the pipelines (ms, >= 0), e.g. the disaggregated
+  // design's parameter materialisation and gradient reduce-scatter, which depend on the
+  // strategy but not on the batch. Ours then minimises estimated_step_ms + overhead; the
+  // plan's estimated_step_ms stays compute only. Empty: no overheads.
+  std::vector<double> strategy_overhead_ms;
   ScheduleOptions schedule;
   TwoStageOptions two_stage;
   PublishedOptions published;
@@ -83,6 +88,7 @@ struct Plan {
   double estimated_step_ms = 0;       // exact 1F1B time of the slowest pipeline
   double lower_bound_ms = 0;          // bound on the best step time over all candidates
   double planning_ms = 0;             // wall-clock; the only non-deterministic field
+  double overhead_ms = 0;             // the chosen candidate's PlannerOptions overhead
   std::vector<std::int64_t> lengths;  // after the long-document rule
   std::vector<Truncation> truncated;
   std::vector<CandidateReport> candidates;

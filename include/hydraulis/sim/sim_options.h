@@ -56,6 +56,10 @@ struct SimOptions {
   ScheduleOptions schedule;        // forward:backward split of a stage's time
   CommOptions comm;
   OptimizerStepOptions optimizer;
+  // Ours adds each candidate's modelled synchronisation (materialise + reduce-scatter) to
+  // its estimated step time when choosing the strategy (method.md section 4). Off: ours
+  // chooses on compute time alone, like the published planner.
+  bool sync_aware = true;
 };
 
 // InvalidInput naming the field and value of the first out-of-range option.
