@@ -6,8 +6,10 @@
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/length_source.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/spec/spec_io.h"
+#include "length_flags.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -22,6 +24,7 @@ struct PlanArgs {
   bool pretty = false;
   bool no_timing = false;
   double backward_to_forward = 2.0;
+  LengthFlags source;
 };
 
 void WarnTruncation(const Plan& plan, int step) {
@@ -51,12 +54,12 @@ int RunPlan(const PlanArgs& a) {
   Planner planner(profile, candidates, options);
   std::string out;
   if (!a.lengths.empty()) {
-    const std::vector<std::int64_t> lengths = ReadLengths(a.lengths);
+    const std::vector<std::int64_t> lengths = LoadLengths(a.lengths, a.source.ToOptions());
     Plan plan = planner.PlanBatch(lengths);
     WarnTruncation(plan, -1);
     out = PlanToJson(plan, a.pretty, !a.no_timing) + "\n";
   } else {
-    const std::vector<std::int64_t> dataset = ReadLengths(a.dataset);
+    const std::vector<std::int64_t> dataset = LoadLengths(a.dataset, a.source.ToOptions());
     BatchSampler sampler(dataset, {a.tokens_per_batch, a.max_len, a.seed});
     for (int step = 0; step < a.steps; ++step) {
       SampledBatch batch = sampler.Next();
@@ -107,6 +110,7 @@ Command AddPlanCommand(CLI::App& app) {
                   "backward:forward time ratio of the 1F1B model")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  a->source.AddTo(cmd);
   cmd->add_flag("--pretty", a->pretty, "indent the JSON (single-batch mode)");
   cmd->add_flag("--no-timing", a->no_timing,
                 "leave out planning_ms so the output is byte-identical across runs");

@@ -11,9 +11,11 @@
 #include "commands.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "hydraulis/data/length_source.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/propose/propose.h"
 #include "hydraulis/spec/spec_io.h"
+#include "length_flags.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -26,6 +28,7 @@ struct ProposeArgs {
   std::int64_t tokens_per_batch = 200'000;
   int max_strategies = 0;
   bool quiet = false;
+  LengthFlags source;
 };
 
 // "DP,TP,PP", three integers >= 1.
@@ -79,7 +82,7 @@ int RunPropose(const ProposeArgs& a) {
   options.tokens_per_batch = a.tokens_per_batch;
   options.max_strategies = a.max_strategies;
   if (!a.optimizer_layout.empty()) options.optimizer_layout = ParseLayout(a.optimizer_layout);
-  const std::vector<std::int64_t> lengths = ReadLengths(a.lengths);
+  const std::vector<std::int64_t> lengths = LoadLengths(a.lengths, a.source.ToOptions());
   const Proposal proposal = ProposeStrategies(profile, lengths, options);
   const std::string json = CandidatesToJson(proposal.candidates);
   // The file must be one `plan` accepts; check before writing anything.
@@ -102,6 +105,7 @@ Command AddProposeCommand(CLI::App& app) {
       "(writes a candidates file for plan and simulate)");
   auto a = std::make_shared<ProposeArgs>();
   cmd->add_option("--profile", a->profile, "profile JSON (docs/spec-format.md)")->required();
+  a->source.AddTo(cmd);
   cmd->add_option("--lengths", a->lengths,
                   "dataset document lengths: text, JSON array, .jsonl or .idx; - for stdin")
       ->required();

@@ -10,11 +10,13 @@
 #include "commands.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "hydraulis/data/length_source.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/sim/report.h"
 #include "hydraulis/sim/simulator.h"
 #include "hydraulis/sim/trace.h"
 #include "hydraulis/spec/spec_io.h"
+#include "length_flags.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -26,6 +28,7 @@ struct SimulateArgs {
   bool no_communication = false;
   bool sync_blind = false;
   SimOptions options;
+  LengthFlags source;
 };
 
 // A one-line progress bar on stderr, redrawn with \r. Only when stderr is a terminal (a
@@ -81,7 +84,7 @@ int RunSimulate(SimulateArgs a) {
   }
   const Profile profile = LoadProfile(a.profile);
   const CandidateSet candidates = LoadCandidates(a.candidates, profile);
-  const std::vector<std::int64_t> dataset = ReadLengths(a.lengths);
+  const std::vector<std::int64_t> dataset = LoadLengths(a.lengths, a.source.ToOptions());
   SimResult result;
   {
     ProgressBar bar;
@@ -124,6 +127,7 @@ Command AddSimulateCommand(CLI::App& app) {
   SimOptions& o = a->options;
   cmd->add_option("--profile", a->profile, "profile JSON (docs/spec-format.md)")->required();
   cmd->add_option("--candidates", a->candidates, "candidate strategies JSON")->required();
+  a->source.AddTo(cmd);
   cmd->add_option("--lengths", a->lengths, "length dataset to sample the global batches from")
       ->required();
   cmd->add_option("--steps", o.steps, "global batches to simulate")

@@ -8,17 +8,14 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/length_source.h"
 #include "hydraulis/data/length_stats.h"
+#include "length_flags.h"
 
 namespace hydraulis::tools {
 namespace {
 
 struct StatsArgs {
   std::string lengths;
-  std::string format = "auto";
-  std::string length_field = "length";
-  std::string text_field;
-  std::string tokenizer = "bytes";
-  bool skip_empty = false;
+  LengthFlags source;
   std::int64_t max_len = 0;
   std::int64_t resolution = 0;
 };
@@ -44,12 +41,7 @@ std::string GroupedFixed(double v) {
 }
 
 int RunStats(const StatsArgs& a) {
-  LengthSourceOptions source;
-  source.format = ParseLengthFormat(a.format);
-  source.length_field = a.length_field;
-  source.text_field = a.text_field;
-  source.count_tokens = ParseTokenCounter(a.tokenizer);
-  source.skip_empty = a.skip_empty;
+  const LengthSourceOptions source = a.source.ToOptions();
   LengthStatsOptions options;
   options.max_len = a.max_len;
   options.resolution_tokens = a.resolution;
@@ -93,23 +85,13 @@ Command AddStatsCommand(CLI::App& app) {
   cmd->add_option("--lengths", a->lengths,
                   "dataset: .txt (one integer per line), .jsonl, Megatron-LM .idx; - for stdin")
       ->required();
-  cmd->add_option("--format", a->format, "auto (by extension), text, jsonl or idx")
-      ->capture_default_str();
   cmd->add_option("--max-len", a->max_len,
                   "context length: documents are cut to it first (0: no cut)")
       ->capture_default_str();
   cmd->add_option("--resolution", a->resolution,
                   "bucket width in tokens (0: powers of two from 128)")
       ->capture_default_str();
-  cmd->add_option("--length-field", a->length_field, "JSON lines: integer length field")
-      ->capture_default_str();
-  cmd->add_option("--text-field", a->text_field,
-                  "JSON lines: count the tokens of this text field instead");
-  cmd->add_option("--tokenizer", a->tokenizer,
-                  "token counter for --text-field: bytes (UTF-8 bytes) or words")
-      ->capture_default_str();
-  cmd->add_flag("--skip-empty", a->skip_empty,
-                "drop documents with no tokens (JSON lines, .idx) instead of failing");
+  a->source.AddTo(cmd);
   return [a] { return RunStats(*a); };
 }
 
