@@ -299,6 +299,16 @@ TEST(Simulator, BadInputIsNamed) {
   EXPECT_NE(msg.find("homogeneous"), std::string::npos) << msg;
   EXPECT_THROW(Simulate(Case().profile, Case().candidates, {}, Options(System::kOurs, 1)),
                InvalidInput);
+  // A context longer than every usable capacity, and a batch smaller than one document.
+  o = Options(System::kOurs, 1);
+  o.sampler.max_len = 65'536;
+  o.sampler.tokens_per_batch = 200'000;
+  EXPECT_NE(test_support::InvalidInputMessage([&] { RunCase(o); }).find("max-len 65536"),
+            std::string::npos);
+  o = Options(System::kOurs, 1);
+  o.sampler.tokens_per_batch = o.sampler.max_len - 1;
+  EXPECT_NE(test_support::InvalidInputMessage([&] { RunCase(o); }).find("tokens-per-batch"),
+            std::string::npos);
 }
 
 }  // namespace
