@@ -9,15 +9,38 @@
 namespace hydraulis {
 
 double OneFOneBMs(std::span<const double> stage_ms, int pp, const ScheduleOptions& options) {
-  const int v = static_cast<int>(stage_ms.size());
-  if (v == 0) return 0.0;
+  return RunOneFOneB(stage_ms, {}, pp, options);
+}
+
+double RunOneFOneB(std::span<const double> stage_ms, std::span<const double> send_ms, int pp,
+                   const ScheduleOptions& options,
+                   const std::function<void(const OneFOneBOp&)>& on_op) {
   if (pp < 1) throw InvalidInput("pipeline degree pp must be >= 1, got " + std::to_string(pp));
-  if (pp == 1) {
-    double total = 0;
-    for (double t : stage_ms) total += t;
-    return total;
+  const int v = static_cast<int>(stage_ms.size());
+  const std::size_t sends = static_cast<std::size_t>(pp - 1) * stage_ms.size();
+  if (!send_ms.empty() && send_ms.size() != sends) {
+    throw InvalidInput("send delays: expected (pp - 1) * micro-batches = " + std::to_string(sends) +
+                       " entries, got " + std::to_string(send_ms.size()));
   }
+  if (v == 0) return 0.0;
   const double fwd_share = 1.0 / (1.0 + options.backward_to_forward);
+  if (pp == 1) {
+    // A plain sum (the hot path of packing); operations only when someone watches.
+    double t = 0;
+    for (int j = 0; j < v; ++j) {
+      const double end = t + stage_ms[static_cast<std::size_t>(j)];
+      if (on_op) {
+        const double f = t + stage_ms[static_cast<std::size_t>(j)] * fwd_share;
+        on_op({0, j, true, t, f});
+        on_op({0, j, false, f, end});
+      }
+      t = end;
+    }
+    return t;
+  }
+  auto delay = [&](int boundary, int j) {
+    return send_ms.empty() ? 0.0 : send_ms[static_cast<std::size_t>(boundary) * v + j];
+  };
   // Per stage, the fixed order of operations: +j+1 is forward of micro-batch j, -(j+1) its
   // backward.
   std::vector<std::vector<int>> order(pp);
@@ -49,14 +72,17 @@ double OneFOneBMs(std::span<const double> stage_ms, int pp, const ScheduleOption
         double ready;
         if (op > 0) {
           ready = s == 0 ? 0.0 : f_end[at(s - 1, j)];
+          if (s > 0 && ready != kUnset) ready += delay(s - 1, j);
         } else {
           ready = s == pp - 1 ? f_end[at(s, j)] : b_end[at(s + 1, j)];
+          if (s < pp - 1 && ready != kUnset) ready += delay(s, j);
         }
         if (ready == kUnset) break;
         const double start = std::max(ready, free_at[s]);
         const double dur = stage_ms[j] * (op > 0 ? fwd_share : 1.0 - fwd_share);
         free_at[s] = start + dur;
         (op > 0 ? f_end : b_end)[at(s, j)] = free_at[s];
+        if (on_op) on_op({s, j, op > 0, start, free_at[s]});
         ++pos[s];
         ++done;
         progressed = true;

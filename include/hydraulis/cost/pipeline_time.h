@@ -1,6 +1,7 @@
 // Time of one pipeline running a sequence of micro-batches under the 1F1B schedule.
 #pragma once
 
+#include <functional>
 #include <span>
 
 namespace hydraulis {
@@ -17,6 +18,24 @@ struct ScheduleOptions {
 // micro-batch j on every stage (layers are split evenly). No communication terms.
 // Returns 0 for no micro-batches. pp >= 1.
 double OneFOneBMs(std::span<const double> stage_ms, int pp, const ScheduleOptions& options = {});
+
+// One operation of a 1F1B schedule as the simulation ran it.
+struct OneFOneBOp {
+  int stage = 0;
+  int micro_batch = 0;
+  bool forward = true;
+  double start_ms = 0;
+  double end_ms = 0;
+};
+
+// The event simulation behind OneFOneBMs, with a delay on every cross-stage dependency:
+// send_ms is empty (no delays) or holds (pp-1) * v entries, send_ms[b * v + j] delaying
+// forward j from stage b to b+1 and backward j from stage b+1 to b (a send occupies
+// neither stage). `on_op`, when set, sees every operation as it is scheduled. Returns the
+// makespan; with no delays it is exactly OneFOneBMs. InvalidInput on a size mismatch.
+double RunOneFOneB(std::span<const double> stage_ms, std::span<const double> send_ms, int pp,
+                   const ScheduleOptions& options,
+                   const std::function<void(const OneFOneBOp&)>& on_op = {});
 
 // The published closed-form upper bound (max_j stage_ms[j]) * (pp - 1 + v); stage_ms
 // already includes the per-micro-batch c.
