@@ -4,7 +4,8 @@
 set -euo pipefail
 packages=(build-essential cmake g++ pkg-config clang-format
           libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev)
+          nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev
+          libtorch-dev libgloo-dev libopenblas0-pthread)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -1,0 +1,35 @@
+// The training runtime's model configuration: the planner's model shape plus the few
+// choices that only matter to execution (tied head, RoPE base, RMSNorm epsilon). Read from
+// the JSON files in configs/models (docs/runtime.md). No libtorch here, so the CLI and the
+// planner can read these files without the runtime.
+#pragma once
+
+#include <string>
+
+#include "hydraulis/spec/model.h"
+
+namespace hydraulis {
+
+struct ModelConfig {
+  // Sizes (counts); heads divides hidden, kv_heads divides heads, hidden / heads is even.
+  ModelSpec shape;
+  // true: the output head reuses the token embedding matrix (one vocab x hidden parameter).
+  bool tie_embeddings = false;
+  // Base of the rotary position embedding's frequencies (LLaMA: 10000), > 1.
+  double rope_theta = 10000.0;
+  // Added to the mean square inside RMSNorm, > 0.
+  double norm_eps = 1e-5;
+
+  // Per-head width, hidden / heads.
+  int head_dim() const { return shape.hidden / shape.heads; }
+};
+
+// Loads a model config; InvalidInput naming the file and the field on any error (missing,
+// unknown, wrong type, out of range, inconsistent sizes).
+ModelConfig LoadModelConfig(const std::string& path);
+ModelConfig ParseModelConfig(const std::string& json_text, const std::string& source_name);
+
+// Checks the size constraints above; InvalidInput naming `source_name` and the field.
+void ValidateModelConfig(const ModelConfig& config, const std::string& source_name);
+
+}  // namespace hydraulis

@@ -1,0 +1,67 @@
+#include "hydraulis/runtime/model_config.h"
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
+#include "spec/json_reader.h"
+
+namespace hydraulis {
+namespace {
+
+// Smallest RoPE base that still gives distinct frequencies per pair of dimensions.
+constexpr double kMinRopeTheta = 1.0;
+
+void Require(bool ok, const std::string& source, const std::string& field,
+             const std::string& message) {
+  if (!ok) throw InvalidInput(source + ": " + field + ": " + message);
+}
+
+}  // namespace
+
+void ValidateModelConfig(const ModelConfig& config, const std::string& source_name) {
+  const ModelSpec& s = config.shape;
+  Require(s.layers >= 1, source_name, "layers", "must be >= 1");
+  Require(s.hidden >= 1, source_name, "hidden", "must be >= 1");
+  Require(s.ffn >= 1, source_name, "ffn", "must be >= 1");
+  Require(s.vocab >= 1, source_name, "vocab", "must be >= 1");
+  Require(s.heads >= 1 && s.hidden % s.heads == 0, source_name, "heads",
+          "must divide hidden (" + std::to_string(s.hidden) + "), got " + std::to_string(s.heads));
+  Require(s.kv_heads >= 1 && s.heads % s.kv_heads == 0, source_name, "kv_heads",
+          "must divide heads (" + std::to_string(s.heads) + "), got " + std::to_string(s.kv_heads));
+  // Rotary embedding rotates pairs of dimensions.
+  Require(
+      config.head_dim() % 2 == 0, source_name, "heads",
+      "hidden / heads must be even for rotary embedding, got " + std::to_string(config.head_dim()));
+  Require(config.rope_theta > kMinRopeTheta, source_name, "rope_theta",
+          "must be > 1, got " + std::to_string(config.rope_theta));
+  Require(config.norm_eps > 0.0, source_name, "norm_eps",
+          "must be > 0, got " + std::to_string(config.norm_eps));
+}
+
+ModelConfig ParseModelConfig(const std::string& json_text, const std::string& source_name) {
+  nlohmann::json doc = ParseJsonText(json_text, source_name);
+  JsonObjectReader r(doc, source_name, "");
+  ModelConfig c;
+  c.shape.name = r.String("name");
+  c.shape.layers = static_cast<int>(r.Int("layers", 1));
+  c.shape.hidden = static_cast<int>(r.Int("hidden", 1));
+  c.shape.ffn = static_cast<int>(r.Int("ffn", 1));
+  c.shape.heads = static_cast<int>(r.Int("heads", 1));
+  c.shape.kv_heads = static_cast<int>(r.Int("kv_heads", 1));
+  c.shape.vocab = static_cast<int>(r.Int("vocab", 1));
+  if (r.Has("tie_embeddings")) {
+    const nlohmann::json& v = r.Value("tie_embeddings");
+    if (!v.is_boolean()) r.Fail("tie_embeddings", "expected true or false, got " + v.dump());
+    c.tie_embeddings = v.get<bool>();
+  }
+  c.rope_theta = r.NumberOr("rope_theta", c.rope_theta, 0.0);
+  c.norm_eps = r.NumberOr("norm_eps", c.norm_eps, 0.0);
+  r.RejectUnknown();
+  ValidateModelConfig(c, source_name);
+  return c;
+}
+
+ModelConfig LoadModelConfig(const std::string& path) {
+  return ParseModelConfig(ReadFileText(path), path);
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,71 @@
+#include "hydraulis/runtime/trainer.h"
+
+#include <torch/optim/adamw.h>
+
+#include <string>
+#include <tuple>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+
+double ForwardBackward(const Transformer& model, const std::vector<PackedBatch>& micro_batches,
+                       std::int64_t global_targets) {
+  if (global_targets <= 0) {
+    throw InvalidInput("training step: the global batch has no target token (global_targets = " +
+                       std::to_string(global_targets) + ")");
+  }
+  double loss_sum = 0.0;
+  for (const PackedBatch& mb : micro_batches) {
+    if (mb.num_targets() == 0) continue;  // Nothing to learn; skip the wasted forward.
+    TokenLoss loss = SummedTokenLoss(model.Forward(mb), mb);
+    // Dividing by the global count here (not by the micro-batch's) is what makes the
+    // accumulated gradient that of the mean over the whole global batch.
+    (loss.sum / static_cast<double>(global_targets)).backward();
+    loss_sum += loss.sum.item<double>();
+  }
+  return loss_sum;
+}
+
+struct Trainer::Impl {
+  Transformer& model;
+  torch::optim::AdamW optimizer;
+};
+
+namespace {
+
+torch::optim::AdamWOptions ToTorch(const AdamWOptions& o) {
+  auto check = [](bool ok, const std::string& field, double value) {
+    if (!ok)
+      throw InvalidInput("AdamW options: " + field + ": out of range, got " +
+                         std::to_string(value));
+  };
+  check(o.lr > 0.0, "lr", o.lr);
+  check(o.beta1 >= 0.0 && o.beta1 < 1.0, "beta1", o.beta1);
+  check(o.beta2 >= 0.0 && o.beta2 < 1.0, "beta2", o.beta2);
+  check(o.eps > 0.0, "eps", o.eps);
+  check(o.weight_decay >= 0.0, "weight_decay", o.weight_decay);
+  return torch::optim::AdamWOptions(o.lr)
+      .betas(std::make_tuple(o.beta1, o.beta2))
+      .eps(o.eps)
+      .weight_decay(o.weight_decay);
+}
+
+}  // namespace
+
+Trainer::Trainer(Transformer& model, const AdamWOptions& options)
+    : impl_(new Impl{model, torch::optim::AdamW(model.parameters(), ToTorch(options))}) {}
+
+Trainer::~Trainer() = default;
+
+StepResult Trainer::Step(const std::vector<PackedBatch>& micro_batches) {
+  StepResult result;
+  for (const PackedBatch& mb : micro_batches) result.targets += mb.num_targets();
+  impl_->optimizer.zero_grad();
+  const double loss_sum = ForwardBackward(impl_->model, micro_batches, result.targets);
+  impl_->optimizer.step();
+  result.loss = loss_sum / static_cast<double>(result.targets);
+  return result;
+}
+
+}  // namespace hydraulis
