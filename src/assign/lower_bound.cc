@@ -25,20 +25,61 @@ struct Group {
   PipelineModel model;
   int count = 0;
   double kappa = 1.0;  // set per theta for pp > 1
+  // pp = 1: weight of the integrality cut (IntegralityCut) in this group's row, and the
+  // per-theta quantities it implies: the micro-batch constant charged per token, and the
+  // factor that brings the row's right-hand side back to count * theta.
+  double lambda = 0.0;
+  double c_per_token = 0.0;  // 0: c / capacity
+  double scale = 1.0;
 };
+
+// At step time theta a pp = 1 pipeline with v micro-batches holds tau <= v * capacity
+// tokens and work W >= b * tau with W + v c <= theta, so tau <= tau_max(theta). Over
+// [0, tau_max] the convex hull of c * ceil(tau / capacity) (empty pipelines included) is
+// max(c tau / capacity, K c + c (tau - K capacity) / D) with K = floor(tau_max / capacity),
+// D = tau_max - K capacity; summing over the group's m pipelines (Jensen) gives the valid
+// row  sum_i (w_i + c s_i / D) <= m (theta - K c + K capacity c / D), which charges the
+// last, partly filled micro-batch. The LP row becomes (1 - lambda) times the usual row
+// plus lambda times this one.
+void IntegralityCut(Group& g, double theta) {
+  const PipelineModel& m = g.model;
+  g.c_per_token = 0.0;
+  g.scale = 1.0;
+  if (m.scheme.pp != 1 || g.lambda <= 0 || m.time.b_ms_per_token <= 0 || m.time.c_ms <= 0) return;
+  const double cap = static_cast<double>(m.capacity_tokens), c = m.time.c_ms;
+  const double b = m.time.b_ms_per_token;
+  double tau_max = 0;
+  const double v_cross = theta / (b * cap + c);
+  for (double v : {std::floor(v_cross), std::floor(v_cross) + 1}) {
+    if (v < 1 || theta - v * c <= 0) continue;
+    tau_max = std::max(tau_max, std::min(v * cap, (theta - v * c) / b));
+  }
+  const double k = std::floor(tau_max / cap);
+  const double d = tau_max - k * cap;
+  if (d <= 0 || tau_max <= 0) return;
+  const double theta_cut = theta - k * c + k * cap * c / d;
+  g.c_per_token = (1 - g.lambda) / cap + g.lambda / d;
+  g.scale = theta / ((1 - g.lambda) * theta + g.lambda * theta_cut);
+}
+
+// Whether a document of length s may run on `p` at all in a plan with step time <= theta.
+bool Eligible(const PipelineModel& p, std::int64_t s, double theta) {
+  return s <= p.capacity_tokens && p.scheme.pp * (p.time.DocumentMs(s) + p.time.c_ms) <= theta;
+}
 
 // Per document of length s, its work on a pipeline of the group when it also pays its
 // token share of the per-micro-batch constant (v >= tokens / capacity).
 // A document whose own critical path pp*(w + c) on a pipeline exceeds theta cannot run
 // there in any plan with step time <= theta.
-double Unit(const PipelineModel& p, std::int64_t s, double theta, double kappa) {
-  if (s > p.capacity_tokens) return kInf;
-  if (p.scheme.pp * (p.time.DocumentMs(s) + p.time.c_ms) > theta) return kInf;
+double Unit(const Group& g, std::int64_t s, double theta) {
+  const PipelineModel& p = g.model;
+  if (!Eligible(p, s, theta)) return kInf;
   // pp > 1: the pipeline's time is at least kappa times its document work (see
   // RelaxationTable); the micro-batch constant is inside that bound.
-  if (p.scheme.pp > 1) return kappa * p.time.DocumentMs(s);
-  return p.time.DocumentMs(s) +
-         p.time.c_ms * static_cast<double>(s) / static_cast<double>(p.capacity_tokens);
+  if (p.scheme.pp > 1) return g.kappa * p.time.DocumentMs(s);
+  const double per_token =
+      g.c_per_token > 0 ? g.c_per_token : 1.0 / static_cast<double>(p.capacity_tokens);
+  return g.scale * (p.time.DocumentMs(s) + p.time.c_ms * static_cast<double>(s) * per_token);
 }
 
 // LP duality: for any weights mu_g >= 0, T >= sum_i min_g mu_g u_ig / sum_g m_g mu_g,
@@ -52,7 +93,7 @@ double DualValue(const std::vector<std::pair<std::int64_t, double>>& docs,
   for (const auto& [s, n] : docs) {
     double best = kInf;
     for (std::size_t g = 0; g < groups.size(); ++g) {
-      const double u = Unit(groups[g].model, s, theta, groups[g].kappa);
+      const double u = Unit(groups[g], s, theta);
       if (u < kInf) best = std::min(best, mu[g] * u);
     }
     total += n * best;
@@ -70,8 +111,8 @@ double TwoGroupBound(const std::vector<std::pair<std::int64_t, double>>& docs,
   };
   std::vector<Piece> pieces;
   for (const auto& [s, n] : docs) {
-    const double a = Unit(groups[0].model, s, theta, groups[0].kappa) / groups[0].count;
-    const double b = Unit(groups[1].model, s, theta, groups[1].kappa) / groups[1].count;
+    const double a = Unit(groups[0], s, theta) / groups[0].count;
+    const double b = Unit(groups[1], s, theta) / groups[1].count;
     if (a == kInf) {
       pieces.push_back({0.0, 0.0, n * b});
     } else if (b == kInf) {
@@ -181,10 +222,10 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
     const PipelineModel& m = groups[g].model;
     forced.clear();
     for (const auto& [s, n] : docs) {
-      if (2 * s <= m.capacity_tokens || Unit(m, s, theta, 1.0) == kInf) continue;
+      if (2 * s <= m.capacity_tokens || !Eligible(m, s, theta)) continue;
       bool elsewhere = false;
       for (std::size_t h = 0; h < groups.size() && !elsewhere; ++h) {
-        elsewhere = h != g && Unit(groups[h].model, s, theta, 1.0) < kInf;
+        elsewhere = h != g && Eligible(groups[h].model, s, theta);
       }
       if (!elsewhere) forced.push_back({m.time.DocumentMs(s) + m.time.c_ms, n});
     }
@@ -202,10 +243,10 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
       std::vector<std::pair<std::int64_t, double>> atomic;
       for (auto it = docs.rbegin(); it != docs.rend() && atomic.size() < kAtomicDocs; ++it) {
         const std::int64_t len = it->first;
-        if (Unit(m, len, theta, 1.0) == kInf) continue;
+        if (!Eligible(m, len, theta)) continue;
         bool elsewhere = false;
         for (std::size_t h = 0; h < groups.size() && !elsewhere; ++h) {
-          elsewhere = h != g && Unit(groups[h].model, len, theta, 1.0) < kInf;
+          elsewhere = h != g && Eligible(groups[h].model, len, theta);
         }
         for (double k = 0; !elsewhere && k < it->second && atomic.size() < kAtomicDocs; ++k) {
           atomic.push_back({len, m.time.DocumentMs(len)});
@@ -242,7 +283,7 @@ class WarmLp {
         const PipelineModel& m = groups[g].model;
         const std::int64_t len = docs[i].first;
         if (len > m.capacity_tokens) continue;
-        const double u = m.scheme.pp > 1 ? m.time.DocumentMs(len) : Unit(m, len, kInf, 1.0);
+        const double u = m.scheme.pp > 1 ? m.time.DocumentMs(len) : Unit(groups[g], len, kInf);
         rows.push_back(i), cols.push_back(col), vals.push_back(1.0);
         rows.push_back(D + g), cols.push_back(col), vals.push_back(u);
         col_lb.push_back(0.0), col_ub.push_back(docs[i].second), obj.push_back(0.0);
@@ -339,6 +380,7 @@ LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* rela
   std::unique_ptr<WarmLp> warm;
   auto fractional = [&](double theta, bool relaxed) {
     for (auto& g : groups) {
+      IntegralityCut(g, theta);
       if (g.model.scheme.pp == 1) continue;
       g.kappa = relaxed ? relaxations->MinMakespanLowerBound(g.model.scheme.pp, g.model.time.c_ms,
                                                              theta) /
@@ -392,6 +434,33 @@ LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* rela
       (fractional(mid, true) <= mid ? hi : lo) = mid;
     }
     lb.fractional_ms = lo;
+  }
+  // The integrality cut, for each nonempty choice of pp = 1 groups to apply it to (only
+  // where the LP is the closed-form sweep: Clp per choice would cost too much). The cut's
+  // right-hand side moves with theta, so bisect from the bound so far, as above.
+  std::vector<std::size_t> flat;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].model.scheme.pp == 1) flat.push_back(g);
+  }
+  if (groups.size() <= 2) {
+    for (unsigned mask = 1; mask < (1u << flat.size()); ++mask) {
+      for (std::size_t k = 0; k < flat.size(); ++k) {
+        groups[flat[k]].lambda = (mask >> k) & 1u ? 1.0 : 0.0;
+      }
+      double lo = lb.fractional_ms;
+      if (fractional(lo, deep) <= lo) continue;
+      double hi = lo;
+      do {
+        lo = hi;
+        hi *= 1.25;
+      } while (fractional(hi, deep) > hi);
+      for (int i = 0; i < kBisectionSteps && hi - lo > 1e-7 * hi; ++i) {
+        const double mid = 0.5 * (lo + hi);
+        (fractional(mid, deep) <= mid ? hi : lo) = mid;
+      }
+      lb.fractional_ms = lo;
+    }
+    for (auto& g : groups) g.lambda = 0.0;
   }
   lb.ms = std::max(lb.fractional_ms, lb.longest_doc_ms);
   return lb;
