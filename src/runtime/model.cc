@@ -66,6 +66,7 @@ std::vector<at::Tensor> Transformer::parameters() const {
 }
 
 at::Tensor Transformer::Forward(const PackedBatch& batch) const {
+  ValidatePackedBatch(batch);  // O(documents); a bad cu_seqlens would read out of range.
   const ModelSpec& s = config_.shape;
   const std::int64_t tokens = batch.num_tokens();
   const std::int64_t dim = config_.head_dim();

@@ -157,6 +157,15 @@ TEST(LossTest, SummedTokenLossMatchesHandComputation) {
   EXPECT_NEAR(loss.sum.item<double>(), expected, 1e-5 * expected);
 }
 
+TEST(TrainerTest, ZeroGradientsDefinesEveryGradient) {
+  Transformer model(Tiny(), 1);
+  ZeroGradients(model);
+  for (const auto& p : model.named_parameters()) {
+    ASSERT_TRUE(p.value.grad().defined()) << p.name;
+    EXPECT_EQ(p.value.grad().abs().max().item<float>(), 0.0f) << p.name;
+  }
+}
+
 TEST(TrainerTest, StepLossIsTheMeanOverTheGlobalBatch) {
   ModelConfig c = Tiny();
   Transformer model(c, 5);

@@ -6,8 +6,21 @@
 #include <tuple>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/runtime/torch_compat.h"
 
 namespace hydraulis {
+
+void ZeroGradients(const Transformer& model) {
+  for (const at::Tensor& p : model.parameters()) {
+    at::Tensor& grad = p.mutable_grad();
+    if (grad.defined()) {
+      grad.detach_();
+      grad.zero_();
+    } else {
+      grad = at::zeros_like(p);
+    }
+  }
+}
 
 double ForwardBackward(const Transformer& model, const std::vector<PackedBatch>& micro_batches,
                        std::int64_t global_targets) {
@@ -61,7 +74,7 @@ Trainer::~Trainer() = default;
 StepResult Trainer::Step(const std::vector<PackedBatch>& micro_batches) {
   StepResult result;
   for (const PackedBatch& mb : micro_batches) result.targets += mb.num_targets();
-  impl_->optimizer.zero_grad();
+  ZeroGradients(impl_->model);
   const double loss_sum = ForwardBackward(impl_->model, micro_batches, result.targets);
   impl_->optimizer.step();
   result.loss = loss_sum / static_cast<double>(result.targets);

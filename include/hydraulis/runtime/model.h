@@ -30,7 +30,8 @@ class Transformer {
   Transformer(const ModelConfig& config, std::uint64_t seed);
 
   // Logits of every token of `batch` (fp32 [num_tokens, vocab]); differentiable.
-  // The batch must be valid (ValidatePackedBatch) with ids < vocab.
+  // InvalidInput when the batch is not valid (ValidatePackedBatch); ids must be < vocab
+  // (PackDocuments checks that; libtorch throws otherwise).
   at::Tensor Forward(const PackedBatch& batch) const;
 
   const ModelConfig& config() const { return config_; }

@@ -22,6 +22,12 @@ struct AdamWOptions {
   double weight_decay = 0.0;  // decoupled decay per step (multiplied by lr), >= 0
 };
 
+// Sets every parameter's gradient to a defined tensor of zeros (allocating it the first
+// time), so every rank of a later all-reduce holds a gradient even when it ran no
+// micro-batch. Used instead of Optimizer::zero_grad, whose default differs between
+// libtorch 1.13 (zero in place) and 2.x (set to undefined).
+void ZeroGradients(const Transformer& model);
+
 // Runs forward and backward of every micro-batch, adding d(loss_sum / global_targets)/dw to
 // the parameters' gradients (which the caller zeroes). Returns the summed token loss of
 // these micro-batches (not divided). global_targets > 0 counts the targets of the whole
