@@ -43,6 +43,7 @@ double ForwardBackward(const Transformer& model, const std::vector<PackedBatch>&
 struct Trainer::Impl {
   Transformer& model;
   torch::optim::AdamW optimizer;
+  GradientSync* sync;  // nullptr: single process
 };
 
 namespace {
@@ -66,16 +67,29 @@ torch::optim::AdamWOptions ToTorch(const AdamWOptions& o) {
 
 }  // namespace
 
-Trainer::Trainer(Transformer& model, const AdamWOptions& options)
-    : impl_(new Impl{model, torch::optim::AdamW(model.parameters(), ToTorch(options))}) {}
+Trainer::Trainer(Transformer& model, const AdamWOptions& options, GradientSync* sync)
+    : impl_(new Impl{model, torch::optim::AdamW(model.parameters(), ToTorch(options)), sync}) {}
 
 Trainer::~Trainer() = default;
 
 StepResult Trainer::Step(const std::vector<PackedBatch>& micro_batches) {
   StepResult result;
   for (const PackedBatch& mb : micro_batches) result.targets += mb.num_targets();
+  GradientSync* sync = impl_->sync;
+  if (sync != nullptr) {
+    // Token counts are far below 2^53, so the double sum is exact.
+    result.targets = static_cast<std::int64_t>(
+        sync->SumAcrossRanks({static_cast<double>(result.targets)}).at(0));
+  }
+  // Zeroed, not undefined: a rank without micro-batches contributes zeros to the reduction.
   ZeroGradients(impl_->model);
-  const double loss_sum = ForwardBackward(impl_->model, micro_batches, result.targets);
+  double loss_sum = ForwardBackward(impl_->model, micro_batches, result.targets);
+  if (sync != nullptr) {
+    // Each rank's gradient is already divided by the global count, so the sum over the ranks
+    // is the gradient of the global mean loss.
+    sync->ReduceGradients(impl_->model.parameters());
+    loss_sum = sync->SumAcrossRanks({loss_sum}).at(0);
+  }
   impl_->optimizer.step();
   result.loss = loss_sum / static_cast<double>(result.targets);
   return result;

@@ -1,7 +1,8 @@
-// Single-process training: gradient accumulation over packed micro-batches of any shapes,
-// normalised by the global batch's target-token count, then one AdamW step on fp32
-// parameters. The distributed runtime (not built yet) will reuse ForwardBackward with the
-// global count from an all-reduce.
+// Training steps: gradient accumulation over packed micro-batches of any shapes, normalised
+// by the global batch's target-token count, then one AdamW step on fp32 parameters. Alone
+// the trainer is single-process; with a GradientSync (distributed.h) every rank of a
+// data-parallel group runs its own micro-batches on a full replica and the sync makes the
+// step that of one process over the union of all ranks' micro-batches.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,23 @@ void ZeroGradients(const Transformer& model);
 double ForwardBackward(const Transformer& model, const std::vector<PackedBatch>& micro_batches,
                        std::int64_t global_targets);
 
+// How the ranks of a data-parallel group combine one step. The trainer calls, in order:
+// SumAcrossRanks({local target count}) before any backward (every rank must divide by the
+// global count), ReduceGradients after this rank's backward passes, SumAcrossRanks({local
+// loss sum}) for the report. Every rank of the group must make the same calls in the same
+// order, also a rank with no micro-batch. The all-reduce implementation is
+// AllReduceGradientSync (distributed.h); a ZeRO-1 one will reduce-scatter gradients into
+// the shard each rank's optimizer owns and all-gather the updated parameters, which is why
+// the trainer asks the sync, not c10d, for the reduction.
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  // Element-wise sum over the group's ranks (exact for integers up to 2^53).
+  virtual std::vector<double> SumAcrossRanks(const std::vector<double>& local) = 0;
+  // Replaces every parameter's gradient (defined on every rank) by its sum over the ranks.
+  virtual void ReduceGradients(const std::vector<at::Tensor>& parameters) = 0;
+};
+
 struct StepResult {
   double loss = 0.0;         // mean cross-entropy over the step's target tokens
   std::int64_t targets = 0;  // target tokens in the step
@@ -42,14 +60,17 @@ struct StepResult {
 
 class Trainer {
  public:
-  // `model` must outlive the trainer. InvalidInput on out-of-range options.
-  Trainer(Transformer& model, const AdamWOptions& options);
+  // `model` (and `sync`, when given) must outlive the trainer. Without a sync the trainer
+  // is single-process. InvalidInput on out-of-range options.
+  Trainer(Transformer& model, const AdamWOptions& options, GradientSync* sync = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // One optimizer step on the global batch `micro_batches` (any number, any shapes, at
-  // least one target token in all). InvalidInput when there is no target token.
+  // One optimizer step. `micro_batches` are this rank's (any number, including zero, any
+  // shapes); without a sync they are the whole global batch. The result is that of the
+  // global batch (every rank returns the same). InvalidInput when the global batch has no
+  // target token (then on every rank alike, so no rank is left waiting in a collective).
   StepResult Step(const std::vector<PackedBatch>& micro_batches);
 
  private:

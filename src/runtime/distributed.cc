@@ -1,0 +1,189 @@
+#include "hydraulis/runtime/distributed.h"
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/torch_compat.h"
+
+namespace hydraulis {
+
+void ValidateDistributedOptions(const DistributedOptions& o) {
+  auto fail = [](const std::string& field, const std::string& why) {
+    throw InvalidInput("distributed options: " + field + ": " + why);
+  };
+  if (o.world_size < 1) fail("world_size", "must be >= 1, got " + std::to_string(o.world_size));
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    fail("rank",
+         "must be in [0, " + std::to_string(o.world_size) + "), got " + std::to_string(o.rank));
+  }
+  if (o.master_addr.empty()) fail("master_addr", "must not be empty");
+  if (o.master_port < 1 || o.master_port > 65535) {
+    fail("master_port", "must be in [1, 65535], got " + std::to_string(o.master_port));
+  }
+  if (o.timeout.count() <= 0) {
+    fail("timeout", "must be > 0 ms, got " + std::to_string(o.timeout.count()));
+  }
+}
+
+namespace {
+
+const char kEnvHint[] =
+    " (set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, as torchrun does, or use the "
+    "launcher)";
+
+std::string RequiredEnv(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    throw InvalidInput(std::string("environment: ") + name + " is not set" + kEnvHint);
+  }
+  return value;
+}
+
+int IntEnv(const char* name) {
+  const std::string text = RequiredEnv(name);
+  errno = 0;
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || value < INT32_MIN || value > INT32_MAX) {
+    throw InvalidInput(std::string("environment: ") + name + ": expected an integer, got '" + text +
+                       "'");
+  }
+  return static_cast<int>(value);
+}
+
+bool IsLoopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+std::string Where(const DistributedOptions& o) {
+  return "rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size);
+}
+
+}  // namespace
+
+DistributedOptions DistributedOptionsFromEnvironment() {
+  DistributedOptions o;
+  o.rank = IntEnv("RANK");
+  o.world_size = IntEnv("WORLD_SIZE");
+  o.master_addr = RequiredEnv("MASTER_ADDR");
+  o.master_port = IntEnv("MASTER_PORT");
+  ValidateDistributedOptions(o);
+  return o;
+}
+
+struct Rendezvous::Impl {
+  DistributedOptions options;
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+Rendezvous::Rendezvous(const DistributedOptions& options) {
+  ValidateDistributedOptions(options);
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = torch_compat::MakeTcpStore(
+        options.master_addr, static_cast<std::uint16_t>(options.master_port), options.rank == 0,
+        static_cast<std::size_t>(options.world_size), options.timeout);
+  } catch (const std::exception& e) {
+    throw Error(Where(options) + ": rendezvous at " + options.master_addr + ":" +
+                std::to_string(options.master_port) + " failed within " +
+                std::to_string(options.timeout.count()) +
+                " ms (is the port free on rank 0, and did every rank start?): " + e.what());
+  }
+  impl_ = std::make_unique<Impl>(Impl{options, std::move(store)});
+}
+
+Rendezvous::~Rendezvous() = default;
+
+const DistributedOptions& Rendezvous::options() const { return impl_->options; }
+
+struct CommGroup::Impl {
+  DistributedOptions options;
+  std::string name;
+  c10::intrusive_ptr<torch_compat::GlooGroup> gloo;
+
+  // Runs a collective and turns c10d's and Gloo's exceptions (a peer closed its
+  // connection, the timeout passed) into one Error that says which rank, group and
+  // operation failed and what to look at.
+  template <typename Issue>
+  void Run(const std::string& what, Issue issue) {
+    try {
+      issue()->wait();
+    } catch (const std::exception& e) {
+      throw Error(Where(options) + ", group '" + name + "': " + what +
+                  " failed (a peer rank may have exited or be stuck; timeout " +
+                  std::to_string(options.timeout.count()) + " ms): " + e.what());
+    }
+  }
+};
+
+CommGroup::CommGroup(const Rendezvous& rendezvous, const std::string& name) {
+  const DistributedOptions& o = rendezvous.options();
+  std::string bind = o.bind_addr;
+  if (bind.empty() && IsLoopback(o.master_addr)) bind = o.master_addr;
+  c10::intrusive_ptr<torch_compat::GlooGroup> gloo;
+  try {
+    gloo = torch_compat::MakeGlooGroup(
+        torch_compat::MakePrefixStore("hydraulis/" + name + "/", rendezvous.impl().store), o.rank,
+        o.world_size, bind, o.timeout);
+  } catch (const std::exception& e) {
+    throw Error(Where(o) + ": creating Gloo group '" + name + "' failed (bind address '" + bind +
+                "', timeout " + std::to_string(o.timeout.count()) + " ms): " + e.what());
+  }
+  impl_ = std::make_unique<Impl>(Impl{o, name, std::move(gloo)});
+}
+
+CommGroup::~CommGroup() = default;
+
+int CommGroup::rank() const { return impl_->options.rank; }
+int CommGroup::size() const { return impl_->options.world_size; }
+
+void CommGroup::AllReduceSum(const at::Tensor& tensor) {
+  if (!tensor.is_contiguous() || !tensor.device().is_cpu()) {
+    throw InternalError("CommGroup::AllReduceSum: needs a contiguous CPU tensor");
+  }
+  std::vector<at::Tensor> tensors = {tensor};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::SUM;
+  impl_->Run("all-reduce of " + std::to_string(tensor.numel()) + " elements",
+             [&] { return impl_->gloo->allreduce(tensors, opts); });
+}
+
+void CommGroup::Barrier() {
+  impl_->Run("barrier", [&] { return impl_->gloo->barrier(); });
+}
+
+std::vector<double> AllReduceGradientSync::SumAcrossRanks(const std::vector<double>& local) {
+  at::Tensor t = at::tensor(local, at::TensorOptions().dtype(at::kDouble)).contiguous();
+  group_.AllReduceSum(t);
+  const double* data = t.data_ptr<double>();
+  return std::vector<double>(data, data + t.numel());
+}
+
+void AllReduceGradientSync::ReduceGradients(const std::vector<at::Tensor>& parameters) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(parameters.size());
+  for (const at::Tensor& p : parameters) {
+    if (!p.grad().defined()) {
+      throw InternalError(
+          "AllReduceGradientSync: a parameter has no gradient (ZeroGradients "
+          "must run first, also on ranks without micro-batches)");
+    }
+    flat.push_back(p.grad().reshape({-1}));
+  }
+  at::Tensor buffer = at::cat(flat);
+  group_.AllReduceSum(buffer);
+  std::int64_t offset = 0;
+  for (const at::Tensor& p : parameters) {
+    at::Tensor grad = p.mutable_grad();
+    const std::int64_t n = grad.numel();
+    grad.copy_(buffer.slice(0, offset, offset + n).view(grad.sizes()));
+    offset += n;
+  }
+}
+
+}  // namespace hydraulis
