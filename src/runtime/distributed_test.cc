@@ -437,5 +437,11 @@ TEST(Debug, ReferenceTwice) {
   Trainer trainer(model, Adam(1e-4), &id);
   for (int step = 0; step < kSteps; ++step) trainer.Step(MicroBatches(c, step, "", -1, 1));
   std::cout << "id sync " << MaxParameterError(Flatten(model), a.parameters) << "\n";
+  DistributedOptions o; o.master_port = FreePort();
+  Rendezvous r(o); CommGroup g(r, "dp"); AllReduceGradientSync sync(g);
+  Transformer m2(c, 11);
+  Trainer t2(m2, Adam(1e-4), &sync);
+  for (int step = 0; step < kSteps; ++step) t2.Step(MicroBatches(c, step, "", -1, 1));
+  std::cout << "gloo1 " << MaxParameterError(Flatten(m2), a.parameters) << "\n";
 }
 }}
