@@ -35,13 +35,15 @@
 #include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/packed_batch.h"
 #include "hydraulis/runtime/trainer.h"
+#include "test_documents.h"
 
 extern char** environ;
 
 namespace hydraulis {
 namespace {
 
-using Documents = std::vector<std::vector<std::int64_t>>;
+using test_support::Documents;
+using test_support::RandomDocuments;
 using Split = std::vector<std::vector<int>>;  // micro-batches as lists of document indices
 
 constexpr int kSteps = 3;
@@ -53,18 +55,6 @@ const std::vector<Split> kStepSplits = {
 
 ModelConfig Tiny() {
   return LoadModelConfig(std::string(HYDRAULIS_SOURCE_DIR) + "/configs/models/tiny.json");
-}
-
-Documents RandomDocuments(const std::vector<int>& lengths, std::uint64_t seed, int vocab) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::int64_t> id(0, vocab - 1);
-  Documents docs;
-  for (int len : lengths) {
-    std::vector<std::int64_t> d;
-    for (int i = 0; i < len; ++i) d.push_back(id(rng));
-    docs.push_back(d);
-  }
-  return docs;
 }
 
 // Which rank runs micro-batch `mb` of a step: "round-robin" deals them out (rank 1 gets

@@ -17,11 +17,13 @@
 #include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/packed_batch.h"
 #include "hydraulis/runtime/trainer.h"
+#include "test_documents.h"
 
 namespace hydraulis {
 namespace {
 
-using Documents = std::vector<std::vector<std::int64_t>>;
+using test_support::Documents;
+using test_support::RandomDocuments;
 
 // One intra-op thread: the tests compare floating-point results of different runs.
 const bool kSingleThreaded = [] {
@@ -34,19 +36,6 @@ std::string ModelPath(const std::string& name) {
 }
 
 ModelConfig Tiny() { return LoadModelConfig(ModelPath("tiny")); }
-
-// Documents of the given lengths with ids drawn from `seed`.
-Documents RandomDocuments(const std::vector<int>& lengths, std::uint64_t seed, int vocab) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::int64_t> id(0, vocab - 1);
-  Documents docs;
-  for (int len : lengths) {
-    std::vector<std::int64_t> d;
-    for (int i = 0; i < len; ++i) d.push_back(id(rng));
-    docs.push_back(d);
-  }
-  return docs;
-}
 
 // max |a - b| / max |b|: a relative error that does not blow up on entries near zero.
 double RelativeError(const at::Tensor& a, const at::Tensor& b) {
