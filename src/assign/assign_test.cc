@@ -65,6 +65,12 @@ TEST(PlannerTest, EveryAlgorithmGivesValidPlansOnRealBatches) {
       EXPECT_EQ(CheckAssignment(problem, ToAssignment(plan)), "");
       EXPECT_LE(plan.lower_bound_ms, plan.estimated_step_ms * (1 + 1e-12));
       EXPECT_GT(plan.lower_bound_ms, 0);
+      for (const auto& p : plan.pipelines) {
+        EXPECT_GE(p.closed_form_ms, p.estimated_ms * (1 - 1e-12));
+        if (p.scheme.pp == 1 && p.micro_batches.size() == 1) {
+          EXPECT_DOUBLE_EQ(p.closed_form_ms, p.estimated_ms);
+        }
+      }
       if (algo != Algorithm::kOurs) {
         EXPECT_EQ(plan.strategy.name, "S0");  // the static homogeneous strategy
       }

@@ -44,6 +44,7 @@ std::string PlanToJson(const Plan& plan, bool pretty, bool include_timing) {
     pj["capacity_tokens"] = p.capacity_tokens;
     pj["tokens"] = p.tokens;
     pj["estimated_ms"] = Ms(p.estimated_ms);
+    pj["closed_form_ms"] = Ms(p.closed_form_ms);
     pj["micro_batches"] = p.micro_batches;
     j["pipelines"].push_back(pj);
   }

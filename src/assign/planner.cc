@@ -284,9 +284,16 @@ Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
     pp.capacity_tokens = problem.pipelines[p].capacity_tokens;
     pp.micro_batches = best.pipelines[p];
     pp.estimated_ms = best.pipeline_ms[p];
+    std::vector<double> stage_ms;
     for (const auto& mb : pp.micro_batches) {
-      for (int d : mb) pp.tokens += plan.lengths[static_cast<std::size_t>(d)];
+      double t = problem.pipelines[p].time.c_ms;
+      for (int d : mb) {
+        pp.tokens += plan.lengths[static_cast<std::size_t>(d)];
+        t += problem.pipelines[p].time.DocumentMs(plan.lengths[static_cast<std::size_t>(d)]);
+      }
+      stage_ms.push_back(t);
     }
+    pp.closed_form_ms = OneFOneBUpperBoundMs(stage_ms, pp.scheme.pp);
     plan.pipelines.push_back(std::move(pp));
   }
   plan.estimated_step_ms = best.step_ms;

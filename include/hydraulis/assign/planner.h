@@ -77,6 +77,9 @@ struct PipelinePlan {
   std::int64_t capacity_tokens = 0;
   MicroBatches micro_batches;
   double estimated_ms = 0;
+  // The published closed form (max stage time) * (pp - 1 + v), for comparison with the
+  // exact 1F1B time above (never below it).
+  double closed_form_ms = 0;
   std::int64_t tokens = 0;
 };
 
