@@ -1,4 +1,4 @@
-// Data-parallel training over real Gloo ranks. The test binary launches itself: with
+// Data- and tensor-parallel training over real Gloo ranks. The test binary launches itself: with
 // `--dp-worker SCENARIO OUTFILE` it is one rank (rendezvous from RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT, as under torchrun), otherwise it runs the tests, which start
 // the ranks, wait for them with a deadline (a hang fails the test instead of blocking
@@ -92,14 +92,28 @@ struct Outcome {
   std::vector<double> losses;
   std::vector<std::int64_t> targets;
   std::vector<float> parameters;  // all parameters flattened, in model order
+  // Tensor parallelism: the last step's gradients of the replicated parameters (embedding,
+  // norms, head), flattened in model order.
+  std::vector<float> replicated_grads;
 };
+
+void Append(const at::Tensor& tensor, std::vector<float>& out) {
+  at::Tensor t = tensor.detach().contiguous();
+  out.insert(out.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+}
 
 std::vector<float> Flatten(const Transformer& model) {
   std::vector<float> out;
-  for (const at::Tensor& p : model.parameters()) {
-    at::Tensor t = p.detach().contiguous();
-    out.insert(out.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
-  }
+  for (const at::Tensor& p : model.parameters()) Append(p, out);
+  return out;
+}
+
+// The logits of the whole global batch of step 0 packed as one micro-batch.
+std::vector<float> ForwardOutput(const Transformer& model) {
+  Documents docs =
+      RandomDocuments(kGlobalBatchLengths, 100, static_cast<int>(model.config().shape.vocab));
+  std::vector<float> out;
+  Append(model.Forward(PackDocuments(docs, model.config().shape.vocab)), out);
   return out;
 }
 
@@ -124,9 +138,11 @@ void Write(const Outcome& o, const std::string& path) {
   out.precision(17);
   for (std::size_t i = 0; i < o.losses.size(); ++i)
     out << o.losses[i] << ' ' << o.targets[i] << '\n';
-  out << o.parameters.size() << '\n';
-  out.write(reinterpret_cast<const char*>(o.parameters.data()),
-            static_cast<std::streamsize>(o.parameters.size() * sizeof(float)));
+  for (const std::vector<float>* v : {&o.parameters, &o.replicated_grads}) {
+    out << v->size() << '\n';
+    out.write(reinterpret_cast<const char*>(v->data()),
+              static_cast<std::streamsize>(v->size() * sizeof(float)));
+  }
 }
 
 Outcome Read(const std::string& path) {
@@ -142,12 +158,38 @@ Outcome Read(const std::string& path) {
   o.losses.resize(n);
   o.targets.resize(n);
   for (std::size_t i = 0; i < n; ++i) in >> o.losses[i] >> o.targets[i];
-  in >> p;
-  in.get();
-  o.parameters.resize(p);
-  in.read(reinterpret_cast<char*>(o.parameters.data()),
-          static_cast<std::streamsize>(p * sizeof(float)));
+  for (std::vector<float>* v : {&o.parameters, &o.replicated_grads}) {
+    p = 0;
+    in >> p;
+    in.get();
+    v->resize(p);
+    in.read(reinterpret_cast<char*>(v->data()), static_cast<std::streamsize>(p * sizeof(float)));
+  }
   return o;
+}
+
+// Tensor parallelism over `group`: scenario "tp-forward" writes the logits of one batch
+// (as the parameters), "tp-train:EPS" trains kSteps steps on the whole global batches (every
+// tp rank runs every micro-batch) and writes the gathered full parameters.
+void TensorParallelWorker(const std::string& scenario, CommGroup& group, Outcome& o) {
+  const ModelConfig c = Tiny();
+  Transformer model(c, 11, &group);
+  if (scenario == "tp-forward") {
+    o.parameters = ForwardOutput(model);
+    return;
+  }
+  Trainer trainer(model, Adam(std::stod(scenario.substr(9))));
+  for (int step = 0; step < kSteps; ++step) {
+    StepResult r = trainer.Step(MicroBatches(c, step, "", -1, 1));
+    o.losses.push_back(r.loss);
+    o.targets.push_back(r.targets);
+  }
+  for (const NamedParameter& p : model.named_parameters()) {
+    const std::string& n = p.name;
+    if (n == "embed" || n == "head" || n.ends_with("norm"))
+      Append(p.value.grad(), o.replicated_grads);
+  }
+  for (const NamedParameter& p : model.GatherFullParameters()) Append(p.value, o.parameters);
 }
 
 // Scenario "train:ASSIGNMENT:EPS" trains kSteps steps; "die" makes rank 1 exit with
@@ -162,7 +204,14 @@ int WorkerMain(const std::string& scenario, const std::string& path) {
     const bool stall = scenario == "stall";
     options.timeout = std::chrono::milliseconds(die || stall ? 3000 : 20000);
     Rendezvous rendezvous(options);
-    CommGroup group(rendezvous, "dp");
+    const bool tp = scenario.starts_with("tp-");
+    CommGroup group(rendezvous, tp ? "tp" : "dp");
+    if (tp) {
+      TensorParallelWorker(scenario, group, o);
+      group.Barrier();
+      Write(o, path);
+      return 0;
+    }
     if (die && group.rank() == 1) std::_Exit(3);
     if (stall && group.rank() == 1) {
       // Alive but stuck (e.g. in a slow data loader): only the timeout can end rank 0's wait.
@@ -395,6 +444,93 @@ TEST(DataParallelTest, StuckRankMakesTheOtherFailAtTheTimeout) {
   EXPECT_LT(runs[0].exit_s, runs[1].exit_s - 1.0);
   std::cout << "[ stuck rank ] rank 0 failed after " << runs[0].exit_s << " s (rank 1 exited at "
             << runs[1].exit_s << " s): " << error << "\n";
+}
+
+// Rows of the same matrix products split over two ranks and summed by the all-reduce:
+// only the summation order differs from one process.
+TEST(TensorParallelTest, TwoRanksForwardMatchesOneProcess) {
+  const std::vector<float> reference = ForwardOutput(Transformer(Tiny(), 11));
+  std::vector<RankRun> runs = RunRanks(2, "tp-forward", std::chrono::seconds(60));
+  for (int rank = 0; rank < 2; ++rank) {
+    const RankRun& run = runs[static_cast<std::size_t>(rank)];
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    ASSERT_EQ(run.status, 0);
+    ASSERT_EQ(run.outcome.error, "");
+    ASSERT_EQ(run.outcome.parameters.size(), reference.size());
+    double diff = 0.0, scale = 0.0;
+    for (std::size_t i = 0; i < reference.size(); ++i) {
+      diff =
+          std::max(diff, static_cast<double>(std::abs(run.outcome.parameters[i] - reference[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(reference[i])));
+    }
+    EXPECT_LE(diff / scale, 1e-5);
+    std::cout << "[ tp=2 forward rank " << rank << " ] max |logit error| " << diff
+              << ", relative to max |logit| " << diff / scale << "\n";
+    // The all-reduced activations are the same bits on every rank, so are the logits.
+    EXPECT_TRUE(run.outcome.parameters == runs[0].outcome.parameters);
+  }
+}
+
+void ExpectTensorParallelSameAsOneProcess(double eps, double tolerance) {
+  const Outcome reference = Reference(eps);
+  std::vector<RankRun> runs = RunRanks(2, "tp-train:" + EpsText(eps), std::chrono::seconds(60));
+  for (int rank = 0; rank < 2; ++rank) {
+    const RankRun& run = runs[static_cast<std::size_t>(rank)];
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    ASSERT_EQ(run.status, 0);
+    ASSERT_EQ(run.outcome.error, "");
+    ASSERT_EQ(run.outcome.losses.size(), reference.losses.size());
+    for (std::size_t s = 0; s < reference.losses.size(); ++s) {
+      EXPECT_NEAR(run.outcome.losses[s], reference.losses[s], 1e-5 * reference.losses[s])
+          << "step " << s;
+      EXPECT_EQ(run.outcome.targets[s], reference.targets[s]) << "step " << s;
+    }
+    ASSERT_EQ(run.outcome.parameters.size(), reference.parameters.size());
+    const double error = MaxParameterError(run.outcome.parameters, reference.parameters);
+    EXPECT_LE(error, tolerance);
+    double loss_error = 0.0;
+    for (std::size_t s = 0; s < reference.losses.size(); ++s) {
+      loss_error = std::max(
+          loss_error, std::abs(run.outcome.losses[s] - reference.losses[s]) / reference.losses[s]);
+    }
+    std::cout << "[ tp=2 eps " << eps << " rank " << rank << " ] max parameter error " << error
+              << ", max relative loss error " << loss_error << "\n";
+    // Replicated parameters see identical activations and gradients on every tp rank, so
+    // their gradients (never all-reduced) agree bit for bit, as do the gathered parameters.
+    ASSERT_FALSE(run.outcome.replicated_grads.empty());
+    EXPECT_TRUE(run.outcome.replicated_grads == runs[0].outcome.replicated_grads);
+    EXPECT_TRUE(run.outcome.parameters == runs[0].outcome.parameters);
+  }
+}
+
+TEST(TensorParallelTest, TwoRanksTrainLikeOneProcess) {
+  ExpectTensorParallelSameAsOneProcess(1e-4, 1e-5);
+}
+
+TEST(TensorParallelTest, TwoRanksTrainLikeOneProcessWithDefaultEps) {
+  ExpectTensorParallelSameAsOneProcess(AdamWOptions{}.eps, 1e-3);
+}
+
+TEST(TensorParallelTest, RejectsShapesThatDoNotSplit) {
+  const ModelConfig c = Tiny();  // heads 4, kv_heads 2, ffn 172
+  ValidateTensorParallel(c, 1);
+  ValidateTensorParallel(c, 2);
+  EXPECT_THROW(ValidateTensorParallel(c, 0), InvalidInput);
+  try {
+    ValidateTensorParallel(c, 4);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_EQ(std::string(e.what()), "tensor parallelism: kv_heads = 2 is not divisible by tp = 4");
+  }
+  EXPECT_THROW(ValidateTensorParallel(c, 3), InvalidInput);
+}
+
+// Without a tp group the gather is a copy of the parameters.
+TEST(TensorParallelTest, GatherWithoutGroupCopiesTheParameters) {
+  Transformer model(Tiny(), 11);
+  std::vector<float> gathered;
+  for (const NamedParameter& p : model.GatherFullParameters()) Append(p.value, gathered);
+  EXPECT_TRUE(gathered == Flatten(model));
 }
 
 TEST(DistributedOptionsTest, RejectsOutOfRangeOptions) {

@@ -3,6 +3,10 @@
 // the trainer is single-process; with a GradientSync (distributed.h) every rank of a
 // data-parallel group runs its own micro-batches on a full replica and the sync makes the
 // step that of one process over the union of all ranks' micro-batches.
+// A tensor-parallel model (model.h) needs no sync: every tp rank runs the same
+// micro-batches, the model's own collectives keep the replicated activations identical,
+// and each rank's AdamW updates its own shards (AdamW is element-wise, so sharding it is
+// exact).
 #pragma once
 
 #include <cstdint>
