@@ -124,22 +124,27 @@ double RelaxationTable::MinMakespanLowerBound(int pp, double c, double W) {
   return std::max(trivial, scaled);
 }
 
-const std::vector<double>& RelaxationTable::Shape(int pp, int v, double c, double W) {
+// Packing targets need no precision: shapes live on a coarser grid than the bounds, so the
+// local search's many re-packs with slightly different work reuse a few LPs.
+int RelaxationTable::ShapeGridIndex(double c, double W) const {
   const double r = std::max(W / std::max(c, 1e-12), 1e-9);
-  const int k = static_cast<int>(std::lround(std::log(r) / std::log(kGridRatio)));
+  return static_cast<int>(std::lround(std::log(r) / std::log(kShapeGridRatio)));
+}
+
+const std::vector<double>& RelaxationTable::Shape(int pp, int v, double c, double W) {
+  const int k = ShapeGridIndex(c, W);
   auto key = std::make_tuple(pp, v, k);
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second;
-  const double rk = GridR(k);
+  const double rk = std::pow(kShapeGridRatio, k);
   std::vector<double> frac = RelaxPipeline(pp, v, 1.0, rk, schedule_).work_ms;
   for (double& x : frac) x = std::max(0.0, x) / rk;
   return shapes_.emplace(key, std::move(frac)).first->second;
 }
 
 std::pair<int, std::vector<double>> RelaxationTable::BestShape(int pp, double c, double W) {
-  const double r = std::max(W / std::max(c, 1e-12), 1e-9);
-  const int k = static_cast<int>(std::lround(std::log(r) / std::log(kGridRatio)));
-  const int v = At(pp, k).best_v;
+  const double rk = std::pow(kShapeGridRatio, ShapeGridIndex(c, W));
+  const int v = At(pp, GridIndexAbove(rk)).best_v;
   return {v, Shape(pp, v, c, W)};
 }
 

@@ -30,6 +30,8 @@ RelaxedSchedule RelaxPipeline(int pp, int v, double c_ms, double total_work_ms,
 class RelaxationTable {
  public:
   static constexpr double kGridRatio = 1.04;
+  // Coarser grid of the packing targets (Shape, BestShape).
+  static constexpr double kShapeGridRatio = 1.25;
 
   explicit RelaxationTable(const ScheduleOptions& schedule = {}) : schedule_(schedule) {}
 
@@ -54,6 +56,7 @@ class RelaxationTable {
   const Point& At(int pp, int k);
   double GridR(int k) const;
   int GridIndexAbove(double r) const;
+  int ShapeGridIndex(double c_ms, double W) const;
 
   ScheduleOptions schedule_;
   std::map<std::pair<int, int>, Point> points_;
