@@ -368,9 +368,30 @@ std::string EpsText(double eps) {
   return text.str();
 }
 
+// Expects one rank's run to match the single-process reference: a clean exit, losses
+// within 1e-5 relative, the same global target counts, parameters within `tolerance`
+// (max-relative per tensor). Returns the parameter error, or -1 when a fatal check failed.
+double ExpectRankMatchesReference(const RankRun& run, const Outcome& reference, double tolerance) {
+  EXPECT_EQ(run.status, 0);
+  EXPECT_EQ(run.outcome.error, "");
+  EXPECT_EQ(run.outcome.losses.size(), reference.losses.size());
+  EXPECT_EQ(run.outcome.parameters.size(), reference.parameters.size());
+  if (run.status != 0 || run.outcome.losses.size() != reference.losses.size() ||
+      run.outcome.parameters.size() != reference.parameters.size()) {
+    return -1;
+  }
+  for (std::size_t s = 0; s < reference.losses.size(); ++s) {
+    EXPECT_NEAR(run.outcome.losses[s], reference.losses[s], 1e-5 * reference.losses[s])
+        << "step " << s;
+    EXPECT_EQ(run.outcome.targets[s], reference.targets[s]) << "step " << s;
+  }
+  const double error = MaxParameterError(run.outcome.parameters, reference.parameters);
+  EXPECT_LE(error, tolerance);
+  return error;
+}
+
 // Trains with `world_size` ranks and expects every rank to match the single-process
-// reference: losses within 1e-5 relative, the same global target counts, parameters
-// within `tolerance` (max-relative per tensor), and the replicas bitwise identical.
+// reference and the replicas to be bitwise identical.
 void ExpectSameAsOneProcess(int world_size, const std::string& assignment, double eps,
                             double tolerance) {
   const Outcome reference = Reference(eps);
@@ -379,17 +400,8 @@ void ExpectSameAsOneProcess(int world_size, const std::string& assignment, doubl
   for (int rank = 0; rank < world_size; ++rank) {
     const RankRun& run = runs[static_cast<std::size_t>(rank)];
     SCOPED_TRACE("rank " + std::to_string(rank));
-    ASSERT_EQ(run.status, 0);
-    ASSERT_EQ(run.outcome.error, "");
-    ASSERT_EQ(run.outcome.losses.size(), reference.losses.size());
-    for (std::size_t s = 0; s < reference.losses.size(); ++s) {
-      EXPECT_NEAR(run.outcome.losses[s], reference.losses[s], 1e-5 * reference.losses[s])
-          << "step " << s;
-      EXPECT_EQ(run.outcome.targets[s], reference.targets[s]) << "step " << s;
-    }
-    ASSERT_EQ(run.outcome.parameters.size(), reference.parameters.size());
-    const double error = MaxParameterError(run.outcome.parameters, reference.parameters);
-    EXPECT_LE(error, tolerance);
+    const double error = ExpectRankMatchesReference(run, reference, tolerance);
+    if (error < 0) continue;
     std::cout << "[ dp=" << world_size << " " << assignment << " eps " << eps << " rank " << rank
               << " ] max parameter error " << error << "\n";
     // The all-reduce gives every rank the same bits, so the replicas never drift apart.
@@ -477,17 +489,8 @@ void ExpectTensorParallelSameAsOneProcess(double eps, double tolerance) {
   for (int rank = 0; rank < 2; ++rank) {
     const RankRun& run = runs[static_cast<std::size_t>(rank)];
     SCOPED_TRACE("rank " + std::to_string(rank));
-    ASSERT_EQ(run.status, 0);
-    ASSERT_EQ(run.outcome.error, "");
-    ASSERT_EQ(run.outcome.losses.size(), reference.losses.size());
-    for (std::size_t s = 0; s < reference.losses.size(); ++s) {
-      EXPECT_NEAR(run.outcome.losses[s], reference.losses[s], 1e-5 * reference.losses[s])
-          << "step " << s;
-      EXPECT_EQ(run.outcome.targets[s], reference.targets[s]) << "step " << s;
-    }
-    ASSERT_EQ(run.outcome.parameters.size(), reference.parameters.size());
-    const double error = MaxParameterError(run.outcome.parameters, reference.parameters);
-    EXPECT_LE(error, tolerance);
+    const double error = ExpectRankMatchesReference(run, reference, tolerance);
+    if (error < 0) continue;
     double loss_error = 0.0;
     for (std::size_t s = 0; s < reference.losses.size(); ++s) {
       loss_error = std::max(
