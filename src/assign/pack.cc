@@ -56,13 +56,18 @@ double OrderForSchedule(const AssignProblem& problem, const PipelineModel& pipe,
 
 }  // namespace
 
-MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const int> docs,
-                          std::int64_t capacity) {
+std::vector<int> LongestFirst(std::span<const std::int64_t> lengths, std::span<const int> docs) {
   std::vector<int> order(docs.begin(), docs.end());
   std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
     if (lengths[x] != lengths[y]) return lengths[x] > lengths[y];
     return x < y;
   });
+  return order;
+}
+
+MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const int> docs,
+                          std::int64_t capacity) {
+  const std::vector<int> order = LongestFirst(lengths, docs);
   auto pack = [&](bool best_fit) {
     MicroBatches bins;
     std::vector<std::int64_t> room;
@@ -97,11 +102,7 @@ MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const
 
 bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipe,
                   std::span<const int> docs, int v, int passes, MicroBatches& out) {
-  std::vector<int> order(docs.begin(), docs.end());
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-    if (Len(problem, x) != Len(problem, y)) return Len(problem, x) > Len(problem, y);
-    return x < y;
-  });
+  const std::vector<int> order = LongestFirst(problem.lengths, docs);
   out.assign(static_cast<std::size_t>(v), {});
   std::vector<double> work(v, 0.0);
   std::vector<std::int64_t> tokens(v, 0);
@@ -177,11 +178,7 @@ bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipe,
 
 bool ShapedPack(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
                 std::span<const double> target_ms, MicroBatches& out) {
-  std::vector<int> order(docs.begin(), docs.end());
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-    if (Len(problem, x) != Len(problem, y)) return Len(problem, x) > Len(problem, y);
-    return x < y;
-  });
+  const std::vector<int> order = LongestFirst(problem.lengths, docs);
   const std::size_t v = target_ms.size();
   MicroBatches bins(v);
   std::vector<double> work(v, 0.0);
@@ -213,15 +210,6 @@ bool ShapedPack(const AssignProblem& problem, const PipelineModel& pipe, std::sp
   }
   return true;
 }
-
-namespace {
-
-// Exact time of micro-batches kept in the given order.
-double OrderedMs(const AssignProblem& problem, const PipelineModel& pipe, const MicroBatches& mbs) {
-  return PipelineMs(problem, pipe, mbs);
-}
-
-}  // namespace
 
 PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
                         std::span<const int> docs, const PackOptions& options) {
@@ -263,7 +251,7 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
       target.resize(frac.size());
       for (std::size_t j = 0; j < frac.size(); ++j) target[j] = frac[j] * total_work;
       if (!ShapedPack(problem, pipe, docs, target, candidate)) continue;
-      const double ms = OrderedMs(problem, pipe, candidate);
+      const double ms = PipelineMs(problem, pipe, candidate);
       if (ms < result.ms - 1e-9) {
         result.ms = ms;
         result.micro_batches = candidate;

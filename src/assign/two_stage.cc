@@ -68,12 +68,9 @@ class Solver {
   // index, so identical pipelines fill evenly and deterministically).
   void Dispatch() {
     const std::size_t n = problem_.lengths.size();
-    std::vector<int> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-      return problem_.lengths[static_cast<std::size_t>(x)] >
-             problem_.lengths[static_cast<std::size_t>(y)];
-    });
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    const std::vector<int> order = LongestFirst(problem_.lengths, all);
     docs_.assign(P_, {});
     load_.assign(P_, Load{});
     est_.assign(P_, 0.0);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <span>
+#include <vector>
 
 #include "hydraulis/assign/pipeline_relaxation.h"
 #include "hydraulis/assign/problem.h"
@@ -43,6 +44,10 @@ bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipeline,
 // has room. Empty micro-batches are dropped. Returns false when a document finds no room.
 bool ShapedPack(const AssignProblem& problem, const PipelineModel& pipeline,
                 std::span<const int> docs, std::span<const double> target_ms, MicroBatches& out);
+
+// `docs` ordered longest first, ties by index (the order every packer and dispatcher
+// walks documents in).
+std::vector<int> LongestFirst(std::span<const std::int64_t> lengths, std::span<const int> docs);
 
 // Fewest micro-batches first-fit/best-fit decreasing finds for `docs` under `capacity`.
 MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const int> docs,
