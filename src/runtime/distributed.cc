@@ -104,57 +104,182 @@ const DistributedOptions& Rendezvous::options() const { return impl_->options; }
 struct CommGroup::Impl {
   DistributedOptions options;
   std::string name;
+  std::vector<int> members;
+  int group_rank = 0;
   c10::intrusive_ptr<torch_compat::GlooGroup> gloo;
+  // Sends in flight and the tensors they read from (kept alive until WaitSends).
+  std::vector<std::pair<c10::intrusive_ptr<torch_compat::Work>, at::Tensor>> sends;
 
-  // Runs a collective and turns c10d's and Gloo's exceptions (a peer closed its
-  // connection, the timeout passed) into one Error that says which rank, group and
-  // operation failed and what to look at.
+  std::string Where() const {
+    return "rank " + std::to_string(options.rank) + " of " + std::to_string(options.world_size) +
+           ", group '" + name + "'";
+  }
+
+  // Turns c10d's and Gloo's exceptions (a peer closed its connection, the timeout passed)
+  // into one Error that says which rank, group and operation failed and what to look at.
+  [[noreturn]] void Fail(const std::string& what, const std::exception& e) const {
+    throw Error(Where() + ": " + what +
+                " failed (a peer rank may have exited or be stuck; timeout " +
+                std::to_string(options.timeout.count()) + " ms): " + e.what());
+  }
+
   template <typename Issue>
   void Run(const std::string& what, Issue issue) {
     try {
       issue()->wait();
     } catch (const std::exception& e) {
-      throw Error(Where(options) + ", group '" + name + "': " + what +
-                  " failed (a peer rank may have exited or be stuck; timeout " +
-                  std::to_string(options.timeout.count()) + " ms): " + e.what());
+      Fail(what, e);
+    }
+  }
+
+  void AllReduce(const at::Tensor& tensor, c10d::ReduceOp op, const char* op_name) {
+    if (!tensor.is_contiguous() || !tensor.device().is_cpu()) {
+      throw InternalError("CommGroup: all-reduce needs a contiguous CPU tensor");
+    }
+    std::vector<at::Tensor> tensors = {tensor};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = op;
+    Run(std::string("all-reduce (") + op_name + ") of " + std::to_string(tensor.numel()) +
+            " elements",
+        [&] { return gloo->allreduce(tensors, opts); });
+  }
+
+  void CheckPeer(int peer, const char* what) const {
+    if (peer < 0 || peer >= static_cast<int>(members.size()) || peer == group_rank) {
+      throw InternalError(Where() + ": " + what + " with invalid peer " + std::to_string(peer));
     }
   }
 };
 
-CommGroup::CommGroup(const Rendezvous& rendezvous, const std::string& name) {
+namespace {
+
+std::vector<int> AllRanks(int world_size) {
+  std::vector<int> all;
+  for (int r = 0; r < world_size; ++r) all.push_back(r);
+  return all;
+}
+
+}  // namespace
+
+CommGroup::CommGroup(const Rendezvous& rendezvous, const std::string& name)
+    : CommGroup(rendezvous, name, AllRanks(rendezvous.options().world_size)) {}
+
+CommGroup::CommGroup(const Rendezvous& rendezvous, const std::string& name,
+                     std::vector<int> members) {
   const DistributedOptions& o = rendezvous.options();
+  int group_rank = -1;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const int m = members[i];
+    if (m < 0 || m >= o.world_size) {
+      throw InvalidInput("group '" + name + "': member " + std::to_string(m) +
+                         " is not a rank of a world of " + std::to_string(o.world_size));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (members[j] == m) {
+        throw InvalidInput("group '" + name + "': rank " + std::to_string(m) + " listed twice");
+      }
+    }
+    if (m == o.rank) group_rank = static_cast<int>(i);
+  }
+  if (group_rank < 0) {
+    throw InvalidInput("group '" + name + "': rank " + std::to_string(o.rank) + " is not a member");
+  }
   std::string bind = o.bind_addr;
   if (bind.empty() && IsLoopback(o.master_addr)) bind = o.master_addr;
   c10::intrusive_ptr<torch_compat::GlooGroup> gloo;
   try {
     gloo = torch_compat::MakeGlooGroup(
-        torch_compat::MakePrefixStore("hydraulis/" + name + "/", rendezvous.impl().store), o.rank,
-        o.world_size, bind, o.timeout);
+        torch_compat::MakePrefixStore("hydraulis/" + name + "/", rendezvous.impl().store),
+        group_rank, static_cast<int>(members.size()), bind, o.timeout);
   } catch (const std::exception& e) {
     throw Error(Where(o) + ": creating Gloo group '" + name + "' failed (bind address '" + bind +
                 "', timeout " + std::to_string(o.timeout.count()) + " ms): " + e.what());
   }
-  impl_ = std::make_unique<Impl>(Impl{o, name, std::move(gloo)});
+  impl_ = std::make_unique<Impl>();
+  impl_->options = o;
+  impl_->name = name;
+  impl_->members = std::move(members);
+  impl_->group_rank = group_rank;
+  impl_->gloo = std::move(gloo);
 }
 
-CommGroup::~CommGroup() = default;
+CommGroup::~CommGroup() {
+  // A send still in flight reads from a tensor this object keeps alive; finish it quietly
+  // (the error, if any, was or will be reported by the peer's receive).
+  if (impl_ != nullptr) {
+    for (auto& [work, tensor] : impl_->sends) {
+      try {
+        work->wait();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+}
 
-int CommGroup::rank() const { return impl_->options.rank; }
-int CommGroup::size() const { return impl_->options.world_size; }
+int CommGroup::rank() const { return impl_->group_rank; }
+int CommGroup::size() const { return static_cast<int>(impl_->members.size()); }
+const std::vector<int>& CommGroup::members() const { return impl_->members; }
+const std::string& CommGroup::name() const { return impl_->name; }
 
 void CommGroup::AllReduceSum(const at::Tensor& tensor) {
-  if (!tensor.is_contiguous() || !tensor.device().is_cpu()) {
-    throw InternalError("CommGroup::AllReduceSum: needs a contiguous CPU tensor");
+  impl_->AllReduce(tensor, c10d::ReduceOp::SUM, "sum");
+}
+void CommGroup::AllReduceMax(const at::Tensor& tensor) {
+  impl_->AllReduce(tensor, c10d::ReduceOp::MAX, "max");
+}
+void CommGroup::AllReduceMin(const at::Tensor& tensor) {
+  impl_->AllReduce(tensor, c10d::ReduceOp::MIN, "min");
+}
+
+void CommGroup::AllGather(const at::Tensor& shard, const at::Tensor& full) {
+  if (!shard.is_contiguous() || !full.is_contiguous() || full.numel() != shard.numel() * size()) {
+    throw InternalError("CommGroup::AllGather: needs contiguous tensors, full = size * shard");
   }
-  std::vector<at::Tensor> tensors = {tensor};
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d::ReduceOp::SUM;
-  impl_->Run("all-reduce of " + std::to_string(tensor.numel()) + " elements",
-             [&] { return impl_->gloo->allreduce(tensors, opts); });
+  std::vector<at::Tensor> inputs = {shard};
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size(); ++r) {
+    outputs[0].push_back(full.view({-1}).slice(0, r * shard.numel(), (r + 1) * shard.numel()));
+  }
+  impl_->Run("all-gather of " + std::to_string(full.numel()) + " elements",
+             [&] { return impl_->gloo->allgather(outputs, inputs); });
 }
 
 void CommGroup::Barrier() {
   impl_->Run("barrier", [&] { return impl_->gloo->barrier(); });
+}
+
+void CommGroup::Send(const at::Tensor& tensor, int peer, int tag) {
+  impl_->CheckPeer(peer, "send");
+  at::Tensor t = tensor.contiguous();
+  std::vector<at::Tensor> tensors = {t};
+  try {
+    impl_->sends.emplace_back(impl_->gloo->send(tensors, peer, tag), t);
+  } catch (const std::exception& e) {
+    impl_->Fail(
+        "send of " + std::to_string(t.numel()) + " elements to group rank " + std::to_string(peer),
+        e);
+  }
+}
+
+void CommGroup::Recv(const at::Tensor& tensor, int peer, int tag) {
+  impl_->CheckPeer(peer, "receive");
+  if (!tensor.is_contiguous()) throw InternalError("CommGroup::Recv: needs a contiguous tensor");
+  std::vector<at::Tensor> tensors = {tensor};
+  impl_->Run("receive of " + std::to_string(tensor.numel()) + " elements from group rank " +
+                 std::to_string(peer),
+             [&] { return impl_->gloo->recv(tensors, peer, tag); });
+}
+
+void CommGroup::WaitSends() {
+  auto sends = std::move(impl_->sends);
+  impl_->sends.clear();
+  for (auto& [work, tensor] : sends) {
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      impl_->Fail("send of " + std::to_string(tensor.numel()) + " elements", e);
+    }
+  }
 }
 
 std::vector<double> AllReduceGradientSync::SumAcrossRanks(const std::vector<double>& local) {

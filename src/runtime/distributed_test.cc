@@ -31,10 +31,14 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/distributed.h"
+#include "hydraulis/runtime/distributed_trainer.h"
 #include "hydraulis/runtime/model.h"
 #include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/packed_batch.h"
+#include "hydraulis/runtime/pipeline_stage.h"
+#include "hydraulis/runtime/sharded_optimizer.h"
 #include "hydraulis/runtime/trainer.h"
+#include "rank_harness.h"
 #include "test_documents.h"
 
 extern char** environ;
@@ -42,8 +46,14 @@ extern char** environ;
 namespace hydraulis {
 namespace {
 
+using test_support::Append;
 using test_support::Documents;
+using test_support::Outcome;
 using test_support::RandomDocuments;
+using test_support::RankRun;
+using test_support::Read;
+using test_support::RunRanks;
+using test_support::Write;
 using Split = std::vector<std::vector<int>>;  // micro-batches as lists of document indices
 
 constexpr int kSteps = 3;
@@ -87,21 +97,6 @@ AdamWOptions Adam(double eps) {
   return o;
 }
 
-struct Outcome {
-  std::string error;  // empty when training finished
-  std::vector<double> losses;
-  std::vector<std::int64_t> targets;
-  std::vector<float> parameters;  // all parameters flattened, in model order
-  // Tensor parallelism: the last step's gradients of the replicated parameters (embedding,
-  // norms, head), flattened in model order.
-  std::vector<float> replicated_grads;
-};
-
-void Append(const at::Tensor& tensor, std::vector<float>& out) {
-  at::Tensor t = tensor.detach().contiguous();
-  out.insert(out.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
-}
-
 std::vector<float> Flatten(const Transformer& model) {
   std::vector<float> out;
   for (const at::Tensor& p : model.parameters()) Append(p, out);
@@ -129,42 +124,6 @@ Outcome Reference(double eps) {
     o.targets.push_back(r.targets);
   }
   o.parameters = Flatten(model);
-  return o;
-}
-
-void Write(const Outcome& o, const std::string& path) {
-  std::ofstream out(path, std::ios::binary);
-  out << o.error << '\n' << o.losses.size() << '\n';
-  out.precision(17);
-  for (std::size_t i = 0; i < o.losses.size(); ++i)
-    out << o.losses[i] << ' ' << o.targets[i] << '\n';
-  for (const std::vector<float>* v : {&o.parameters, &o.replicated_grads}) {
-    out << v->size() << '\n';
-    out.write(reinterpret_cast<const char*>(v->data()),
-              static_cast<std::streamsize>(v->size() * sizeof(float)));
-  }
-}
-
-Outcome Read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  Outcome o;
-  if (!in) {
-    o.error = "no output file " + path;
-    return o;
-  }
-  std::getline(in, o.error);
-  std::size_t n = 0, p = 0;
-  in >> n;
-  o.losses.resize(n);
-  o.targets.resize(n);
-  for (std::size_t i = 0; i < n; ++i) in >> o.losses[i] >> o.targets[i];
-  for (std::vector<float>* v : {&o.parameters, &o.replicated_grads}) {
-    p = 0;
-    in >> p;
-    in.get();
-    v->resize(p);
-    in.read(reinterpret_cast<char*>(v->data()), static_cast<std::streamsize>(p * sizeof(float)));
-  }
   return o;
 }
 
@@ -247,102 +206,6 @@ int WorkerMain(const std::string& scenario, const std::string& path) {
   return 0;
 }
 
-// A port nothing listens on now (the kernel's choice for port 0); the rendezvous binds it
-// a moment later. Each test takes its own, so tests can run in parallel.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    throw Error(std::string("no free port: ") + std::strerror(errno));
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-struct RankRun {
-  int status = -1;      // exit status; -1 when killed at the deadline
-  double exit_s = 0.0;  // seconds from the start of the ranks to this one's exit
-  Outcome outcome;
-};
-
-// Starts `world_size` ranks of this binary running `scenario`, waits at most `deadline`
-// for all of them (killing the rest then) and returns their exit statuses and outputs.
-std::vector<RankRun> RunRanks(int world_size, const std::string& scenario,
-                              std::chrono::seconds deadline) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) throw Error("cannot read /proc/self/exe");
-  exe[n] = '\0';
-  const int port = FreePort();
-  const std::string dir = ::testing::TempDir();
-  std::vector<pid_t> pids;
-  std::vector<std::string> paths;
-  for (int rank = 0; rank < world_size; ++rank) {
-    paths.push_back(dir + "/hydraulis_dp_" + std::to_string(getpid()) + "_" + std::to_string(port) +
-                    "_" + std::to_string(rank));
-    std::remove(paths.back().c_str());
-    std::vector<std::string> env = {
-        "RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world_size),
-        "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port), "OMP_NUM_THREADS=1"};
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string kv = *e;
-      bool ours = false;
-      for (const char* k :
-           {"RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=", "OMP_NUM_THREADS="}) {
-        ours = ours || kv.rfind(k, 0) == 0;
-      }
-      if (!ours) env.push_back(kv);
-    }
-    std::vector<std::string> args = {exe, "--dp-worker", scenario, paths.back()};
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_t pid = 0;
-    if (posix_spawn(&pid, exe, nullptr, nullptr, argv.data(), envp.data()) != 0) {
-      throw Error("posix_spawn failed");
-    }
-    pids.push_back(pid);
-  }
-  std::vector<RankRun> runs(pids.size());
-  std::vector<bool> done(pids.size(), false);
-  const auto start = std::chrono::steady_clock::now();
-  const auto end = start + deadline;
-  for (std::size_t left = pids.size(); left > 0;) {
-    for (std::size_t r = 0; r < pids.size(); ++r) {
-      int status = 0;
-      if (done[r] || waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
-      done[r] = true;
-      --left;
-      runs[r].status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      runs[r].exit_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    if (left == 0) break;
-    if (std::chrono::steady_clock::now() > end) {
-      for (std::size_t r = 0; r < pids.size(); ++r) {
-        if (!done[r]) {
-          kill(pids[r], SIGKILL);
-          waitpid(pids[r], nullptr, 0);
-        }
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (std::size_t r = 0; r < pids.size(); ++r) {
-    runs[r].outcome = Read(paths[r]);
-    std::remove(paths[r].c_str());
-  }
-  return runs;
-}
-
 // max |a - b| / max |b| per parameter tensor, the largest over the tensors.
 double MaxParameterError(const std::vector<float>& a, const std::vector<float>& b) {
   Transformer shapes(Tiny(), 11);
@@ -396,7 +259,8 @@ void ExpectSameAsOneProcess(int world_size, const std::string& assignment, doubl
                             double tolerance) {
   const Outcome reference = Reference(eps);
   std::vector<RankRun> runs =
-      RunRanks(world_size, "train:" + assignment + ":" + EpsText(eps), std::chrono::seconds(60));
+      RunRanks(world_size, "--dp-worker", "train:" + assignment + ":" + EpsText(eps),
+               std::chrono::seconds(60));
   for (int rank = 0; rank < world_size; ++rank) {
     const RankRun& run = runs[static_cast<std::size_t>(rank)];
     SCOPED_TRACE("rank " + std::to_string(rank));
@@ -433,7 +297,7 @@ TEST(DataParallelTest, IdleRankStillSynchronises) {
 
 TEST(DataParallelTest, DeadRankMakesTheOtherFailWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();
-  std::vector<RankRun> runs = RunRanks(2, "die", std::chrono::seconds(30));
+  std::vector<RankRun> runs = RunRanks(2, "--dp-worker", "die", std::chrono::seconds(30));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(runs[1].status, 3);
@@ -447,7 +311,7 @@ TEST(DataParallelTest, DeadRankMakesTheOtherFailWithinTheTimeout) {
 }
 
 TEST(DataParallelTest, StuckRankMakesTheOtherFailAtTheTimeout) {
-  std::vector<RankRun> runs = RunRanks(2, "stall", std::chrono::seconds(30));
+  std::vector<RankRun> runs = RunRanks(2, "--dp-worker", "stall", std::chrono::seconds(30));
   EXPECT_EQ(runs[1].status, 4);
   ASSERT_EQ(runs[0].status, 0) << "rank 0 hung or crashed";
   const std::string& error = runs[0].outcome.error;
@@ -462,7 +326,7 @@ TEST(DataParallelTest, StuckRankMakesTheOtherFailAtTheTimeout) {
 // only the summation order differs from one process.
 TEST(TensorParallelTest, TwoRanksForwardMatchesOneProcess) {
   const std::vector<float> reference = ForwardOutput(Transformer(Tiny(), 11));
-  std::vector<RankRun> runs = RunRanks(2, "tp-forward", std::chrono::seconds(60));
+  std::vector<RankRun> runs = RunRanks(2, "--dp-worker", "tp-forward", std::chrono::seconds(60));
   for (int rank = 0; rank < 2; ++rank) {
     const RankRun& run = runs[static_cast<std::size_t>(rank)];
     SCOPED_TRACE("rank " + std::to_string(rank));
@@ -485,7 +349,8 @@ TEST(TensorParallelTest, TwoRanksForwardMatchesOneProcess) {
 
 void ExpectTensorParallelSameAsOneProcess(double eps, double tolerance) {
   const Outcome reference = Reference(eps);
-  std::vector<RankRun> runs = RunRanks(2, "tp-train:" + EpsText(eps), std::chrono::seconds(60));
+  std::vector<RankRun> runs =
+      RunRanks(2, "--dp-worker", "tp-train:" + EpsText(eps), std::chrono::seconds(60));
   for (int rank = 0; rank < 2; ++rank) {
     const RankRun& run = runs[static_cast<std::size_t>(rank)];
     SCOPED_TRACE("rank " + std::to_string(rank));
@@ -569,28 +434,234 @@ TEST(DistributedOptionsTest, EnvironmentErrorsNameTheVariable) {
   for (const char* k : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(k);
 }
 
+// ---- The distributed trainer: pipelines, heterogeneous strategies, sharded optimizer ----
+
+// Candidate sets as text: candidates separated by '|', pipelines by ',', each "tXpY"
+// (tp X, pp Y), e.g. "t2p1,t1p1,t1p1|t1p2,t1p1,t1p1".
+std::vector<Strategy> ParseCandidates(const std::string& text) {
+  std::vector<Strategy> out;
+  std::stringstream candidates(text);
+  std::string candidate;
+  while (std::getline(candidates, candidate, '|')) {
+    Strategy s;
+    s.name = candidate;
+    std::stringstream pipelines(candidate);
+    std::string pipeline;
+    while (std::getline(pipelines, pipeline, ',')) {
+      Scheme scheme;
+      scheme.tp = std::stoi(pipeline.substr(1, pipeline.find('p') - 1));
+      scheme.pp = std::stoi(pipeline.substr(pipeline.find('p') + 1));
+      s.pipelines.push_back(scheme);
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+// The step plan: the step's micro-batches (kStepSplits) dealt round-robin to the
+// pipelines of candidate `strategy`, so with two pipelines the second gets none in step 2.
+StepPlan PlanFor(int step, int strategy, const std::vector<Strategy>& candidates) {
+  StepPlan plan;
+  plan.strategy = strategy;
+  const std::size_t pipelines = candidates[static_cast<std::size_t>(strategy)].pipelines.size();
+  plan.pipelines.resize(pipelines);
+  const Split& split = kStepSplits[static_cast<std::size_t>(step)];
+  for (std::size_t mb = 0; mb < split.size(); ++mb)
+    plan.pipelines[mb % pipelines].push_back(split[mb]);
+  return plan;
+}
+
+// Scenario "CANDIDATES/SCHEDULE/EPS[/corrupt]": SCHEDULE lists the candidate of each step
+// ("0,1,2"); with "/corrupt" rank 1 runs step 1 with a different plan.
+void TrainerWorker(const std::string& scenario, Outcome& o) {
+  std::vector<std::string> parts;
+  std::stringstream text(scenario);
+  for (std::string part; std::getline(text, part, '/');) parts.push_back(part);
+  const std::vector<Strategy> candidates = ParseCandidates(parts.at(0));
+  std::vector<int> schedule;
+  std::stringstream steps(parts.at(1));
+  for (std::string k; std::getline(steps, k, ',');) schedule.push_back(std::stoi(k));
+  const bool corrupt = parts.size() > 3 && parts[3] == "corrupt";
+
+  DistributedOptions options = DistributedOptionsFromEnvironment();  // the test edge
+  options.timeout = std::chrono::milliseconds(20000);
+  Rendezvous rendezvous(options);
+  const ModelConfig c = Tiny();
+  DistributedTrainer trainer(c, 11, Adam(std::stod(parts.at(2))), rendezvous, candidates);
+  for (int step = 0; step < kSteps; ++step) {
+    const Documents docs =
+        RandomDocuments(kGlobalBatchLengths, 100 + static_cast<std::uint64_t>(step),
+                        static_cast<int>(c.shape.vocab));
+    StepPlan plan = PlanFor(step, schedule.at(static_cast<std::size_t>(step)), candidates);
+    if (corrupt && step == 1 && options.rank == 1)
+      std::swap(plan.pipelines[0][0][0], plan.pipelines[0][1][0]);
+    const DistributedStepResult r = trainer.Step(plan, docs);
+    std::int64_t tokens = 0;
+    for (const auto& d : docs) tokens += static_cast<std::int64_t>(d.size());
+    if (r.tokens_run != tokens) {
+      throw Error("step " + std::to_string(step) + ": pipelines ran " +
+                  std::to_string(r.tokens_run) + " tokens of a batch of " + std::to_string(tokens));
+    }
+    o.losses.push_back(r.loss);
+    o.targets.push_back(r.targets);
+  }
+  Append(trainer.optimizer().full_parameters(), o.parameters);
+  trainer.world().Barrier();
+}
+
+int TrainerWorkerMain(const std::string& scenario, const std::string& path) {
+  at::set_num_threads(1);
+  Outcome o;
+  try {
+    TrainerWorker(scenario, o);
+  } catch (const std::exception& e) {
+    o.error = e.what();
+    for (char& ch : o.error) {
+      if (ch == '\n') ch = ' ';
+    }
+  }
+  Write(o, path);
+  return 0;
+}
+
+int WorldSize(const std::vector<Strategy>& candidates) {
+  int world = 0;
+  for (const Strategy& s : candidates) world = std::max(world, s.Gpus());
+  return world;
+}
+
+// Runs the distributed trainer and expects every rank to match one process training on the
+// same global batches (Adam eps 1e-4, parameters within 1e-5), and all ranks to hold the
+// same parameters. Returns the worst parameter error.
+double ExpectTrainerMatchesOneProcess(const std::string& candidates, const std::string& schedule) {
+  const double eps = 1e-4;
+  const Outcome reference = Reference(eps);
+  const int world = WorldSize(ParseCandidates(candidates));
+  std::vector<RankRun> runs =
+      RunRanks(world, "--trainer-worker", candidates + "/" + schedule + "/" + EpsText(eps),
+               std::chrono::seconds(90));
+  double worst = 0.0;
+  for (int rank = 0; rank < world; ++rank) {
+    const RankRun& run = runs[static_cast<std::size_t>(rank)];
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const double error = ExpectRankMatchesReference(run, reference, 1e-5);
+    if (error < 0) continue;
+    worst = std::max(worst, error);
+    EXPECT_TRUE(run.outcome.parameters == runs[0].outcome.parameters);
+  }
+  std::cout << "[ " << candidates << " schedule " << schedule << " ] max parameter error " << worst
+            << "\n";
+  return worst;
+}
+
+// One candidate of dp identical (tp, pp) pipelines on tp * pp * dp <= 4 ranks. In step 2
+// there is one micro-batch: with dp = 2 the second pipeline runs none and still joins the
+// gradient reduction, and with pp = 2 a pipeline runs fewer micro-batches than stages.
+class HomogeneousTest : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(HomogeneousTest, TrainsLikeOneProcess) {
+  const auto [tp, pp, dp] = GetParam();
+  std::string candidate;
+  for (int p = 0; p < dp; ++p) {
+    candidate +=
+        (p > 0 ? "," : "") + std::string("t") + std::to_string(tp) + "p" + std::to_string(pp);
+  }
+  ExpectTrainerMatchesOneProcess(candidate, "0,0,0");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HomogeneousTest,
+                         ::testing::Values(std::make_tuple(1, 1, 1), std::make_tuple(2, 1, 1),
+                                           std::make_tuple(1, 2, 1), std::make_tuple(1, 1, 2),
+                                           std::make_tuple(2, 2, 1), std::make_tuple(2, 1, 2),
+                                           std::make_tuple(1, 2, 2)),
+                         [](const auto& layout) {
+                           return "tp" + std::to_string(std::get<0>(layout.param)) + "pp" +
+                                  std::to_string(std::get<1>(layout.param)) + "dp" +
+                                  std::to_string(std::get<2>(layout.param));
+                         });
+
+// Pipelines of different schemes side by side, on 4 ranks.
+TEST(HeterogeneousTest, MixedPipelinesTrainLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t2p1,t1p1,t1p1", "0,0,0");
+  ExpectTrainerMatchesOneProcess("t1p2,t1p1,t1p1", "0,0,0");
+}
+
+// A different strategy every step; the optimizer state never moves.
+TEST(HeterogeneousTest, SwitchingStrategiesEveryStepTrainsLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t2p1,t1p1,t1p1|t1p2,t1p1,t1p1|t2p2", "0,1,2");
+  ExpectTrainerMatchesOneProcess("t2p1,t1p1|t1p1,t1p1,t1p1", "1,0,1");
+}
+
+TEST(DistributedTrainerTest, RanksWithDifferentPlansFailWithAClearError) {
+  std::vector<RankRun> runs =
+      RunRanks(2, "--trainer-worker", "t1p1,t1p1/0,0,0/0.0001/corrupt", std::chrono::seconds(60));
+  for (const RankRun& run : runs) {
+    EXPECT_EQ(run.status, 0);
+    EXPECT_NE(run.outcome.error.find("the ranks hold different step plans"), std::string::npos)
+        << run.outcome.error;
+  }
+}
+
+TEST(DistributedTrainerTest, OneFOneBOrder) {
+  auto text = [](int stage, int pp, int v) {
+    std::string out;
+    for (const StageOp& op : OneFOneBOrder(stage, pp, v)) {
+      out += (op.forward ? "F" : "B") + std::to_string(op.micro_batch) + " ";
+    }
+    return out;
+  };
+  EXPECT_EQ(text(0, 2, 3), "F0 F1 B0 F2 B1 B2 ");
+  EXPECT_EQ(text(1, 2, 3), "F0 B0 F1 B1 F2 B2 ");
+  EXPECT_EQ(text(0, 4, 2), "F0 F1 B0 B1 ");  // fewer micro-batches than warm-up slots
+  EXPECT_EQ(text(0, 3, 0), "");
+  EXPECT_THROW(OneFOneBOrder(2, 2, 1), InvalidInput);
+}
+
+TEST(DistributedTrainerTest, StagesSplitTheLayers) {
+  ModelConfig c = Tiny();
+  c.shape.layers = 5;
+  std::string text;
+  for (int s = 0; s < 3; ++s) {
+    const ModelPart p = ModelPart::Stage(c, s, 3);
+    text += std::to_string(p.first_layer) + "-" + std::to_string(p.end_layer) +
+            (p.has_embedding ? "e" : "") + (p.has_head ? "h" : "") + " ";
+  }
+  EXPECT_EQ(text, "0-2e 2-4 4-5h ");
+  EXPECT_THROW(ModelPart::Stage(c, 0, 6), InvalidInput);
+}
+
+// The sharded AdamW is torch::optim::AdamW element by element.
+TEST(DistributedTrainerTest, AdamWUpdateMatchesTorch) {
+  Transformer model(Tiny(), 11);
+  Trainer trainer(model, Adam(1e-8));
+  const std::vector<PackedBatch> batch = MicroBatches(Tiny(), 0, "", -1, 1);
+  std::vector<at::Tensor> before, exp_avg, exp_avg_sq;
+  for (const at::Tensor& p : model.parameters()) {
+    before.push_back(p.detach().clone());
+    exp_avg.push_back(at::zeros_like(p));
+    exp_avg_sq.push_back(at::zeros_like(p));
+  }
+  for (std::int64_t step = 1; step <= 2; ++step) {
+    trainer.Step(batch);
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      const at::Tensor grad = model.parameters()[i].grad();
+      AdamWUpdate(before[i], grad, exp_avg[i], exp_avg_sq[i], step, Adam(1e-8));
+      EXPECT_TRUE(at::equal(before[i], model.parameters()[i].detach())) << "parameter " << i;
+      before[i] = model.parameters()[i].detach().clone();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hydraulis
 
 int main(int argc, char** argv) {
-  // OpenBLAS sizes its thread pool from OMP_NUM_THREADS when the library loads, before
-  // main, and a different thread count changes the summation order of matrix products:
-  // the ranks and the single-process reference must all run with one thread, so the test
-  // restarts itself with it set (the ranks inherit it).
-  const char* threads = std::getenv("OMP_NUM_THREADS");
-  if (threads == nullptr || std::string(threads) != "1") {
-    setenv("OMP_NUM_THREADS", "1", 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    char exe[4096];
-    const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-      exe[n] = '\0';
-      execv(exe, argv);
-    }
-    std::cerr << "warning: could not restart with OMP_NUM_THREADS=1; results may differ\n";
-  }
+  hydraulis::test_support::RestartWithOneThread(argv);
   if (argc == 4 && std::string(argv[1]) == "--dp-worker") {
     return hydraulis::WorkerMain(argv[2], argv[3]);
+  }
+  if (argc == 4 && std::string(argv[1]) == "--trainer-worker") {
+    return hydraulis::TrainerWorkerMain(argv[2], argv[3]);
   }
   at::set_num_threads(1);
   ::testing::InitGoogleTest(&argc, argv);

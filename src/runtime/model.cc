@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <string>
 
 #include "hydraulis/base/error.h"
@@ -85,78 +86,154 @@ void ValidateTensorParallel(const ModelConfig& config, int tp_size) {
   check("ffn", s.ffn);
 }
 
+std::vector<FullParameter> FullParameters(const ModelConfig& config) {
+  const ModelSpec& s = config.shape;
+  const std::int64_t hidden = s.hidden;
+  const std::int64_t dim = config.head_dim();
+  std::vector<FullParameter> out;
+  out.push_back({"embed", {s.vocab, hidden}, TensorSplit::kReplicated});
+  for (int i = 0; i < s.layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    out.push_back({p + "attn_norm", {hidden}, TensorSplit::kReplicated});
+    out.push_back({p + "wq", {s.heads * dim, hidden}, TensorSplit::kRows});
+    out.push_back({p + "wk", {s.kv_heads * dim, hidden}, TensorSplit::kRows});
+    out.push_back({p + "wv", {s.kv_heads * dim, hidden}, TensorSplit::kRows});
+    out.push_back({p + "wo", {hidden, s.heads * dim}, TensorSplit::kColumns});
+    out.push_back({p + "mlp_norm", {hidden}, TensorSplit::kReplicated});
+    out.push_back({p + "w_gate", {s.ffn, hidden}, TensorSplit::kRows});
+    out.push_back({p + "w_up", {s.ffn, hidden}, TensorSplit::kRows});
+    out.push_back({p + "w_down", {hidden, s.ffn}, TensorSplit::kColumns});
+  }
+  out.push_back({"final_norm", {hidden}, TensorSplit::kReplicated});
+  if (!config.tie_embeddings) out.push_back({"head", {s.vocab, hidden}, TensorSplit::kReplicated});
+  return out;
+}
+
+ModelPart ModelPart::Stage(const ModelConfig& config, int stage, int pp) {
+  const int layers = config.shape.layers;
+  if (pp < 1 || pp > layers) {
+    throw InvalidInput("pipeline parallelism: pp = " + std::to_string(pp) +
+                       " must be in [1, layers = " + std::to_string(layers) + "]");
+  }
+  if (stage < 0 || stage >= pp) {
+    throw InvalidInput("pipeline parallelism: stage " + std::to_string(stage) +
+                       " out of range for pp = " + std::to_string(pp));
+  }
+  const int base = layers / pp;
+  const int extra = layers % pp;
+  ModelPart part;
+  part.first_layer = stage * base + std::min(stage, extra);
+  part.end_layer = part.first_layer + base + (stage < extra ? 1 : 0);
+  part.has_embedding = stage == 0;
+  part.has_head = stage == pp - 1;
+  return part;
+}
+
+bool ModelPart::IsWhole(const ModelConfig& config) const {
+  return first_layer == 0 && (end_layer < 0 || end_layer == config.shape.layers) && has_embedding &&
+         has_head;
+}
+
 int Transformer::tp_size() const { return tp_group_ == nullptr ? 1 : tp_group_->size(); }
 int Transformer::tp_rank() const { return tp_group_ == nullptr ? 0 : tp_group_->rank(); }
 
-at::Tensor Transformer::Add(const std::string& name, const at::Tensor& value, Split split) {
+at::Tensor Transformer::Add(const std::string& name, const std::string& full_name,
+                            const at::Tensor& value, TensorSplit split) {
   at::Tensor local = value;
-  if (split != Split::kReplicated && tp_size() > 1) {
-    const std::int64_t dim = split == Split::kRows ? 0 : 1;
+  if (split != TensorSplit::kReplicated && tp_size() > 1) {
+    const std::int64_t dim = split == TensorSplit::kRows ? 0 : 1;
     const std::int64_t part = value.size(dim) / tp_size();
     // A copy, not a view: the shard must not keep the full weight alive.
     local = value.slice(dim, part * tp_rank(), part * (tp_rank() + 1)).clone();
   }
   local.requires_grad_(true);
-  parameters_.push_back({name, local});
-  splits_.push_back(split);
+  parameters_.push_back({name, local, full_name, split});
   return local;
 }
 
 std::vector<NamedParameter> Transformer::GatherFullParameters() const {
   std::vector<NamedParameter> out;
   out.reserve(parameters_.size());
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    const at::Tensor local = parameters_[i].value.detach();
-    if (splits_[i] == Split::kReplicated || tp_size() == 1) {
-      out.push_back({parameters_[i].name, local.clone()});
+  for (const NamedParameter& p : parameters_) {
+    const at::Tensor local = p.value.detach();
+    if (p.split == TensorSplit::kReplicated || tp_size() == 1) {
+      out.push_back({p.name, local.clone(), p.full_name, p.split});
       continue;
     }
     // Each rank writes its shard into zeros and a sum assembles the whole; adding zeros is
     // exact, so this is a gather without a separate all-gather wrapper.
-    const std::int64_t dim = splits_[i] == Split::kRows ? 0 : 1;
+    const std::int64_t dim = p.split == TensorSplit::kRows ? 0 : 1;
     std::vector<std::int64_t> shape = local.sizes().vec();
     const std::int64_t part = shape[static_cast<std::size_t>(dim)];
     shape[static_cast<std::size_t>(dim)] = part * tp_size();
     at::Tensor full = at::zeros(shape, local.options());
     full.slice(dim, part * tp_rank(), part * (tp_rank() + 1)).copy_(local);
     tp_group_->AllReduceSum(full);
-    out.push_back({parameters_[i].name, full});
+    out.push_back({p.name, full, p.full_name, p.split});
   }
   return out;
 }
 
-Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group)
-    : tp_group_(tp_group), config_(config) {
+Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group,
+                         const ModelPart& part)
+    : tp_group_(tp_group), part_(part), config_(config) {
   ValidateModelConfig(config_, "model config");
   ValidateTensorParallel(config_, tp_size());
-  const ModelSpec& s = config_.shape;
-  const std::int64_t hidden = s.hidden;
-  const std::int64_t dim = config_.head_dim();
+  if (part_.end_layer < 0) part_.end_layer = config_.shape.layers;
+  if (part_.first_layer < 0 || part_.first_layer > part_.end_layer ||
+      part_.end_layer > config_.shape.layers) {
+    throw InvalidInput("model part: layers [" + std::to_string(part_.first_layer) + ", " +
+                       std::to_string(part_.end_layer) + ") out of range for " +
+                       std::to_string(config_.shape.layers) + " layers");
+  }
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
-  auto matrix = [&](std::int64_t rows, std::int64_t cols) {
-    return at::normal(0.0, kInitStd, {rows, cols}, gen, fp32);
+  // Every weight is drawn, held or not, so each value is the one the whole model has.
+  auto draw = [&](const FullParameter& p) {
+    return p.shape.size() == 1 ? at::ones(p.shape, fp32)
+                               : at::normal(0.0, kInitStd, p.shape, gen, fp32);
   };
-  auto ones = [&]() { return at::ones({hidden}, fp32); };
-
-  embed_ = Add("embed", matrix(s.vocab, hidden), Split::kReplicated);
-  for (int i = 0; i < s.layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    Layer l;
-    l.attn_norm = Add(p + "attn_norm", ones(), Split::kReplicated);
-    l.wq = Add(p + "wq", matrix(s.heads * dim, hidden), Split::kRows);
-    l.wk = Add(p + "wk", matrix(s.kv_heads * dim, hidden), Split::kRows);
-    l.wv = Add(p + "wv", matrix(s.kv_heads * dim, hidden), Split::kRows);
-    l.wo = Add(p + "wo", matrix(hidden, s.heads * dim), Split::kColumns);
-    l.mlp_norm = Add(p + "mlp_norm", ones(), Split::kReplicated);
-    l.w_gate = Add(p + "w_gate", matrix(s.ffn, hidden), Split::kRows);
-    l.w_up = Add(p + "w_up", matrix(s.ffn, hidden), Split::kRows);
-    l.w_down = Add(p + "w_down", matrix(hidden, s.ffn), Split::kColumns);
-    layers_.push_back(std::move(l));
+  at::Tensor embed_value;
+  for (const FullParameter& p : FullParameters(config_)) {
+    const at::Tensor value = draw(p);
+    if (p.name == "embed") {
+      embed_value = value;
+      if (part_.has_embedding) embed_ = Add(p.name, p.name, value, p.split);
+      continue;
+    }
+    if (p.name == "final_norm") {
+      if (part_.has_head) final_norm_ = Add(p.name, p.name, value, p.split);
+      continue;
+    }
+    if (p.name == "head") {
+      if (part_.has_head) head_ = Add(p.name, p.name, value, p.split);
+      continue;
+    }
+    // "layers.{i}.{field}"
+    const std::size_t dot = p.name.find('.', 7);
+    const int layer = std::stoi(p.name.substr(7, dot - 7));
+    if (layer < part_.first_layer || layer >= part_.end_layer) continue;
+    const std::size_t index = static_cast<std::size_t>(layer - part_.first_layer);
+    if (layers_.size() <= index) layers_.resize(index + 1);
+    Layer& l = layers_[index];
+    const std::string field = p.name.substr(dot + 1);
+    at::Tensor* slot = field == "attn_norm"  ? &l.attn_norm
+                       : field == "wq"       ? &l.wq
+                       : field == "wk"       ? &l.wk
+                       : field == "wv"       ? &l.wv
+                       : field == "wo"       ? &l.wo
+                       : field == "mlp_norm" ? &l.mlp_norm
+                       : field == "w_gate"   ? &l.w_gate
+                       : field == "w_up"     ? &l.w_up
+                                             : &l.w_down;
+    *slot = Add(p.name, p.name, value, p.split);
   }
-  final_norm_ = Add("final_norm", ones(), Split::kReplicated);
-  head_ =
-      config_.tie_embeddings ? embed_ : Add("head", matrix(s.vocab, hidden), Split::kReplicated);
+  if (config_.tie_embeddings && part_.has_head) {
+    // Without the embedding on this stage the tied head is a copy of it, kept equal by the
+    // optimizer (which sums both copies' gradients into its one parameter).
+    head_ =
+        part_.has_embedding ? embed_ : Add("head", "embed", embed_value, TensorSplit::kReplicated);
+  }
 }
 
 std::vector<at::Tensor> Transformer::parameters() const {
@@ -167,12 +244,29 @@ std::vector<at::Tensor> Transformer::parameters() const {
 }
 
 at::Tensor Transformer::Forward(const PackedBatch& batch) const {
+  if (!part_.IsWhole(config_)) {
+    throw InvalidInput(
+        "Transformer::Forward: this rank holds one pipeline stage; use ForwardStage");
+  }
+  return ForwardStage(batch, at::Tensor());
+}
+
+at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor& hidden) const {
   ValidatePackedBatch(batch);  // O(documents); a bad cu_seqlens would read out of range.
   const ModelSpec& s = config_.shape;
   const std::int64_t tokens = batch.num_tokens();
   const std::int64_t dim = config_.head_dim();
-  const at::Tensor positions = PositionsInDocuments(batch);
-  at::Tensor x = embed_.index_select(0, batch.tokens);  // [tokens, hidden]
+  at::Tensor x;
+  if (part_.has_embedding) {
+    x = embed_.index_select(0, batch.tokens);  // [tokens, hidden]
+  } else {
+    if (!hidden.defined() || hidden.dim() != 2 || hidden.size(0) != tokens ||
+        hidden.size(1) != s.hidden) {
+      throw InvalidInput("ForwardStage: expected hidden states [" + std::to_string(tokens) + ", " +
+                         std::to_string(s.hidden) + "] from the previous stage");
+    }
+    x = hidden;
+  }
   // This rank's heads: contiguous blocks of q heads and of kv heads, so local q head j
   // still reads local kv head j / (heads / kv_heads), as in the full model.
   const std::int64_t heads = s.heads / tp_size();
@@ -184,6 +278,7 @@ at::Tensor Transformer::Forward(const PackedBatch& batch) const {
   auto g = [&](const at::Tensor& t) {
     return group == nullptr ? t : ReduceFromTensorParallel::apply(t, group);
   };
+  const at::Tensor positions = layers_.empty() ? at::Tensor() : PositionsInDocuments(batch);
   for (const Layer& l : layers_) {
     at::Tensor h = f(RmsNorm(x, l.attn_norm, config_.norm_eps));
     at::Tensor q = Linear(h, l.wq).view({tokens, heads, dim});
@@ -196,6 +291,7 @@ at::Tensor Transformer::Forward(const PackedBatch& batch) const {
     h = f(RmsNorm(x, l.mlp_norm, config_.norm_eps));
     x = x + g(Linear(at::silu(Linear(h, l.w_gate)) * Linear(h, l.w_up), l.w_down));
   }
+  if (!part_.has_head) return x;
   return Linear(RmsNorm(x, final_norm_, config_.norm_eps), head_);
 }
 

@@ -59,24 +59,48 @@ class Rendezvous {
   std::unique_ptr<Impl> impl_;
 };
 
-// A Gloo process group over all ranks of a rendezvous. Collectives are blocking and
-// in place; a failed or timed-out one (a dead peer) throws Error naming the rank and the
-// operation.
+// A Gloo process group over some ranks of a rendezvous (all of them by default).
+// Collectives are blocking and in place; a failed or timed-out one (a dead peer) throws
+// Error naming the rank, the group and the operation.
 class CommGroup {
  public:
-  // `name` keeps the keys of different groups apart in the shared store; every rank must
-  // create the same groups in the same order.
+  // `name` keeps the keys of different groups apart in the shared store. Every member must
+  // create the group, and every rank must create the groups it belongs to in one global
+  // order (group creation waits for all members, so two ranks creating two shared groups in
+  // opposite orders would wait for each other until the timeout).
   CommGroup(const Rendezvous& rendezvous, const std::string& name);
+  // A group of the given global ranks (distinct, each in [0, world_size)), this rank among
+  // them; group rank i is members[i]. InvalidInput otherwise.
+  CommGroup(const Rendezvous& rendezvous, const std::string& name, std::vector<int> members);
   ~CommGroup();
   CommGroup(const CommGroup&) = delete;
   CommGroup& operator=(const CommGroup&) = delete;
 
+  // This rank's index in the group and the group's size.
   int rank() const;
   int size() const;
+  // The global ranks of the group, in group-rank order.
+  const std::vector<int>& members() const;
+  const std::string& name() const;
 
   // Sums `tensor` (contiguous CPU) over the ranks, in place; every rank gets the same bits.
   void AllReduceSum(const at::Tensor& tensor);
+  // Element-wise maximum and minimum, in place (used for the plan-hash check).
+  void AllReduceMax(const at::Tensor& tensor);
+  void AllReduceMin(const at::Tensor& tensor);
+  // Concatenates every rank's `shard` (contiguous CPU, the same size on every rank) into
+  // `full` (contiguous, size() times as many elements), in group-rank order.
+  void AllGather(const at::Tensor& shard, const at::Tensor& full);
   void Barrier();
+
+  // Point-to-point, for pipeline stages. Send does not block: the tensor is kept alive and
+  // the transfer completes in the background, so a 1F1B schedule whose receives are
+  // matched in order cannot deadlock on sends; WaitSends waits for all of them (before the
+  // step ends). Recv blocks until `tensor` (contiguous, of the sent size) is filled.
+  // `peer` is a group rank; messages between two ranks are matched by `tag`.
+  void Send(const at::Tensor& tensor, int peer, int tag);
+  void Recv(const at::Tensor& tensor, int peer, int tag);
+  void WaitSends();
 
  private:
   struct Impl;

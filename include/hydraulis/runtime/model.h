@@ -31,9 +31,42 @@ class CommGroup;
 // InvalidInput unless heads, kv_heads and ffn of `config` are divisible by tp_size >= 1.
 void ValidateTensorParallel(const ModelConfig& config, int tp_size);
 
+// How a parameter is split over the tp ranks: not at all, along its rows (dim 0, column-
+// parallel) or along its columns (dim 1, row-parallel).
+enum class TensorSplit { kReplicated, kRows, kColumns };
+
+// A parameter of the single-process model: its name and shape, in the model's fixed order
+// (embed, layers.{i}.{attn_norm,wq,wk,wv,wo,mlp_norm,w_gate,w_up,w_down}, final_norm, head
+// unless tied), and how tensor parallelism splits it.
+struct FullParameter {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  TensorSplit split = TensorSplit::kReplicated;
+};
+std::vector<FullParameter> FullParameters(const ModelConfig& config);
+
+// The part of the model one pipeline stage holds: layers [first_layer, end_layer), the
+// token embedding on the first stage, the final norm and output head on the last.
+struct ModelPart {
+  int first_layer = 0;
+  int end_layer = -1;  // -1: through the last layer
+  bool has_embedding = true;
+  bool has_head = true;
+
+  // Stage `stage` of `pp` (layers split as evenly as possible, earlier stages taking the
+  // remainder's extra layer). InvalidInput unless 1 <= pp <= layers and 0 <= stage < pp.
+  static ModelPart Stage(const ModelConfig& config, int stage, int pp);
+  bool IsWhole(const ModelConfig& config) const;
+};
+
 struct NamedParameter {
   std::string name;  // e.g. "layers.3.wq"
   at::Tensor value;  // fp32, requires_grad
+  // The single-process parameter this is (a tp shard of): the name itself, except for the
+  // output head of a last stage without the embedding when embeddings are tied, which is a
+  // copy of "embed" (the two copies' gradients add up in the optimizer's parameter).
+  std::string full_name;
+  TensorSplit split = TensorSplit::kReplicated;
 };
 
 class Transformer {
@@ -45,18 +78,28 @@ class Transformer {
   // shards: each full weight is drawn exactly as without it and then sliced, so the shards
   // of all tp ranks together are the single-process model built from the same seed.
   // InvalidInput when the config does not split (ValidateTensorParallel).
-  Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group = nullptr);
+  // With `part` (a pipeline stage, ModelPart::Stage) it holds only that part's parameters,
+  // drawn as in the whole model.
+  Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group = nullptr,
+              const ModelPart& part = {});
 
   // Logits of every token of `batch` (fp32 [num_tokens, vocab]); differentiable. Under
   // tensor parallelism a collective: every tp rank must call it with the same batch, and
   // every one gets the full (replicated) logits.
   // InvalidInput when the batch is not valid (ValidatePackedBatch); ids must be < vocab
   // (PackDocuments checks that; libtorch throws otherwise).
+  // InvalidInput unless this is the whole model (use ForwardStage for a stage).
   at::Tensor Forward(const PackedBatch& batch) const;
 
+  // One pipeline stage: on the first stage `hidden` is ignored (undefined is fine) and the
+  // tokens are embedded; on later stages `hidden` is the previous stage's output [tokens,
+  // hidden]. Returns the hidden states [tokens, hidden] after this stage's layers, or the
+  // logits [tokens, vocab] on the last stage. Differentiable with respect to `hidden`.
+  at::Tensor ForwardStage(const PackedBatch& batch, const at::Tensor& hidden) const;
+
   const ModelConfig& config() const { return config_; }
-  // In a fixed order: embed, layers.{i}.{attn_norm,wq,wk,wv,wo,mlp_norm,w_gate,w_up,w_down},
-  // final_norm, head (absent when tied).
+  const ModelPart& part() const { return part_; }
+  // This rank's parameters in the order of FullParameters (those of its part only).
   const std::vector<NamedParameter>& named_parameters() const { return parameters_; }
   std::vector<at::Tensor> parameters() const;
 
@@ -73,22 +116,19 @@ class Transformer {
     at::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
   };
 
-  // How a parameter is split over the tp ranks: not at all, along its rows (dim 0, column-
-  // parallel) or along its columns (dim 1, row-parallel).
-  enum class Split { kReplicated, kRows, kColumns };
-
   // Keeps this rank's part of the full `value` (all of it when replicated or without tp).
-  at::Tensor Add(const std::string& name, const at::Tensor& value, Split split);
+  at::Tensor Add(const std::string& name, const std::string& full_name, const at::Tensor& value,
+                 TensorSplit split);
 
-  CommGroup* tp_group_;        // nullptr: not tensor-parallel
-  std::vector<Split> splits_;  // per parameter, parallel to parameters_
+  CommGroup* tp_group_;  // nullptr: not tensor-parallel
+  ModelPart part_;
 
   ModelConfig config_;
   std::vector<NamedParameter> parameters_;
   at::Tensor embed_;
   std::vector<Layer> layers_;
   at::Tensor final_norm_;
-  at::Tensor head_;  // Same tensor as embed_ when tied.
+  at::Tensor head_;  // Same tensor as embed_ when tied and both are held.
 };
 
 // The summed cross-entropy of the next-token targets of one micro-batch and how many

@@ -44,6 +44,8 @@ namespace torch_compat {
 // signatures on both, so the runtime calls them on the Gloo object directly and never
 // needs the 2.x ProcessGroup wrapper (nor its per-device backend registration).
 using GlooGroup = c10d::ProcessGroupGloo;
+// What a collective or point-to-point call returns; c10d::Work (Work.hpp) in both.
+using Work = c10d::Work;
 
 // TCPStore: 1.13 and 2.x both take (host, TCPStoreOptions); the options struct is set
 // field by field because 2.x adds fields (masterListenFd, useLibUV, ...) in between, so

@@ -1,0 +1,94 @@
+// Distributed training over any strategy of a candidate set (method.md 2.2): pipelines of
+// possibly different <tp, pp> side by side, the strategy chosen per step, the optimizer
+// disaggregated from computation (ShardedAdamW). A homogeneous run (dp pipelines of tp x
+// pp) is the case of one candidate with identical pipelines.
+//
+// Per step, every rank is given the same global batch (token documents), the chosen
+// strategy and the documents of each pipeline split into micro-batches (the plan). It
+// checks with one all-gather that all ranks hold the same plan (a hash), copies its
+// compute parameters out of the optimizer's full parameters, runs its pipeline stage's
+// 1F1B schedule, and joins the optimizer step. Ranks the strategy leaves idle join only
+// the collectives.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "hydraulis/runtime/model.h"
+#include "hydraulis/runtime/sharded_optimizer.h"
+#include "hydraulis/runtime/trainer.h"
+#include "hydraulis/spec/strategy.h"
+
+namespace hydraulis {
+
+class CommGroup;
+class Rendezvous;
+
+// One step's work: which candidate runs it and, per pipeline of that candidate (in
+// strategy order), its micro-batches in execution order, each a list of indices into the
+// step's documents. Every document appears exactly once.
+struct StepPlan {
+  int strategy = 0;
+  std::vector<std::vector<std::vector<int>>> pipelines;
+};
+
+// 64-bit FNV-1a of the plan and of the documents' tokens: equal on two ranks only when
+// they would run the same step.
+std::uint64_t StepHash(const StepPlan& plan,
+                       const std::vector<std::vector<std::int64_t>>& documents);
+
+struct DistributedStepResult {
+  double loss = 0;              // mean token loss over the global batch
+  std::int64_t targets = 0;     // target tokens of the global batch
+  std::int64_t tokens_run = 0;  // tokens run by first stages, summed over all pipelines
+  // Tokens this rank's pipeline ran (0 on an idle rank), its pipeline index (-1 idle).
+  std::int64_t pipeline_tokens = 0;
+  int pipeline = -1;
+  double compute_ms = 0;  // this rank: materialise + its 1F1B schedule (receive waits included)
+  double wait_ms = 0;     // this rank: blocked in pipeline receives
+  double sync_ms = 0;     // this rank: gradient reduction + optimizer + parameter gather
+  double step_ms = 0;     // this rank: the whole step, from the plan check to the end
+};
+
+class DistributedTrainer {
+ public:
+  // Builds the model from `seed` (identical on every rank), shards the optimizer over all
+  // ranks of `rendezvous` (which must outlive this) and creates, once, every process group
+  // any candidate needs. InvalidInput when a candidate needs more ranks than the world, uses
+  // cp > 1, or does not split the model (tp must divide heads, kv_heads and ffn; pp <=
+  // layers). A collective: every rank constructs it with the same arguments.
+  DistributedTrainer(const ModelConfig& config, std::uint64_t seed, const AdamWOptions& options,
+                     Rendezvous& rendezvous, const std::vector<Strategy>& candidates);
+  ~DistributedTrainer();
+  DistributedTrainer(const DistributedTrainer&) = delete;
+  DistributedTrainer& operator=(const DistributedTrainer&) = delete;
+
+  // One training step (a collective over all ranks). InvalidInput when the plan is
+  // malformed (strategy index, pipeline count, a document missing or twice) or the batch
+  // has no target; Error when the ranks' plans differ (naming the ranks) or a peer fails.
+  DistributedStepResult Step(const StepPlan& plan,
+                             const std::vector<std::vector<std::int64_t>>& documents);
+
+  const ShardedAdamW& optimizer() const { return *optimizer_; }
+  ShardedAdamW& optimizer() { return *optimizer_; }
+  CommGroup& world();
+  const std::vector<Strategy>& candidates() const { return candidates_; }
+
+ private:
+  struct Compute;  // this rank's role, model and links in one candidate
+  Compute& ComputeFor(int strategy);
+  CommGroup* Group(const std::vector<int>& members);
+
+  ModelConfig config_;
+  std::uint64_t seed_;
+  Rendezvous& rendezvous_;
+  std::vector<Strategy> candidates_;
+  std::unique_ptr<CommGroup> world_;
+  std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups_;
+  std::vector<std::unique_ptr<Compute>> computes_;  // per candidate, built at construction
+  std::unique_ptr<ShardedAdamW> optimizer_;
+};
+
+}  // namespace hydraulis

@@ -1,0 +1,98 @@
+// The optimizer layout of the disaggregated design (method.md 2.2): fp32 master weights and
+// AdamW state live in one fixed layout, the single-process model's parameters flattened in
+// their fixed order (FullParameters) and cut into world_size equal shards, shard r owned by
+// rank r, whatever compute strategy runs the step. Each step:
+//   1. Materialise: copy this rank's compute parameters (its pipeline stage and tp shard,
+//      any strategy) out of the full parameter vector every rank holds.
+//   2. Reduce: every rank writes the gradients it owns into a zero full-size buffer (a tp
+//      shard into its slice; a tp-replicated parameter from tp rank 0 only, since its tp
+//      copies carry the same gradient; both copies of a tied embedding add up) and the
+//      buffers are summed over all ranks. Each rank keeps its own shard of the sum.
+//   3. AdamW on the shard, then an all-gather of the updated shards rebuilds the full vector.
+// Switching strategy between steps therefore moves no optimizer state. The bytes each rank
+// moves per step do not depend on the strategy: docs/runtime.md.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "hydraulis/runtime/model.h"
+#include "hydraulis/runtime/trainer.h"
+
+namespace hydraulis {
+
+class CommGroup;
+
+// Where each single-process parameter sits in the flat vector.
+struct FlatParameter {
+  FullParameter parameter;
+  std::int64_t offset = 0;  // first element
+  std::int64_t numel = 0;
+};
+struct FlatLayout {
+  std::vector<FlatParameter> parameters;  // in FullParameters order
+  std::int64_t numel = 0;                 // sum of the parameters' sizes
+
+  // InternalError when `name` is not a parameter of the model.
+  const FlatParameter& Find(const std::string& name) const;
+};
+FlatLayout MakeFlatLayout(const ModelConfig& config);
+
+// The view of `full` ([layout.numel] or longer, contiguous) that compute parameter `p` of a
+// model with tp degree `tp_size` and tp rank `tp_rank` corresponds to.
+at::Tensor RegionOf(const at::Tensor& full, const FlatLayout& layout, const NamedParameter& p,
+                    int tp_size, int tp_rank);
+
+// One AdamW update of `param` in place, with the arithmetic of torch::optim::AdamW (1.13 and
+// 2.x; decoupled weight decay, no amsgrad), element-wise, so any flat shard of the
+// parameters updates exactly as the whole would. `step` is the step count after this one.
+void AdamWUpdate(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                 const at::Tensor& exp_avg_sq, std::int64_t step, const AdamWOptions& options);
+
+class ShardedAdamW {
+ public:
+  // Master weights from `initial` (the whole model, e.g. Transformer(config, seed)), sharded
+  // over `world` (which must outlive this). InvalidInput on out-of-range options.
+  ShardedAdamW(const Transformer& initial, CommGroup& world, const AdamWOptions& options);
+
+  // Copies this rank's compute parameters of `model` (any part, any tp) from the current
+  // full parameters. Not a collective.
+  void Materialise(const Transformer& model) const;
+
+  // A collective over the world: sums the gradients of `model` (nullptr on a rank that holds
+  // no compute parameters this step) into the owned shards, applies AdamW, and gathers the
+  // updated parameters. Every rank must call it once per step.
+  void Step(const Transformer* model);
+
+  // The full fp32 parameters (identical on every rank), [layout().numel].
+  at::Tensor full_parameters() const { return full_.slice(0, 0, layout_.numel); }
+  const FlatLayout& layout() const { return layout_; }
+  std::int64_t shard_numel() const { return shard_numel_; }
+  std::int64_t steps() const { return steps_; }
+
+  // This rank's optimizer state, for checkpoints: master shard, moments and step count.
+  struct ShardState {
+    at::Tensor master, exp_avg, exp_avg_sq;
+    std::int64_t steps = 0;
+  };
+  ShardState shard_state() const;
+  // Restores a shard state of the same size (and all-gathers the full parameters):
+  // a collective. InvalidInput when sizes differ.
+  void LoadShardState(const ShardState& state);
+
+ private:
+  at::Tensor Shard(const at::Tensor& padded) const;
+
+  CommGroup& world_;
+  AdamWOptions options_;
+  FlatLayout layout_;
+  std::int64_t shard_numel_ = 0;
+  at::Tensor full_;  // [shard_numel * world], the padding stays zero
+  at::Tensor grad_;  // [shard_numel * world], scratch
+  at::Tensor exp_avg_, exp_avg_sq_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace hydraulis

@@ -1,0 +1,251 @@
+#include "hydraulis/runtime/distributed_trainer.h"
+
+#include <chrono>
+#include <string>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/distributed.h"
+#include "hydraulis/runtime/packed_batch.h"
+#include "hydraulis/runtime/pipeline_stage.h"
+#include "hydraulis/sim/placement.h"
+
+namespace hydraulis {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+class Fnv1a {
+ public:
+  void Add(std::int64_t value) {
+    for (int i = 0; i < 8; ++i) {
+      hash_ ^= static_cast<std::uint64_t>(value >> (8 * i)) & 0xffu;
+      hash_ *= 1099511628211ull;
+    }
+  }
+  std::uint64_t value() const { return hash_; }
+
+ private:
+  std::uint64_t hash_ = 14695981039346656037ull;
+};
+
+std::string GroupName(const std::vector<int>& members) {
+  std::string name = "g";
+  for (int m : members) name += "-" + std::to_string(m);
+  return name;
+}
+
+}  // namespace
+
+std::uint64_t StepHash(const StepPlan& plan,
+                       const std::vector<std::vector<std::int64_t>>& documents) {
+  Fnv1a h;
+  h.Add(plan.strategy);
+  h.Add(static_cast<std::int64_t>(plan.pipelines.size()));
+  for (const auto& pipeline : plan.pipelines) {
+    h.Add(static_cast<std::int64_t>(pipeline.size()));
+    for (const auto& mb : pipeline) {
+      h.Add(static_cast<std::int64_t>(mb.size()));
+      for (int d : mb) h.Add(d);
+    }
+  }
+  h.Add(static_cast<std::int64_t>(documents.size()));
+  for (const auto& doc : documents) {
+    h.Add(static_cast<std::int64_t>(doc.size()));
+    for (std::int64_t t : doc) h.Add(t);
+  }
+  return h.value();
+}
+
+struct DistributedTrainer::Compute {
+  ComputeRole role;  // pipeline -1: idle in this candidate
+  std::unique_ptr<Transformer> model;
+  StageLinks links;
+};
+
+DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t seed,
+                                       const AdamWOptions& options, Rendezvous& rendezvous,
+                                       const std::vector<Strategy>& candidates)
+    : config_(config), seed_(seed), rendezvous_(rendezvous), candidates_(candidates) {
+  const DistributedOptions& o = rendezvous_.options();
+  if (candidates_.empty()) throw InvalidInput("distributed training: no candidate strategy");
+  for (std::size_t c = 0; c < candidates_.size(); ++c) {
+    const Strategy& s = candidates_[c];
+    const std::string where = "candidate " + std::to_string(c) + " (" +
+                              (s.name.empty() ? StrategyDescription(s) : s.name) + ")";
+    if (s.pipelines.empty()) throw InvalidInput(where + ": has no pipeline");
+    if (s.Gpus() > o.world_size) {
+      throw InvalidInput(where + ": needs " + std::to_string(s.Gpus()) + " ranks, the job has " +
+                         std::to_string(o.world_size));
+    }
+    for (const Scheme& scheme : s.pipelines) {
+      if (scheme.cp != 1) {
+        throw InvalidInput(where + ": context parallelism (cp = " + std::to_string(scheme.cp) +
+                           ") is not supported by the runtime");
+      }
+      try {
+        ValidateTensorParallel(config_, scheme.tp);
+        (void)ModelPart::Stage(config_, 0, scheme.pp);
+      } catch (const InvalidInput& e) {
+        throw InvalidInput(where + ": " + SchemeName(scheme) + ": " + e.what());
+      }
+    }
+  }
+  world_ = std::make_unique<CommGroup>(rendezvous_, "world");
+  // Every rank walks the candidates in the same order and creates the groups it belongs to:
+  // one global creation order, so group creation cannot deadlock (distributed.h).
+  const Transformer whole(config_, seed_);
+  for (const Strategy& s : candidates_) {
+    auto compute = std::make_unique<Compute>();
+    const std::vector<ComputeRole> roles = ComputePlacement(s, o.world_size);
+    compute->role = roles[static_cast<std::size_t>(o.rank)];
+    const std::vector<int> first = PipelineFirstGpus(s);
+    for (std::size_t p = 0; p < s.pipelines.size(); ++p) {
+      const Scheme& scheme = s.pipelines[p];
+      std::vector<int> pipeline_ranks;
+      for (int g = 0; g < scheme.Gpus(); ++g) pipeline_ranks.push_back(first[p] + g);
+      const bool mine = compute->role.pipeline == static_cast<int>(p);
+      if (!mine) continue;
+      const ParameterBlock& block = compute->role.block;
+      CommGroup* pipeline_group = scheme.pp > 1 ? Group(pipeline_ranks) : nullptr;
+      CommGroup* tp_group = nullptr;
+      if (scheme.tp > 1) {
+        std::vector<int> tp_ranks;
+        for (int r = 0; r < scheme.tp; ++r)
+          tp_ranks.push_back(first[p] + block.stage * scheme.tp + r);
+        tp_group = Group(tp_ranks);
+      }
+      compute->model = std::make_unique<Transformer>(
+          config_, seed_, tp_group, ModelPart::Stage(config_, block.stage, scheme.pp));
+      compute->links.pipeline = pipeline_group;
+      compute->links.stage = block.stage;
+      compute->links.pp = scheme.pp;
+      // Group rank of (stage, tp rank) inside the pipeline group.
+      if (block.stage > 0) compute->links.prev = (block.stage - 1) * scheme.tp + block.tp_rank;
+      if (block.stage + 1 < scheme.pp)
+        compute->links.next = (block.stage + 1) * scheme.tp + block.tp_rank;
+    }
+    computes_.push_back(std::move(compute));
+  }
+  optimizer_ = std::make_unique<ShardedAdamW>(whole, *world_, options);
+}
+
+DistributedTrainer::~DistributedTrainer() = default;
+
+CommGroup& DistributedTrainer::world() { return *world_; }
+
+CommGroup* DistributedTrainer::Group(const std::vector<int>& members) {
+  auto it = groups_.find(members);
+  if (it != groups_.end()) return it->second.get();
+  auto group = std::make_unique<CommGroup>(rendezvous_, GroupName(members), members);
+  CommGroup* raw = group.get();
+  groups_.emplace(members, std::move(group));
+  return raw;
+}
+
+DistributedTrainer::Compute& DistributedTrainer::ComputeFor(int strategy) {
+  return *computes_[static_cast<std::size_t>(strategy)];
+}
+
+DistributedStepResult DistributedTrainer::Step(
+    const StepPlan& plan, const std::vector<std::vector<std::int64_t>>& documents) {
+  const auto start = Clock::now();
+  if (plan.strategy < 0 || plan.strategy >= static_cast<int>(candidates_.size())) {
+    throw InvalidInput("step plan: strategy " + std::to_string(plan.strategy) +
+                       " is not a candidate index (0.." + std::to_string(candidates_.size() - 1) +
+                       ")");
+  }
+  const Strategy& strategy = candidates_[static_cast<std::size_t>(plan.strategy)];
+  if (plan.pipelines.size() != strategy.pipelines.size()) {
+    throw InvalidInput("step plan: " + std::to_string(plan.pipelines.size()) +
+                       " pipelines for a strategy of " + std::to_string(strategy.pipelines.size()));
+  }
+  std::vector<int> seen(documents.size(), 0);
+  for (const auto& pipeline : plan.pipelines) {
+    for (const auto& mb : pipeline) {
+      for (int d : mb) {
+        if (d < 0 || d >= static_cast<int>(documents.size()) ||
+            seen[static_cast<std::size_t>(d)]++) {
+          throw InvalidInput("step plan: document " + std::to_string(d) +
+                             (d < 0 || d >= static_cast<int>(documents.size()) ? " is out of range"
+                                                                               : " appears twice"));
+        }
+      }
+    }
+  }
+  std::int64_t global_targets = 0;
+  for (std::size_t d = 0; d < documents.size(); ++d) {
+    if (seen[d] == 0) {
+      throw InvalidInput("step plan: document " + std::to_string(d) + " is not assigned");
+    }
+    if (documents[d].empty()) {
+      throw InvalidInput("step batch: document " + std::to_string(d) + " is empty");
+    }
+    global_targets += static_cast<std::int64_t>(documents[d].size()) - 1;
+  }
+  if (global_targets <= 0) {
+    throw InvalidInput("training step: the global batch has no target token");
+  }
+
+  // One collective: every rank's hash, so a mismatch names who differs.
+  const std::uint64_t hash = StepHash(plan, documents);
+  at::Tensor hashes = at::empty({world_->size()}, at::kLong);
+  world_->AllGather(at::tensor({static_cast<std::int64_t>(hash)}, at::kLong), hashes);
+  for (int r = 0; r < world_->size(); ++r) {
+    const auto other = static_cast<std::uint64_t>(hashes[r].item<std::int64_t>());
+    if (other != hash) {
+      throw Error("the ranks hold different step plans: rank " +
+                  std::to_string(rendezvous_.options().rank) + " has hash " + std::to_string(hash) +
+                  ", rank " + std::to_string(r) + " has " + std::to_string(other) +
+                  " (same data, seed, candidates and planner options on every rank?)");
+    }
+  }
+
+  DistributedStepResult result;
+  Compute& compute = ComputeFor(plan.strategy);
+  result.pipeline = compute.role.pipeline;
+  StageResult stage;
+  const auto compute_start = Clock::now();
+  if (compute.model != nullptr) {
+    const Transformer& model = *compute.model;
+    optimizer_->Materialise(model);
+    ZeroGradients(model);
+    std::vector<PackedBatch> micro_batches;
+    for (const auto& mb : plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)]) {
+      std::vector<std::vector<std::int64_t>> docs;
+      for (int d : mb) docs.push_back(documents[static_cast<std::size_t>(d)]);
+      micro_batches.push_back(PackDocuments(docs, config_.shape.vocab));
+    }
+    stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
+    result.pipeline_tokens = stage.tokens;
+    result.wait_ms = stage.wait_ms;
+  }
+  result.compute_ms = MsSince(compute_start);
+
+  const auto sync_start = Clock::now();
+  optimizer_->Step(compute.model.get());
+  // Loss from the last stages and tokens from the first stages, each counted on tp rank 0
+  // only, so every pipeline contributes once.
+  const bool tp0 = compute.model != nullptr && compute.model->tp_rank() == 0;
+  const bool first = tp0 && compute.links.stage == 0;
+  const bool last = tp0 && compute.links.stage == compute.links.pp - 1;
+  at::Tensor sums = at::tensor({last ? stage.loss_sum : 0.0, last ? double(stage.targets) : 0.0,
+                                first ? double(stage.tokens) : 0.0},
+                               at::kDouble);
+  world_->AllReduceSum(sums);
+  result.sync_ms = MsSince(sync_start);
+  result.targets = static_cast<std::int64_t>(sums[1].item<double>());
+  if (result.targets != global_targets) {
+    throw InternalError("step: the pipelines' last stages covered " +
+                        std::to_string(result.targets) + " targets, the batch has " +
+                        std::to_string(global_targets));
+  }
+  result.loss = sums[0].item<double>() / static_cast<double>(global_targets);
+  result.tokens_run = static_cast<std::int64_t>(sums[2].item<double>());
+  result.step_ms = MsSince(start);
+  return result;
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,201 @@
+// Support for tests that run real Gloo ranks (header-only): the test binary relaunches
+// itself as the ranks, each rank writes what it trained to a file, and the test compares
+// the files with one process training on the same global batches. Processes are spawned
+// fresh rather than forked: forking a process that has started libtorch's and OpenMP's
+// threads is not safe.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hydraulis/base/error.h"
+
+extern char** environ;
+
+namespace hydraulis::test_support {
+
+struct Outcome {
+  std::string error;  // empty when training finished
+  std::vector<double> losses;
+  std::vector<std::int64_t> targets;
+  std::vector<float> parameters;  // all parameters flattened, in model order
+  // Tensor parallelism: the last step's gradients of the replicated parameters (embedding,
+  // norms, head), flattened in model order.
+  std::vector<float> replicated_grads;
+};
+
+inline void Append(const at::Tensor& tensor, std::vector<float>& out) {
+  at::Tensor t = tensor.detach().contiguous();
+  out.insert(out.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+}
+
+inline void Write(const Outcome& o, const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  out << o.error << '\n' << o.losses.size() << '\n';
+  out.precision(17);
+  for (std::size_t i = 0; i < o.losses.size(); ++i)
+    out << o.losses[i] << ' ' << o.targets[i] << '\n';
+  for (const std::vector<float>* v : {&o.parameters, &o.replicated_grads}) {
+    out << v->size() << '\n';
+    out.write(reinterpret_cast<const char*>(v->data()),
+              static_cast<std::streamsize>(v->size() * sizeof(float)));
+  }
+}
+
+inline Outcome Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  Outcome o;
+  if (!in) {
+    o.error = "no output file " + path;
+    return o;
+  }
+  std::getline(in, o.error);
+  std::size_t n = 0, p = 0;
+  in >> n;
+  o.losses.resize(n);
+  o.targets.resize(n);
+  for (std::size_t i = 0; i < n; ++i) in >> o.losses[i] >> o.targets[i];
+  for (std::vector<float>* v : {&o.parameters, &o.replicated_grads}) {
+    p = 0;
+    in >> p;
+    in.get();
+    v->resize(p);
+    in.read(reinterpret_cast<char*>(v->data()), static_cast<std::streamsize>(p * sizeof(float)));
+  }
+  return o;
+}
+
+// A port nothing listens on now (the kernel's choice for port 0); the rendezvous binds it
+// a moment later. Each test takes its own, so tests can run in parallel.
+inline int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    throw Error(std::string("no free port: ") + std::strerror(errno));
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct RankRun {
+  int status = -1;      // exit status; -1 when killed at the deadline
+  double exit_s = 0.0;  // seconds from the start of the ranks to this one's exit
+  Outcome outcome;
+};
+
+// Starts `world_size` ranks of this binary (`exe worker_flag scenario outfile`) running `scenario`,
+// waits at most `deadline` for all of them (killing the rest then) and returns their exit statuses
+// and outputs.
+inline std::vector<RankRun> RunRanks(int world_size, const std::string& worker_flag,
+                                     const std::string& scenario, std::chrono::seconds deadline) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) throw Error("cannot read /proc/self/exe");
+  exe[n] = '\0';
+  const int port = FreePort();
+  const std::string dir = ::testing::TempDir();
+  std::vector<pid_t> pids;
+  std::vector<std::string> paths;
+  for (int rank = 0; rank < world_size; ++rank) {
+    paths.push_back(dir + "/hydraulis_dp_" + std::to_string(getpid()) + "_" + std::to_string(port) +
+                    "_" + std::to_string(rank));
+    std::remove(paths.back().c_str());
+    std::vector<std::string> env = {
+        "RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world_size),
+        "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port), "OMP_NUM_THREADS=1"};
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      bool ours = false;
+      for (const char* k :
+           {"RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=", "OMP_NUM_THREADS="}) {
+        ours = ours || kv.rfind(k, 0) == 0;
+      }
+      if (!ours) env.push_back(kv);
+    }
+    std::vector<std::string> args = {exe, worker_flag, scenario, paths.back()};
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, exe, nullptr, nullptr, argv.data(), envp.data()) != 0) {
+      throw Error("posix_spawn failed");
+    }
+    pids.push_back(pid);
+  }
+  std::vector<RankRun> runs(pids.size());
+  std::vector<bool> done(pids.size(), false);
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + deadline;
+  for (std::size_t left = pids.size(); left > 0;) {
+    for (std::size_t r = 0; r < pids.size(); ++r) {
+      int status = 0;
+      if (done[r] || waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
+      done[r] = true;
+      --left;
+      runs[r].status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      runs[r].exit_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    if (left == 0) break;
+    if (std::chrono::steady_clock::now() > end) {
+      for (std::size_t r = 0; r < pids.size(); ++r) {
+        if (!done[r]) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], nullptr, 0);
+        }
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (std::size_t r = 0; r < pids.size(); ++r) {
+    runs[r].outcome = Read(paths[r]);
+    std::remove(paths[r].c_str());
+  }
+  return runs;
+}
+
+// OpenBLAS sizes its thread pool from OMP_NUM_THREADS when the library loads, before
+// main, and a different thread count changes the summation order of matrix products: the
+// ranks and the single-process reference must all run with one thread, so the test binary
+// restarts itself with it set (the ranks inherit it). Call first thing in main.
+inline void RestartWithOneThread(char** argv) {
+  const char* threads = std::getenv("OMP_NUM_THREADS");
+  if (threads != nullptr && std::string(threads) == "1") return;
+  setenv("OMP_NUM_THREADS", "1", 1);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    execv(exe, argv);
+  }
+  std::cerr << "warning: could not restart with OMP_NUM_THREADS=1; results may differ\n";
+}
+
+}  // namespace hydraulis::test_support
