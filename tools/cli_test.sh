@@ -511,6 +511,35 @@ hyd simbad simulate --profile "$PROFILE" --candidates "$CANDS" \
   --lengths "$SRC/data/wikipedia-sample-lengths.txt" --system nonsense
 expect_input_error simbad "nonsense"
 
+# --- preprocess -------------------------------------------------------------------------------
+check "preprocess writes a Megatron dataset that stats reads"
+printf '%s\n' '{"text": "hello"}' '{"text": ""}' '' '{"id": 3, "text": "caf\u00e9"}' \
+  '{"text": "a b"}' >"$TMP/corpus.jsonl"
+hyd prep preprocess --input "$TMP/corpus.jsonl" --output-prefix "$TMP/corpus" --tokenizer byte
+expect_rc prep 0
+expect_empty_stderr prep
+grep -qF "3 documents, 13 tokens, dtype uint16, 1 empty documents skipped" "$TMP/prep.out" ||
+  fail "unexpected summary: $(cat "$TMP/prep.out")"
+[[ -f $TMP/corpus.bin && -f $TMP/corpus.idx && ! -e $TMP/corpus.bin.tmp ]] ||
+  fail "PREFIX.bin/.idx missing or a temporary left behind"
+hyd prepstats stats --lengths "$TMP/corpus.idx"
+expect_rc prepstats 0
+grep -qF "3 documents, 13 tokens" "$TMP/prepstats.out" ||
+  fail "stats on the .idx: $(head -1 "$TMP/prepstats.out")"
+
+check "preprocess rejects a bad line and leaves the earlier output as it was"
+cp "$TMP/corpus.bin" "$TMP/corpus.bin.before"
+printf '%s\n' '{"text": "ok"}' '{"body": "no text"}' >"$TMP/bad-corpus.jsonl"
+hyd prepbad preprocess --input "$TMP/bad-corpus.jsonl" --output-prefix "$TMP/corpus"
+expect_input_error prepbad "bad-corpus.jsonl:2" "missing field 'text'"
+cmp -s "$TMP/corpus.bin" "$TMP/corpus.bin.before" || fail "corpus.bin changed"
+[[ ! -e $TMP/corpus.bin.tmp && ! -e $TMP/corpus.idx.tmp ]] || fail "temporary left behind"
+
+check "preprocess rejects an unknown tokenizer"
+hyd preptok preprocess --input "$TMP/corpus.jsonl" --output-prefix "$TMP/x" --tokenizer nope
+expect_input_error preptok "--tokenizer" "nope"
+[[ ! -e $TMP/x.bin ]] || fail "x.bin written"
+
 if [[ $HAVE_PYTHON -eq 0 ]]; then echo "note: python3 absent; JSON checked by grep only"; fi
 if [[ $FAILED -ne 0 ]]; then
   echo "cli_test: $FAILED failure(s) in $CHECKS checks" >&2

@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace hydraulis::tools {
 
@@ -15,5 +17,12 @@ Command AddSummarizeCommand(CLI::App& app);
 Command AddStatsCommand(CLI::App& app);
 Command AddProposeCommand(CLI::App& app);
 Command AddSimulateCommand(CLI::App& app);
+Command AddPreprocessCommand(CLI::App& app);
+// Built only with the runtime (HYDRAULIS_BUILD_RUNTIME): they run the libtorch engine.
+Command AddTrainCommand(CLI::App& app);
+Command AddProfileCommand(CLI::App& app);
+
+// The process's command line as main received it (the launcher re-runs it in each rank).
+const std::vector<std::string>& CommandLine();
 
 }  // namespace hydraulis::tools

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -728,6 +729,34 @@ int PickFreePort(const std::string& addr) {
     message += "; it is not an address of this machine, so give the master port explicitly";
   }
   throw Error(message);
+}
+
+namespace {
+constexpr char kLaunchedEnv[] = "HYDRAULIS_LAUNCHED";
+}  // namespace
+
+bool IsLaunchedRank() { return std::getenv(kLaunchedEnv) != nullptr; }
+
+int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0 && !argv.empty()) argv[0] = std::string(exe, static_cast<std::size_t>(n));
+  LaunchOptions options;
+  options.nproc = nproc;
+  options.master_port = master_port;
+  setenv(kLaunchedEnv, "1", 1);
+  // As torchrun does: ranks sharing this machine's cores should not each start a thread per
+  // core (libtorch and OpenBLAS size their pools from these when they load).
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const std::string threads = std::to_string(std::max(1L, cores / std::max(1, nproc)));
+  setenv("OMP_NUM_THREADS", threads.c_str(), 0);
+  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 0);
+  const LaunchResult result = LaunchLocal(argv, options);
+  unsetenv(kLaunchedEnv);
+  if (result.exit_code != 0) {
+    std::fprintf(stderr, "hydraulis: the job failed: %s\n", result.failure.c_str());
+  }
+  return result.exit_code;
 }
 
 }  // namespace hydraulis::tools

@@ -76,4 +76,13 @@ LaunchResult LaunchLocal(const std::vector<std::string>& argv, const LaunchOptio
 // Throws InvalidInput when `addr` does not resolve, Error when no socket can be bound.
 int PickFreePort(const std::string& addr);
 
+// For commands with --nproc (train, profile): true in a rank LaunchSelf started, so that
+// rank joins the job instead of launching again.
+bool IsLaunchedRank();
+
+// Re-runs this process's command line `argv` (argv[0] is replaced by this executable) as
+// `nproc` local ranks marked as launched, reports a failure on stderr, and returns the exit
+// code of the job (0 when every rank succeeded).
+int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port);
+
 }  // namespace hydraulis::tools

@@ -4,11 +4,24 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
 
+namespace hydraulis::tools {
+namespace {
+std::vector<std::string>& MutableCommandLine() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+const std::vector<std::string>& CommandLine() { return MutableCommandLine(); }
+}  // namespace hydraulis::tools
+
 int main(int argc, char** argv) {
+  hydraulis::tools::MutableCommandLine().assign(argv, argv + argc);
   CLI::App app{"hydraulis: per-step parallel strategies and data assignment for LLM training"};
   app.require_subcommand(1);
   std::map<CLI::App*, hydraulis::tools::Command> commands;
@@ -23,6 +36,11 @@ int main(int argc, char** argv) {
   add(hydraulis::tools::AddStatsCommand);
   add(hydraulis::tools::AddProposeCommand);
   add(hydraulis::tools::AddSimulateCommand);
+  add(hydraulis::tools::AddPreprocessCommand);
+#ifdef HYDRAULIS_HAVE_RUNTIME
+  add(hydraulis::tools::AddTrainCommand);
+  add(hydraulis::tools::AddProfileCommand);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

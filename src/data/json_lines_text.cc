@@ -1,0 +1,60 @@
+#include "hydraulis/data/json_lines_text.h"
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <utility>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+namespace {
+
+bool IsAsciiSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && IsAsciiSpace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsAsciiSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+JsonLinesTextReader::JsonLinesTextReader(const std::string& path, std::string field)
+    : path_(path), field_(std::move(field)), in_(path, std::ios::binary) {
+  if (!in_) throw InvalidInput(path_ + ": cannot open: " + std::strerror(errno));
+  if (field_.empty()) throw InvalidInput(path_ + ": no JSON field named for the text");
+}
+
+bool JsonLinesTextReader::Next(std::string& text) {
+  while (std::getline(in_, buffer_)) {
+    ++line_;
+    const std::string_view line = Trim(buffer_);
+    if (line.empty()) continue;
+    const std::string where = path_ + ":" + std::to_string(line_) + ": ";
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InvalidInput(where + "invalid JSON: " + e.what());
+    }
+    if (!j.is_object()) {
+      throw InvalidInput(where + "expected a JSON object, got " + std::string(j.type_name()));
+    }
+    const auto it = j.find(field_);
+    if (it == j.end()) throw InvalidInput(where + "missing field '" + field_ + "'");
+    if (!it->is_string()) {
+      throw InvalidInput(where + "field '" + field_ + "': expected a string, got " +
+                         std::string(it->type_name()));
+    }
+    text = std::move(it->get_ref<std::string&>());
+    return true;
+  }
+  if (in_.bad()) throw InvalidInput(path_ + ": read error");
+  return false;
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,254 @@
+// `hydraulis train`: distributed training on the runtime, one process per rank. With
+// --nproc N it starts N ranks of itself on this machine (launcher.h) and waits for them;
+// without, it joins a job started by torchrun or Slurm through RANK, WORLD_SIZE,
+// MASTER_ADDR and MASTER_PORT. Every rank samples the same batches, plans them with the
+// planner library and runs the plan (DistributedTrainer checks that all plans agree).
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "hydraulis/assign/planner.h"
+#include "hydraulis/base/error.h"
+#include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/megatron_dataset.h"
+#include "hydraulis/runtime/distributed.h"
+#include "hydraulis/runtime/distributed_trainer.h"
+#include "hydraulis/runtime/model_config.h"
+#include "hydraulis/spec/spec_io.h"
+#include "launcher.h"
+
+namespace hydraulis::tools {
+namespace {
+
+struct TrainArgs {
+  std::string model = "configs/models/tiny.json";
+  std::string data;  // default: the demo corpus beside the build
+  std::string profile = "configs/profiles/tiny-cpu.json";
+  std::string candidates;
+  std::string algorithm = "ours";
+  std::string log_json;
+  int nproc = 0;
+  int tp = 1;
+  int pp = 1;
+  int steps = 10;
+  std::int64_t tokens_per_batch = 8192;
+  std::int64_t max_len = 1024;
+  std::uint64_t seed = 1;
+  double lr = 1e-3;
+  int master_port = 0;
+  double timeout_s = 60;
+  // Fault injection for the launcher tests: this rank exits with status 3 before this step.
+  int fail_rank = -1;
+  int fail_step = 0;
+};
+
+// build/<preset>/demo-corpus, beside the build's tools/ directory (scripts/build.sh makes it).
+std::string DefaultCorpusPrefix() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return "demo-corpus";
+  std::string path(exe, static_cast<std::size_t>(n));
+  path = path.substr(0, path.rfind('/'));  // .../tools
+  return path.substr(0, path.rfind('/')) + "/demo-corpus";
+}
+
+// The candidate set this run chooses from: the file, or one strategy of world / (tp * pp)
+// identical pipelines.
+CandidateSet Candidates(const TrainArgs& a, const Profile& profile, int world) {
+  if (!a.candidates.empty()) {
+    CandidateSet set = LoadCandidates(a.candidates, profile);
+    if (set.gpus != world) {
+      throw InvalidInput(a.candidates + ": gpus: the candidate set is for " +
+                         std::to_string(set.gpus) + " ranks, the job has " + std::to_string(world));
+    }
+    return set;
+  }
+  const int width = a.tp * a.pp;
+  if (world % width != 0) {
+    throw InvalidInput("train: --tp " + std::to_string(a.tp) + " x --pp " + std::to_string(a.pp) +
+                       " does not divide the " + std::to_string(world) + " ranks");
+  }
+  Scheme scheme;
+  scheme.tp = a.tp;
+  scheme.pp = a.pp;
+  if (profile.Find(scheme) == nullptr) {
+    throw InvalidInput(a.profile + ": schemes: no entry for " + SchemeName(scheme) +
+                       " (profile it with `hydraulis profile`, or pick a profiled --tp/--pp)");
+  }
+  CandidateSet set;
+  set.gpus = world;
+  set.optimizer_layout = {world, 1, 1};
+  Strategy s;
+  s.name = std::to_string(world / width) + "x" + SchemeName(scheme);
+  s.pipelines.assign(static_cast<std::size_t>(world / width), scheme);
+  set.strategies.push_back(s);
+  return set;
+}
+
+int Train(const TrainArgs& a) {
+  if (a.nproc > 0 && !IsLaunchedRank()) return LaunchSelf(CommandLine(), a.nproc, a.master_port);
+  if (!a.candidates.empty() && (a.tp != 1 || a.pp != 1)) {
+    throw InvalidInput("train: give --candidates or --tp/--pp, not both");
+  }
+  DistributedOptions dist = DistributedOptionsFromEnvironment();
+  dist.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
+  if (a.nproc > 0 && dist.world_size != a.nproc) {
+    throw InvalidInput("train: WORLD_SIZE " + std::to_string(dist.world_size) + " != --nproc " +
+                       std::to_string(a.nproc));
+  }
+  const ModelConfig model = LoadModelConfig(a.model);
+  const Profile profile = LoadProfile(a.profile);
+  if (profile.model.layers != model.shape.layers || profile.model.hidden != model.shape.hidden) {
+    throw InvalidInput(a.profile + ": model: profiled for " + std::to_string(profile.model.layers) +
+                       " layers of hidden " + std::to_string(profile.model.hidden) + ", " +
+                       a.model + " has " + std::to_string(model.shape.layers) + " of " +
+                       std::to_string(model.shape.hidden));
+  }
+  const CandidateSet candidates = Candidates(a, profile, dist.world_size);
+  const std::string prefix = a.data.empty() ? DefaultCorpusPrefix() : a.data;
+  const MegatronDataset dataset(prefix);
+  std::vector<std::int64_t> lengths;
+  for (std::size_t i = 0; i < dataset.num_documents(); ++i) {
+    lengths.push_back(dataset.DocumentLength(i));
+  }
+
+  PlannerOptions options;
+  options.algorithm = ParseAlgorithm(a.algorithm);
+  if (options.algorithm != Algorithm::kOurs && options.algorithm != Algorithm::kStaticFixed) {
+    throw InvalidInput("train: --plan-algorithm must be ours or static-fixed, got " + a.algorithm);
+  }
+  options.context_tokens = a.max_len;
+  options.seed = a.seed;
+  const Planner planner(profile, candidates, options);
+  BatchSampler sampler(lengths, {a.tokens_per_batch, a.max_len, a.seed});
+
+  Rendezvous rendezvous(dist);
+  AdamWOptions adam;
+  adam.lr = a.lr;
+  DistributedTrainer trainer(model, a.seed, adam, rendezvous, candidates.strategies);
+  const bool chief = dist.rank == 0;
+  std::ofstream log;
+  if (chief && !a.log_json.empty()) {
+    log.open(a.log_json, std::ios::trunc);
+    if (!log) throw InvalidInput("--log-json: cannot write " + a.log_json);
+  }
+  for (int step = 0; step < a.steps; ++step) {
+    if (dist.rank == a.fail_rank && step == a.fail_step) {
+      fmt::print(stderr, "hydraulis: rank {} failing at step {} as asked (--fail-rank)\n",
+                 dist.rank, step);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    const SampledBatch batch = sampler.Next();
+    const Plan plan = planner.PlanBatch(batch.lengths);
+    std::vector<std::vector<std::int64_t>> documents;
+    std::int64_t tokens = 0;
+    for (std::size_t i = 0; i < plan.lengths.size(); ++i) {
+      std::vector<std::int64_t> doc =
+          dataset.Document(static_cast<std::size_t>(batch.dataset_indices[i]));
+      doc.resize(static_cast<std::size_t>(plan.lengths[i]));  // the sampler's and planner's cuts
+      tokens += plan.lengths[i];
+      documents.push_back(std::move(doc));
+    }
+    StepPlan step_plan;
+    step_plan.strategy = plan.strategy_index;
+    for (const PipelinePlan& p : plan.pipelines) step_plan.pipelines.push_back(p.micro_batches);
+    const DistributedStepResult r = trainer.Step(step_plan, documents);
+    if (!chief) continue;
+    std::vector<int> micro_batches;
+    for (const PipelinePlan& p : plan.pipelines) {
+      micro_batches.push_back(static_cast<int>(p.micro_batches.size()));
+    }
+    const std::string strategy =
+        plan.strategy.name.empty() ? StrategyDescription(plan.strategy) : plan.strategy.name;
+    fmt::print(
+        "step {:>4}  loss {:.4f}  tokens {:>7}  strategy {}  step {:.1f} ms  predicted {:.1f} ms\n",
+        step, r.loss, tokens, strategy, r.step_ms, plan.estimated_step_ms);
+    std::fflush(stdout);
+    if (log.is_open()) {
+      nlohmann::json j;
+      j["step"] = step;
+      j["loss"] = r.loss;
+      j["tokens"] = tokens;
+      j["targets"] = r.targets;
+      j["documents"] = documents.size();
+      j["step_ms"] = r.step_ms;
+      j["strategy"] = strategy;
+      j["strategy_index"] = plan.strategy_index;
+      j["predicted_step_ms"] = plan.estimated_step_ms;
+      j["planning_ms"] = plan.planning_ms;
+      j["compute_ms"] = r.compute_ms;
+      j["wait_ms"] = r.wait_ms;
+      j["sync_ms"] = r.sync_ms;
+      j["micro_batches"] = micro_batches;
+      j["truncated"] = plan.truncated.size();
+      // One complete line per step, flushed, so a log read during or after a failed run
+      // never holds half a record.
+      log << j.dump() << '\n' << std::flush;
+    }
+  }
+  trainer.world().Barrier();  // rank 0 hosts the store: no rank may still need it
+  return 0;
+}
+
+}  // namespace
+
+Command AddTrainCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "train", "Train a model on the runtime (Gloo), planning every step (docs/runtime.md)");
+  auto a = std::make_shared<TrainArgs>();
+  cmd->add_option("--model", a->model, "model config JSON")->capture_default_str();
+  cmd->add_option("--data", a->data,
+                  "Megatron dataset prefix (PREFIX.bin/.idx); default: the bundled demo corpus");
+  cmd->add_option("--profile", a->profile, "cost/memory profile of the model on this engine")
+      ->capture_default_str();
+  cmd->add_option("--nproc", a->nproc,
+                  "start this many ranks here; without it, join a torchrun/Slurm job (RANK, "
+                  "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tp", a->tp, "tensor-parallel degree of every pipeline")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--pp", a->pp, "pipeline stages of every pipeline")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option(
+      "--candidates", a->candidates,
+      "candidate strategies JSON (heterogeneous, chosen per step) instead of --tp/--pp");
+  cmd->add_option("--steps", a->steps, "training steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--tokens-per-batch", a->tokens_per_batch, "tokens per global batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-len", a->max_len,
+                  "documents are cut to this many tokens; static-fixed packs bins of it")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "model initialisation and data order")->capture_default_str();
+  cmd->add_option("--plan-algorithm", a->algorithm, "ours or static-fixed")->capture_default_str();
+  cmd->add_option("--log-json", a->log_json, "one JSON object per step (rank 0)");
+  cmd->add_option("--lr", a->lr, "AdamW learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--master-port", a->master_port, "rendezvous port with --nproc (0: a free one)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--timeout-s", a->timeout_s,
+                  "a rank that died or hangs fails the others after this long")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--fail-rank", a->fail_rank, "testing: this rank exits with status 3")->group("");
+  cmd->add_option("--fail-step", a->fail_step, "testing: the step before which it exits")
+      ->group("");
+  return [a] { return Train(*a); };
+}
+
+}  // namespace hydraulis::tools

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# End-to-end checks of `hydraulis train` (real Gloo ranks started by its launcher).
+# Usage: train_test.sh HYDRAULIS_BINARY SOURCE_DIR. Prints "FAIL: <check>" for each failed
+# check and exits 1 if any failed.
+set -uo pipefail
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 HYDRAULIS_BINARY SOURCE_DIR" >&2
+  exit 2
+fi
+BIN=$1
+SRC=$2
+MODEL=$SRC/configs/models/tiny.json
+PROFILE=$SRC/configs/profiles/tiny-cpu.json
+CANDS2=$SRC/configs/candidates/cpu-2rank.json
+for f in "$BIN" "$MODEL" "$PROFILE" "$SRC/data/wikipedia-sample-lengths.txt"; do
+  [[ -e $f ]] || { echo "FAIL: setup: $f does not exist" >&2; exit 1; }
+done
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+FAILED=0
+CURRENT=""
+check() { CURRENT=$1; }
+fail() {
+  FAILED=$((FAILED + 1))
+  echo "FAIL: $CURRENT: $*" >&2
+}
+
+# A corpus whose documents have real (Wikipedia) lengths, scaled down by 4 for the tiny
+# model: document i is a text of length L_i / 4 + 2 characters.
+awk 'NR <= 300 { n = int($1 / 4) + 2; s = ""; for (j = 0; j < n; ++j) s = s sprintf("%c", 97 + (NR * 7 + j * 3) % 26); printf "{\"text\": \"%s\"}\n", s }' \
+  "$SRC/data/wikipedia-sample-lengths.txt" >"$TMP/corpus.jsonl"
+"$BIN" preprocess --input "$TMP/corpus.jsonl" --output-prefix "$TMP/corpus" >/dev/null ||
+  { echo "FAIL: setup: preprocess" >&2; exit 1; }
+
+COMMON=(--model "$MODEL" --profile "$PROFILE" --data "$TMP/corpus" --steps 3
+        --tokens-per-batch 3000 --max-len 700 --seed 5 --timeout-s 20)
+
+# train NAME ARGS...: stdout/stderr in $TMP/NAME.{out,err}, status in RC, log in NAME.jsonl.
+train() {
+  local name=$1
+  shift
+  "$BIN" train "${COMMON[@]}" --log-json "$TMP/$name.jsonl" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+  RC=$?
+  if [[ $RC -ne 0 ]]; then fail "exit status $RC; stderr: $(tail -c 800 "$TMP/$name.err")"; fi
+}
+# losses NAME: the loss of each step, one per line.
+losses() { sed -E 's/.*"loss":([-0-9.e+]+).*/\1/' "$TMP/$1.jsonl"; }
+# same_losses A B: every step's loss within 1e-4 relative (summation order differs).
+same_losses() {
+  paste <(losses "$1") <(losses "$2") |
+    awk -v a="$1" -v b="$2" '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * $1) { print a " vs " b ": step " NR-1 ": " $1 " vs " $2; bad = 1 } } END { exit bad }' ||
+    fail "losses differ"
+}
+
+check "one rank trains and logs every step"
+train one --nproc 1
+[[ $(wc -l <"$TMP/one.jsonl") -eq 3 ]] || fail "expected 3 log lines"
+for key in step loss tokens step_ms strategy predicted_step_ms; do
+  grep -q "\"$key\":" "$TMP/one.jsonl" || fail "log lacks $key"
+done
+grep -q "step    2  loss" "$TMP/one.out" || fail "no progress line: $(head -c 300 "$TMP/one.out")"
+
+# The step's loss is that of the global batch whatever the layout, so every layout trains
+# the same model.
+for layout in "--nproc 2 --tp 2" "--nproc 2 --pp 2" "--nproc 2" "--nproc 2 --plan-algorithm static-fixed"; do
+  name=$(echo "$layout" | tr -d ' -')
+  check "$layout trains like one rank"
+  # shellcheck disable=SC2086
+  train "$name" $layout
+  [[ -f $TMP/$name.jsonl ]] && same_losses one "$name"
+  grep -q '^\[rank 1\]' "$TMP/$name.out" "$TMP/$name.err" && fail "rank 1 wrote output"
+done
+
+if [[ -f $CANDS2 ]]; then
+  check "heterogeneous candidates train like one rank"
+  train hetero --nproc 2 --candidates "$CANDS2"
+  [[ -f $TMP/hetero.jsonl ]] && same_losses one hetero
+fi
+
+check "a rank that exits makes the job stop with a clear error"
+start=$(date +%s)
+"$BIN" train "${COMMON[@]}" --nproc 2 --fail-rank 1 --fail-step 1 >"$TMP/die.out" 2>"$TMP/die.err"
+RC=$?
+elapsed=$(($(date +%s) - start))
+[[ $RC -ne 0 ]] || fail "exit status 0"
+grep -q "rank 1 exited with code 3" "$TMP/die.err" || fail "stderr: $(tail -c 600 "$TMP/die.err")"
+[[ $elapsed -lt 15 ]] || fail "took $elapsed s"
+
+check "a layout that does not divide the ranks is rejected"
+"$BIN" train "${COMMON[@]}" --nproc 2 --tp 3 >"$TMP/bad.out" 2>"$TMP/bad.err"
+RC=$?
+[[ $RC -ne 0 ]] || fail "exit status 0"
+grep -q -- "--tp 3" "$TMP/bad.err" || fail "stderr: $(tail -c 600 "$TMP/bad.err")"
+
+if [[ $FAILED -gt 0 ]]; then
+  echo "$FAILED check(s) failed" >&2
+  exit 1
+fi
+echo "train_test: all checks passed"
