@@ -19,6 +19,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/megatron_dataset.h"
+#include "hydraulis/runtime/checkpoint.h"
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/distributed_trainer.h"
 #include "hydraulis/runtime/model_config.h"
@@ -45,6 +46,9 @@ struct TrainArgs {
   double lr = 1e-3;
   int master_port = 0;
   double timeout_s = 60;
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  bool resume = false;
   // Fault injection for the launcher tests: this rank exits with status 3 before this step.
   int fail_rank = -1;
   int fail_step = 0;
@@ -135,12 +139,38 @@ int Train(const TrainArgs& a) {
   adam.lr = a.lr;
   DistributedTrainer trainer(model, a.seed, adam, rendezvous, candidates.strategies);
   const bool chief = dist.rank == 0;
+  int first_step = 0;
+  if (a.resume) {
+    if (a.checkpoint_dir.empty()) throw InvalidInput("train: --resume needs --checkpoint-dir");
+    if (const auto path = LatestCheckpoint(a.checkpoint_dir)) {
+      const CheckpointMeta meta = LoadCheckpoint(*path, trainer.optimizer());
+      if (meta.seed != a.seed) {
+        throw InvalidInput(*path + "/meta.json: seed: the checkpoint was written with --seed " +
+                           std::to_string(meta.seed) + ", this run has " + std::to_string(a.seed) +
+                           " (the data order would differ)");
+      }
+      sampler.Restore({meta.sampler_epoch, meta.sampler_offset});
+      first_step = static_cast<int>(meta.step);
+      if (chief) fmt::print("resumed from {} at step {}\n", *path, first_step);
+    } else if (chief) {
+      fmt::print("no checkpoint in {}; starting from step 0\n", a.checkpoint_dir);
+    }
+  }
   std::ofstream log;
   if (chief && !a.log_json.empty()) {
-    log.open(a.log_json, std::ios::trunc);
+    // A resumed run appends to the log of the run it continues.
+    log.open(a.log_json, first_step > 0 ? std::ios::app : std::ios::trunc);
     if (!log) throw InvalidInput("--log-json: cannot write " + a.log_json);
   }
-  for (int step = 0; step < a.steps; ++step) {
+  auto save = [&](int steps_done) {
+    CheckpointMeta meta;
+    meta.step = steps_done;
+    meta.sampler_epoch = sampler.position().epoch;
+    meta.sampler_offset = sampler.position().offset;
+    meta.seed = a.seed;
+    SaveCheckpoint(a.checkpoint_dir, meta, trainer.optimizer(), trainer.world());
+  };
+  for (int step = first_step; step < a.steps; ++step) {
     if (dist.rank == a.fail_rank && step == a.fail_step) {
       fmt::print(stderr, "hydraulis: rank {} failing at step {} as asked (--fail-rank)\n",
                  dist.rank, step);
@@ -162,6 +192,11 @@ int Train(const TrainArgs& a) {
     step_plan.strategy = plan.strategy_index;
     for (const PipelinePlan& p : plan.pipelines) step_plan.pipelines.push_back(p.micro_batches);
     const DistributedStepResult r = trainer.Step(step_plan, documents);
+    const bool last_step = step + 1 == a.steps;
+    if (!a.checkpoint_dir.empty() &&
+        (last_step || (a.checkpoint_every > 0 && (step + 1) % a.checkpoint_every == 0))) {
+      save(step + 1);
+    }
     if (!chief) continue;
     std::vector<int> micro_batches;
     for (const PipelinePlan& p : plan.pipelines) {
@@ -245,6 +280,14 @@ Command AddTrainCommand(CLI::App& app) {
                   "a rank that died or hangs fails the others after this long")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", a->checkpoint_dir,
+                  "save checkpoints here (at the end, and every --checkpoint-every steps)");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every,
+                  "steps between checkpoints (0: end only)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--resume", a->resume,
+                "continue from the newest checkpoint in --checkpoint-dir (if any); --steps is "
+                "the total");
   cmd->add_option("--fail-rank", a->fail_rank, "testing: this rank exits with status 3")->group("");
   cmd->add_option("--fail-step", a->fail_step, "testing: the step before which it exits")
       ->group("");

@@ -21,8 +21,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/runtime/checkpoint.h"
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/distributed_trainer.h"
 #include "hydraulis/runtime/model.h"
@@ -650,6 +653,56 @@ TEST(DistributedTrainerTest, AdamWUpdateMatchesTorch) {
       before[i] = model.parameters()[i].detach().clone();
     }
   }
+}
+
+// A checkpoint round-trips the optimizer state; damaged files are named in the error.
+TEST(CheckpointTest, RoundTripAndDamagedFiles) {
+  DistributedOptions options;
+  options.master_port = test_support::FreePort();
+  options.timeout = std::chrono::milliseconds(10000);
+  Rendezvous rendezvous(options);
+  CommGroup world(rendezvous, "world");
+  const ModelConfig c = Tiny();
+  ShardedAdamW a(Transformer(c, 11), world, Adam(1e-4));
+  a.Step(nullptr);  // zero gradients: moves the weights by weight decay, counts a step
+  const std::string dir = ::testing::TempDir() + "/hydraulis_ckpt_" + std::to_string(getpid());
+  CheckpointMeta meta;
+  meta.step = 7;
+  meta.sampler_offset = 42;
+  meta.seed = 5;
+  SaveCheckpoint(dir, meta, a, world);
+  const std::optional<std::string> path = LatestCheckpoint(dir);
+  ASSERT_TRUE(path.has_value());
+  EXPECT_EQ(*path, dir + "/step-00000007");
+
+  ShardedAdamW b(Transformer(c, 12), world, Adam(1e-4));
+  const CheckpointMeta loaded = LoadCheckpoint(*path, b);
+  EXPECT_EQ(loaded.step, 7);
+  EXPECT_EQ(loaded.sampler_offset, 42);
+  EXPECT_EQ(loaded.world_size, 1);
+  EXPECT_EQ(b.steps(), 1);
+  EXPECT_TRUE(at::equal(a.full_parameters(), b.full_parameters()));
+  EXPECT_TRUE(at::equal(a.shard_state().exp_avg_sq, b.shard_state().exp_avg_sq));
+
+  ModelConfig bigger = c;
+  bigger.shape.layers = 3;
+  ShardedAdamW other(Transformer(bigger, 11), world, Adam(1e-4));
+  try {
+    LoadCheckpoint(*path, other);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("meta.json: parameters"), std::string::npos) << e.what();
+  }
+  const std::string shard = *path + "/rank-00000.bin";
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 4);
+  try {
+    LoadCheckpoint(*path, b);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_EQ(std::string(e.what()), shard + ": truncated");
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_FALSE(LatestCheckpoint(dir).has_value());
 }
 
 }  // namespace

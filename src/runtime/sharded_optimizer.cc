@@ -126,18 +126,29 @@ ShardedAdamW::ShardState ShardedAdamW::shard_state() const {
   return {Shard(full_).clone(), exp_avg_.clone(), exp_avg_sq_.clone(), steps_};
 }
 
-void ShardedAdamW::LoadShardState(const ShardState& state) {
-  for (const at::Tensor* t : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
-    if (!t->defined() || t->numel() != shard_numel_) {
-      throw InvalidInput("optimizer shard: expected " + std::to_string(shard_numel_) +
-                         " elements, got " + std::to_string(t->defined() ? t->numel() : 0));
+void ShardedAdamW::LoadFullState(const at::Tensor& master, const at::Tensor& exp_avg,
+                                 const at::Tensor& exp_avg_sq, std::int64_t steps) {
+  const char* names[] = {"master weights", "exp_avg", "exp_avg_sq"};
+  const at::Tensor* tensors[] = {&master, &exp_avg, &exp_avg_sq};
+  for (int i = 0; i < 3; ++i) {
+    const at::Tensor& t = *tensors[i];
+    if (!t.defined() || t.numel() != layout_.numel) {
+      throw InvalidInput(std::string("optimizer state: ") + names[i] + ": expected " +
+                         std::to_string(layout_.numel) + " elements, got " +
+                         std::to_string(t.defined() ? t.numel() : 0));
     }
   }
-  exp_avg_.copy_(state.exp_avg.view({-1}));
-  exp_avg_sq_.copy_(state.exp_avg_sq.view({-1}));
-  steps_ = state.steps;
-  const at::Tensor master = state.master.reshape({-1}).to(at::kFloat).contiguous();
-  world_.AllGather(master, full_);
+  if (steps < 0) throw InvalidInput("optimizer state: negative step count");
+  at::NoGradGuard no_grad;
+  auto padded = [&](const at::Tensor& t) {
+    at::Tensor out = at::zeros({full_.numel()}, full_.options());
+    out.slice(0, 0, layout_.numel).copy_(t.reshape({-1}));
+    return out;
+  };
+  full_.copy_(padded(master));
+  exp_avg_.copy_(Shard(padded(exp_avg)));
+  exp_avg_sq_.copy_(Shard(padded(exp_avg_sq)));
+  steps_ = steps;
 }
 
 }  // namespace hydraulis

@@ -78,9 +78,12 @@ class ShardedAdamW {
     std::int64_t steps = 0;
   };
   ShardState shard_state() const;
-  // Restores a shard state of the same size (and all-gathers the full parameters):
-  // a collective. InvalidInput when sizes differ.
-  void LoadShardState(const ShardState& state);
+  // Restores the whole optimizer state (each [layout().numel], e.g. the concatenated shards
+  // of a checkpoint written by any number of ranks): this rank keeps its own shard of the
+  // moments and every rank the full parameters. Not a collective (every rank passes the
+  // same state). InvalidInput when a size differs from the layout's.
+  void LoadFullState(const at::Tensor& master, const at::Tensor& exp_avg,
+                     const at::Tensor& exp_avg_sq, std::int64_t steps);
 
  private:
   at::Tensor Shard(const at::Tensor& padded) const;

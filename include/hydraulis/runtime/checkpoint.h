@@ -1,0 +1,47 @@
+// Checkpoints of distributed training: the optimizer layout's state (fp32 master weights,
+// AdamW moments, step count; every rank writes its own shard) plus where the data stream
+// stands, in one directory per checkpoint:
+//   DIR/step-00000012/rank-00003.bin  each rank's shard, written to a temporary and renamed
+//   DIR/step-00000012/meta.json       written by rank 0 after every shard is in place
+//   DIR/latest                        the name of the newest complete checkpoint (atomic)
+// A checkpoint is complete once meta.json exists; `latest` moves only then, so a job killed
+// while saving leaves the previous checkpoint as the one to resume from. The shards only
+// depend on the world size and the model, not on the compute strategy, so a checkpoint
+// loads under any candidate set; on load every rank reads all shards, so it also loads on
+// a different number of ranks.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "hydraulis/runtime/sharded_optimizer.h"
+
+namespace hydraulis {
+
+class CommGroup;
+
+// What besides the optimizer a run needs to continue exactly where it stopped.
+struct CheckpointMeta {
+  std::int64_t step = 0;  // steps completed
+  std::int64_t sampler_epoch = 0;
+  std::int64_t sampler_offset = 0;
+  std::uint64_t seed = 0;
+  int world_size = 0;           // ranks that wrote the shards
+  std::int64_t parameters = 0;  // elements of the flat parameter vector (checked on load)
+};
+
+// Saves a checkpoint of `optimizer` as step `meta.step` under `dir` (created if needed): a
+// collective over `world`. Error naming the path when a file cannot be written.
+void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAdamW& optimizer,
+                    CommGroup& world);
+
+// The directory of the newest complete checkpoint under `dir`, or nullopt when there is none.
+std::optional<std::string> LatestCheckpoint(const std::string& dir);
+
+// Loads the checkpoint directory `path` (as LatestCheckpoint returns) into `optimizer` and
+// returns its meta. Not a collective: every rank reads every shard. InvalidInput naming the
+// file on a missing, truncated or inconsistent shard, or a model of another size.
+CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer);
+
+}  // namespace hydraulis
