@@ -170,6 +170,7 @@ int Train(const TrainArgs& a) {
     meta.seed = a.seed;
     SaveCheckpoint(a.checkpoint_dir, meta, trainer.optimizer(), trainer.world());
   };
+  int previous_strategy = -1;
   for (int step = first_step; step < a.steps; ++step) {
     if (dist.rank == a.fail_rank && step == a.fail_step) {
       fmt::print(stderr, "hydraulis: rank {} failing at step {} as asked (--fail-rank)\n",
@@ -197,6 +198,8 @@ int Train(const TrainArgs& a) {
         (last_step || (a.checkpoint_every > 0 && (step + 1) % a.checkpoint_every == 0))) {
       save(step + 1);
     }
+    const bool switched = previous_strategy >= 0 && previous_strategy != plan.strategy_index;
+    previous_strategy = plan.strategy_index;
     if (!chief) continue;
     std::vector<int> micro_batches;
     for (const PipelinePlan& p : plan.pipelines) {
@@ -205,8 +208,10 @@ int Train(const TrainArgs& a) {
     const std::string strategy =
         plan.strategy.name.empty() ? StrategyDescription(plan.strategy) : plan.strategy.name;
     fmt::print(
-        "step {:>4}  loss {:.4f}  tokens {:>7}  strategy {}  step {:.1f} ms  predicted {:.1f} ms\n",
-        step, r.loss, tokens, strategy, r.step_ms, plan.estimated_step_ms);
+        "step {:>4}  loss {:.4f}  tokens {:>7}  strategy {}{}  step {:.1f} ms  predicted {:.1f} "
+        "ms\n",
+        step, r.loss, tokens, strategy, switched ? " (switched)" : "", r.step_ms,
+        plan.estimated_step_ms);
     std::fflush(stdout);
     if (log.is_open()) {
       nlohmann::json j;
@@ -218,6 +223,7 @@ int Train(const TrainArgs& a) {
       j["step_ms"] = r.step_ms;
       j["strategy"] = strategy;
       j["strategy_index"] = plan.strategy_index;
+      j["switched"] = switched;
       j["predicted_step_ms"] = plan.estimated_step_ms;
       j["planning_ms"] = plan.planning_ms;
       j["compute_ms"] = r.compute_ms;

@@ -244,6 +244,13 @@ DistributedStepResult DistributedTrainer::Step(
   }
   result.loss = sums[0].item<double>() / static_cast<double>(global_targets);
   result.tokens_run = static_cast<std::int64_t>(sums[2].item<double>());
+  std::int64_t batch_tokens = 0;
+  for (const auto& doc : documents) batch_tokens += static_cast<std::int64_t>(doc.size());
+  if (result.tokens_run != batch_tokens) {
+    throw InternalError("step: the pipelines' first stages ran " +
+                        std::to_string(result.tokens_run) + " tokens, the batch has " +
+                        std::to_string(batch_tokens));
+  }
   result.step_ms = MsSince(start);
   return result;
 }
