@@ -54,3 +54,50 @@ for spec in "tiny-1rank:tiny:tiny-cpu:8192:2048:--nproc 1" \
   run "$name" "$model" "$profile" "$tokens" "$maxlen" $args
   summary "$name"
 done
+
+# Our plans against static fixed-length packing on the same ranks and batches, measured
+# and predicted (the planner's estimate per step, and `hydraulis simulate` over the same
+# sampled batches with communication left out, i.e. the planner's cost model).
+candidates() {  # candidates NAME GPUS STRATEGY_JSON...: a candidate file in OUT
+  local name=$1 gpus=$2
+  shift 2
+  local list
+  list=$(printf '%s,' "$@")
+  printf '{"format": "hydraulis.candidates/1", "gpus": %s, "optimizer_layout": {"dp": %s, "tp": 1, "pp": 1}, "strategies": [%s]}\n' \
+    "$gpus" "$gpus" "${list%,}" >"$OUT/$name.json"
+}
+candidates dp2 2 '{"name": "2xTP1", "pipelines": [{"count": 2, "tp": 1}]}'
+candidates tp2 2 '{"name": "TP2", "pipelines": [{"count": 1, "tp": 2}]}'
+
+simulated() {  # simulated CANDIDATES SYSTEM TOKENS MAXLEN: mean simulated step ms
+  "$BIN" simulate --profile "$SRC/configs/profiles/tiny-cpu.json" --candidates "$1" \
+    --lengths "$OUT/wiki.idx" --steps "$STEPS" --tokens-per-batch "$3" --max-len "$4" --seed 3 \
+    --system "$2" --no-communication --json "$OUT/sim.json" -q
+  grep -o '"mean_step_ms": *[-0-9.e+]*' "$OUT/sim.json" | head -1 | sed -E 's/.*: *//' 
+}
+
+mean_ms() {  # mean_ms NAME: mean measured step ms over steps 1..
+  awk 'NR > 1 { match($0, /"step_ms":[-0-9.e+]+/); s += substr($0, RSTART + 10, RLENGTH - 10); n++ } END { printf "%.1f", s / n }' "$OUT/$1.jsonl"
+}
+
+echo
+echo "| layout | ours measured ms | static-fixed measured ms | measured speedup | simulated speedup |"
+echo "|---|---|---|---|---|"
+compare() {  # compare LABEL CANDS_OURS CANDS_STATIC TOKENS MAXLEN ARGS_OURS ARGS_STATIC
+  local label=$1 cands_ours=$2 cands_static=$3 tokens=$4 maxlen=$5 ours_args=$6 static_args=$7
+  # shellcheck disable=SC2086
+  run "$label-ours" tiny tiny-cpu "$tokens" "$maxlen" $ours_args
+  # shellcheck disable=SC2086
+  run "$label-static" tiny tiny-cpu "$tokens" "$maxlen" $static_args --plan-algorithm static-fixed
+  local m_ours m_static s_ours s_static
+  m_ours=$(mean_ms "$label-ours")
+  m_static=$(mean_ms "$label-static")
+  s_ours=$(simulated "$cands_ours" ours "$tokens" "$maxlen")
+  s_static=$(simulated "$cands_static" static-fixed "$tokens" "$maxlen")
+  awk -v l="$label" -v mo="$m_ours" -v ms="$m_static" -v so="$s_ours" -v ss="$s_static" \
+    'BEGIN { printf "| %s | %.0f | %.0f | %.2fx | %.2fx |\n", l, mo, ms, ms / mo, ss / so }'
+}
+compare dp2 "$OUT/dp2.json" "$OUT/dp2.json" 8192 2048 "--nproc 2" "--nproc 2"
+compare tp2 "$OUT/tp2.json" "$OUT/tp2.json" 8192 2048 "--nproc 2 --tp 2" "--nproc 2 --tp 2"
+compare hetero-vs-tp2 "$SRC/configs/candidates/cpu-2rank.json" "$OUT/tp2.json" 8192 2048 \
+  "--nproc 2 --candidates $SRC/configs/candidates/cpu-2rank.json" "--nproc 2 --tp 2"

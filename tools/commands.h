@@ -22,6 +22,13 @@ Command AddPreprocessCommand(CLI::App& app);
 Command AddTrainCommand(CLI::App& app);
 Command AddProfileCommand(CLI::App& app);
 
+// glibc malloc settings for CPU training and profiling: never mmap a block of its own, never
+// return the heap to the kernel, as a GPU caching allocator keeps device memory. Otherwise
+// every large tensor (a long document's attention scores) is page-faulted afresh: measured
+// ~45 % of a CPU step in the kernel. Read when the process starts (docs/runtime.md).
+inline constexpr char kAllocatorTunables[] =
+    "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776";
+
 // The process's command line as main received it (the launcher re-runs it in each rank).
 const std::vector<std::string>& CommandLine();
 

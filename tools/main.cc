@@ -25,18 +25,13 @@ const std::vector<std::string>& CommandLine() { return MutableCommandLine(); }
 
 #ifdef HYDRAULIS_HAVE_RUNTIME
 namespace {
-// CPU training allocates and frees tensors above glibc's 32 MB mmap ceiling every micro-
-// batch (the attention scores of a long document); glibc hands each back to the kernel,
-// which zeroes fresh pages at the next allocation: measured ~45 % of a step's time in the
-// kernel. Raising the mmap and trim thresholds keeps them in the heap. They are read when
-// the process starts, so `train` and `profile` restart themselves once with them set,
-// unless the user set GLIBC_TUNABLES (docs/runtime.md).
+// kAllocatorTunables are read when the process starts, so `train` restarts itself once with
+// them set, unless the user set GLIBC_TUNABLES.
 void KeepFreedMemoryInTheHeap(int argc, char** argv) {
   if (argc < 2 || std::getenv("GLIBC_TUNABLES") != nullptr) return;
   const std::string command = argv[1];
-  if (command != "train" && command != "profile") return;
-  setenv("GLIBC_TUNABLES",
-         "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295", 1);
+  if (command != "train") return;  // profile sets these and its thread count itself
+  setenv("GLIBC_TUNABLES", hydraulis::tools::kAllocatorTunables, 1);
   execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
 }
 }  // namespace
