@@ -6,20 +6,14 @@
 #include <string_view>
 #include <utility>
 
+#include "ascii_text.h"
 #include "hydraulis/base/error.h"
 
 namespace hydraulis {
 namespace {
 
-bool IsAsciiSpace(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && IsAsciiSpace(s.front())) s.remove_prefix(1);
-  while (!s.empty() && IsAsciiSpace(s.back())) s.remove_suffix(1);
-  return s;
-}
+using data_internal::IsAsciiSpace;
+using data_internal::Trim;
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "hydraulis/base/error.h"
+#include "little_endian.h"
 #include "mapped_file.h"
 
 namespace hydraulis {
@@ -44,16 +45,7 @@ std::int64_t MaxId(MegatronDType dtype) {
   throw InternalError("MaxId: not an integer dtype: " + std::string(MegatronDTypeName(dtype)));
 }
 
-// Little-endian, byte by byte: the format's byte order on any host (as the index reader).
-template <typename T>
-T LoadLittleEndian(const std::byte* p) {
-  using U = std::make_unsigned_t<T>;
-  U v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) {
-    v = static_cast<U>(v | static_cast<U>(std::to_integer<U>(p[i]) << (8 * i)));
-  }
-  return static_cast<T>(v);
-}
+using data_internal::LoadLittleEndian;
 
 void AppendLittleEndian(std::string& out, std::uint64_t v, std::size_t bytes) {
   for (std::size_t i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "hydraulis/base/error.h"
+#include "little_endian.h"
 #include "mapped_file.h"
 
 namespace hydraulis {
@@ -26,18 +27,7 @@ constexpr std::size_t kModeBytes = sizeof(std::int8_t);
 // Counts are uint64 in the file and are compared with the file size as size_t.
 static_assert(sizeof(std::size_t) >= sizeof(std::uint64_t), "needs a 64-bit size_t");
 
-// Assembles a little-endian value byte by byte: correct on any host and at any alignment
-// (the arrays after the 34-byte header are not naturally aligned). Compilers turn the
-// loop into one load on little-endian hosts.
-template <typename T>
-T LoadLittleEndian(const std::byte* p) {
-  using U = std::make_unsigned_t<T>;
-  U v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) {
-    v = static_cast<U>(v | static_cast<U>(std::to_integer<U>(p[i]) << (8 * i)));
-  }
-  return static_cast<T>(v);  // modular since C++20
-}
+using data_internal::LoadLittleEndian;
 
 // A validated view over index bytes. The constructor checks every field; the accessors
 // then read the arrays in place.

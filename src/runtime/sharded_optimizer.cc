@@ -51,28 +51,10 @@ void AdamWUpdate(const at::Tensor& param, const at::Tensor& grad, const at::Tens
   p.addcdiv_(exp_avg, denom, -step_size);
 }
 
-namespace {
-
-void ValidateAdamW(const AdamWOptions& o) {
-  auto check = [](bool ok, const std::string& field, double value) {
-    if (!ok) {
-      throw InvalidInput("AdamW options: " + field + ": out of range, got " +
-                         std::to_string(value));
-    }
-  };
-  check(o.lr > 0.0, "lr", o.lr);
-  check(o.beta1 >= 0.0 && o.beta1 < 1.0, "beta1", o.beta1);
-  check(o.beta2 >= 0.0 && o.beta2 < 1.0, "beta2", o.beta2);
-  check(o.eps > 0.0, "eps", o.eps);
-  check(o.weight_decay >= 0.0, "weight_decay", o.weight_decay);
-}
-
-}  // namespace
-
 ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
                            const AdamWOptions& options)
     : world_(world), options_(options), layout_(MakeFlatLayout(initial.config())) {
-  ValidateAdamW(options_);
+  ValidateAdamWOptions(options_);
   if (!initial.part().IsWhole(initial.config()) || initial.tp_size() != 1) {
     throw InternalError("ShardedAdamW: the initial model must be the whole single-process model");
   }

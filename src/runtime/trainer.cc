@@ -46,9 +46,7 @@ struct Trainer::Impl {
   GradientSync* sync;  // nullptr: single process
 };
 
-namespace {
-
-torch::optim::AdamWOptions ToTorch(const AdamWOptions& o) {
+void ValidateAdamWOptions(const AdamWOptions& o) {
   auto check = [](bool ok, const std::string& field, double value) {
     if (!ok)
       throw InvalidInput("AdamW options: " + field + ": out of range, got " +
@@ -59,6 +57,12 @@ torch::optim::AdamWOptions ToTorch(const AdamWOptions& o) {
   check(o.beta2 >= 0.0 && o.beta2 < 1.0, "beta2", o.beta2);
   check(o.eps > 0.0, "eps", o.eps);
   check(o.weight_decay >= 0.0, "weight_decay", o.weight_decay);
+}
+
+namespace {
+
+torch::optim::AdamWOptions ToTorch(const AdamWOptions& o) {
+  ValidateAdamWOptions(o);
   return torch::optim::AdamWOptions(o.lr)
       .betas(std::make_tuple(o.beta1, o.beta2))
       .eps(o.eps)

@@ -27,6 +27,9 @@ struct AdamWOptions {
   double weight_decay = 0.0;  // decoupled decay per step (multiplied by lr), >= 0
 };
 
+// InvalidInput naming the field when an option is out of the ranges above.
+void ValidateAdamWOptions(const AdamWOptions& options);
+
 // Sets every parameter's gradient to a defined tensor of zeros (allocating it the first
 // time), so every rank of a later all-reduce holds a gradient even when it ran no
 // micro-batch. Used instead of Optimizer::zero_grad, whose default differs between
