@@ -1,5 +1,7 @@
 #include "hydraulis/runtime/sharded_optimizer.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 #include <string>
 
