@@ -12,6 +12,9 @@
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
+#ifdef HYDRAULIS_HAVE_RUNTIME
+#include "hydraulis/runtime/compute.h"
+#endif
 
 namespace hydraulis::tools {
 namespace {
@@ -44,6 +47,12 @@ int main(int argc, char** argv) {
   hydraulis::tools::MutableCommandLine().assign(argv, argv + argc);
   CLI::App app{"hydraulis: per-step parallel strategies and data assignment for LLM training"};
   app.require_subcommand(1);
+#ifdef HYDRAULIS_HAVE_RUNTIME
+  const std::string runtime = "built against " + hydraulis::TorchBuildDescription();
+#else
+  const std::string runtime = "built without the training runtime (no PyTorch found)";
+#endif
+  app.set_version_flag("--version", std::string("hydraulis ") + HYDRAULIS_VERSION + ", " + runtime);
   std::map<CLI::App*, hydraulis::tools::Command> commands;
   auto add = [&](auto adder) {
     std::size_t before = app.get_subcommands({}).size();
@@ -66,6 +75,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     fmt::print(stderr, "hydraulis: error: {}\n", e.what());

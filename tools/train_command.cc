@@ -20,6 +20,7 @@
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/checkpoint.h"
+#include "hydraulis/runtime/compute.h"
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/distributed_trainer.h"
 #include "hydraulis/runtime/model_config.h"
@@ -36,6 +37,8 @@ struct TrainArgs {
   std::string candidates;
   std::string algorithm = "ours";
   std::string log_json;
+  std::string device;     // cpu or cuda; empty: cuda when a GPU is visible, else cpu
+  std::string precision;  // fp32 or bf16; empty: bf16 on cuda, fp32 on cpu
   int nproc = 0;
   int tp = 1;
   int pp = 1;
@@ -97,11 +100,47 @@ CandidateSet Candidates(const TrainArgs& a, const Profile& profile, int world) {
   return set;
 }
 
+// LOCAL_RANK as torchrun and the launcher set it (0 when absent): this rank's GPU.
+int LocalRank() {
+  const char* text = std::getenv("LOCAL_RANK");
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < 0 || value > 1 << 16) {
+    throw InvalidInput(std::string("environment: LOCAL_RANK: expected a GPU index, got '") + text +
+                       "'");
+  }
+  return static_cast<int>(value);
+}
+
+// --device / --precision with their defaults, checked against this machine before any work.
+ComputeOptions ResolveCompute(const TrainArgs& a, int local_rank) {
+  ComputeOptions c = DefaultComputeOptions(local_rank);
+  if (!a.device.empty()) {
+    c.device = ParseDeviceKind(a.device, "--device");
+    c.device_index = local_rank;
+    c.precision = c.device == DeviceKind::kCuda ? Precision::kBf16 : Precision::kFp32;
+  }
+  if (!a.precision.empty()) c.precision = ParsePrecision(a.precision, "--precision");
+  try {
+    CheckComputeAvailable(c);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(std::string("--device ") + ToString(c.device) + " --precision " +
+                       ToString(c.precision) + ": " + e.what());
+  }
+  return c;
+}
+
 int Train(const TrainArgs& a) {
-  if (a.nproc > 0 && !IsLaunchedRank()) return LaunchSelf(CommandLine(), a.nproc, a.master_port);
+  if (a.nproc > 0 && !IsLaunchedRank()) {
+    // One clear line from the launcher, not one per rank: the checks every rank would fail.
+    ResolveCompute(a, 0);
+    return LaunchSelf(CommandLine(), a.nproc, a.master_port);
+  }
   if (!a.candidates.empty() && (a.tp != 1 || a.pp != 1)) {
     throw InvalidInput("train: give --candidates or --tp/--pp, not both");
   }
+  const ComputeOptions compute = ResolveCompute(a, LocalRank());
   DistributedOptions dist = DistributedOptionsFromEnvironment();
   dist.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
   if (a.nproc > 0 && dist.world_size != a.nproc) {
@@ -137,7 +176,7 @@ int Train(const TrainArgs& a) {
   Rendezvous rendezvous(dist);
   AdamWOptions adam;
   adam.lr = a.lr;
-  DistributedTrainer trainer(model, a.seed, adam, rendezvous, candidates.strategies);
+  DistributedTrainer trainer(model, a.seed, adam, rendezvous, candidates.strategies, compute);
   const bool chief = dist.rank == 0;
   int first_step = 0;
   if (a.resume) {
@@ -230,6 +269,8 @@ int Train(const TrainArgs& a) {
       j["wait_ms"] = r.wait_ms;
       j["sync_ms"] = r.sync_ms;
       j["micro_batches"] = micro_batches;
+      j["device"] = ToString(compute.device);
+      j["precision"] = ToString(compute.precision);
       j["truncated"] = plan.truncated.size();
       // One complete line per step, flushed, so a log read during or after a failed run
       // never holds half a record.
@@ -251,6 +292,12 @@ Command AddTrainCommand(CLI::App& app) {
                   "Megatron dataset prefix (PREFIX.bin/.idx); default: the bundled demo corpus");
   cmd->add_option("--profile", a->profile, "cost/memory profile of the model on this engine")
       ->capture_default_str();
+  cmd->add_option("--device", a->device,
+                  "cpu or cuda (one GPU per rank: LOCAL_RANK); default: cuda when a GPU is "
+                  "visible, else cpu");
+  cmd->add_option("--precision", a->precision,
+                  "fp32 or bf16 (bf16 compute, fp32 master weights and optimizer state); "
+                  "default: bf16 on cuda, fp32 on cpu");
   cmd->add_option("--nproc", a->nproc,
                   "start this many ranks here; without it, join a torchrun/Slurm job (RANK, "
                   "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")

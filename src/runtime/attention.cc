@@ -1,12 +1,52 @@
 #include "hydraulis/runtime/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 namespace hydraulis {
 
+namespace {
+
+// The flash kernels' limits on the head dimension.
+constexpr std::int64_t kFlashHeadDimMultiple = 8;
+constexpr std::int64_t kFlashMaxHeadDim = 256;
+
+}  // namespace
+
+bool UsesFlashAttention(at::Device device, at::ScalarType dtype, std::int64_t head_dim) {
+  return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) &&
+         head_dim % kFlashHeadDimMultiple == 0 && head_dim <= kFlashMaxHeadDim;
+}
+
+at::Tensor CuSeqlensOnDevice(const std::vector<std::int64_t>& cu_seqlens, at::Device device) {
+  std::vector<std::int32_t> cu(cu_seqlens.begin(), cu_seqlens.end());
+  return at::tensor(cu, at::kInt).to(device);
+}
+
 at::Tensor PackedCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const std::vector<std::int64_t>& cu_seqlens) {
+                                 const std::vector<std::int64_t>& cu_seqlens,
+                                 const at::Tensor& cu_seqlens_device) {
+  if (!UsesFlashAttention(q.device(), q.scalar_type(), q.size(-1)) || cu_seqlens.size() < 2) {
+    return DenseCausalAttention(q, k, v, cu_seqlens);
+  }
+  std::int64_t max_len = 0;
+  for (std::size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
+    max_len = std::max(max_len, cu_seqlens[d + 1] - cu_seqlens[d]);
+  }
+  const at::Tensor cu =
+      cu_seqlens_device.defined() ? cu_seqlens_device : CuSeqlensOnDevice(cu_seqlens, q.device());
+  // Differentiable: autograd's formula for _flash_attention_forward is the flash backward
+  // kernel. The kernel reads key/value head h / (heads / kv_heads) for query head h, the
+  // LLaMA grouping DenseCausalAttention spells out.
+  return std::get<0>(at::_flash_attention_forward(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                  cu, cu, max_len, max_len, /*dropout_p=*/0.0,
+                                                  /*is_causal=*/true,
+                                                  /*return_debug_mask=*/false));
+}
+
+at::Tensor DenseCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const std::vector<std::int64_t>& cu_seqlens) {
   const std::int64_t heads = q.size(1);
   const std::int64_t group = heads / k.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/runtime/torch_compat.h"
+#include "runtime/torch_compat.h"
 
 namespace hydraulis {
 

@@ -67,8 +67,14 @@ struct DistributedTrainer::Compute {
 
 DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t seed,
                                        const AdamWOptions& options, Rendezvous& rendezvous,
-                                       const std::vector<Strategy>& candidates)
-    : config_(config), seed_(seed), rendezvous_(rendezvous), candidates_(candidates) {
+                                       const std::vector<Strategy>& candidates,
+                                       const ComputeOptions& compute_options)
+    : config_(config),
+      seed_(seed),
+      compute_(compute_options),
+      rendezvous_(rendezvous),
+      candidates_(candidates) {
+  CheckComputeAvailable(compute_);
   const DistributedOptions& o = rendezvous_.options();
   if (candidates_.empty()) throw InvalidInput("distributed training: no candidate strategy");
   for (std::size_t c = 0; c < candidates_.size(); ++c) {
@@ -118,7 +124,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
         tp_group = Group(tp_ranks);
       }
       compute->model = std::make_unique<Transformer>(
-          config_, seed_, tp_group, ModelPart::Stage(config_, block.stage, scheme.pp));
+          config_, seed_, tp_group, ModelPart::Stage(config_, block.stage, scheme.pp), compute_);
       compute->links.pipeline = pipeline_group;
       compute->links.stage = block.stage;
       compute->links.pp = scheme.pp;
@@ -129,7 +135,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
     }
     computes_.push_back(std::move(compute));
   }
-  optimizer_ = std::make_unique<ShardedAdamW>(whole, *world_, options);
+  optimizer_ = std::make_unique<ShardedAdamW>(whole, *world_, options, TorchDevice(compute_));
 }
 
 DistributedTrainer::~DistributedTrainer() = default;
@@ -216,7 +222,7 @@ DistributedStepResult DistributedTrainer::Step(
     for (const auto& mb : plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)]) {
       std::vector<std::vector<std::int64_t>> docs;
       for (int d : mb) docs.push_back(documents[static_cast<std::size_t>(d)]);
-      micro_batches.push_back(PackDocuments(docs, config_.shape.vocab));
+      micro_batches.push_back(PackDocuments(docs, config_.shape.vocab, TorchDevice(compute_)));
     }
     stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
     result.pipeline_tokens = stage.tokens;

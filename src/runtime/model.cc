@@ -16,8 +16,12 @@ namespace {
 // Standard deviation of the initial weight matrices (GPT-2 / LLaMA reference init).
 constexpr double kInitStd = 0.02;
 
+// Normalised in fp32 and cast back before the weight, as transformers' LlamaRMSNorm and
+// Megatron do under bf16; in fp32 the casts are no-ops.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  return x * at::rsqrt(x.pow(2).mean({-1}, /*keepdim=*/true) + eps) * weight;
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight;
 }
 
 // x [tokens, in] times a weight stored [out, in], as torch.nn.Linear without bias.
@@ -146,8 +150,12 @@ at::Tensor Transformer::Add(const std::string& name, const std::string& full_nam
     // A copy, not a view: the shard must not keep the full weight alive.
     local = value.slice(dim, part * tp_rank(), part * (tp_rank() + 1)).clone();
   }
+  local = local.to(TorchDevice(compute_), ComputeDtype(compute_));
   local.requires_grad_(true);
-  parameters_.push_back({name, local, full_name, split});
+  at::Tensor main_grad;
+  if (local.scalar_type() != at::kFloat)
+    main_grad = at::zeros(local.sizes(), local.options().dtype(at::kFloat));
+  parameters_.push_back({name, local, full_name, split, main_grad});
   return local;
 }
 
@@ -155,9 +163,10 @@ std::vector<NamedParameter> Transformer::GatherFullParameters() const {
   std::vector<NamedParameter> out;
   out.reserve(parameters_.size());
   for (const NamedParameter& p : parameters_) {
-    const at::Tensor local = p.value.detach();
+    // The full parameters are fp32 whatever the compute precision.
+    const at::Tensor local = p.value.detach().to(at::kFloat);
     if (p.split == TensorSplit::kReplicated || tp_size() == 1) {
-      out.push_back({p.name, local.clone(), p.full_name, p.split});
+      out.push_back({p.name, local.clone(), p.full_name, p.split, at::Tensor()});
       continue;
     }
     // Each rank writes its shard into zeros and a sum assembles the whole; adding zeros is
@@ -169,15 +178,24 @@ std::vector<NamedParameter> Transformer::GatherFullParameters() const {
     at::Tensor full = at::zeros(shape, local.options());
     full.slice(dim, part * tp_rank(), part * (tp_rank() + 1)).copy_(local);
     tp_group_->AllReduceSum(full);
-    out.push_back({p.name, full, p.full_name, p.split});
+    out.push_back({p.name, full, p.full_name, p.split, at::Tensor()});
   }
   return out;
 }
 
+const at::Tensor& GradientOf(const NamedParameter& p) {
+  return p.main_grad.defined() ? p.main_grad : p.value.grad();
+}
+
+at::TensorOptions Transformer::activation_options() const {
+  return at::TensorOptions().device(TorchDevice(compute_)).dtype(ComputeDtype(compute_));
+}
+
 Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group,
-                         const ModelPart& part)
-    : tp_group_(tp_group), part_(part), config_(config) {
+                         const ModelPart& part, const ComputeOptions& compute)
+    : tp_group_(tp_group), part_(part), config_(config), compute_(compute) {
   ValidateModelConfig(config_, "model config");
+  CheckComputeAvailable(compute_);
   ValidateTensorParallel(config_, tp_size());
   if (part_.end_layer < 0) part_.end_layer = config_.shape.layers;
   if (part_.first_layer < 0 || part_.first_layer > part_.end_layer ||
@@ -279,6 +297,12 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
     return group == nullptr ? t : ReduceFromTensorParallel::apply(t, group);
   };
   const at::Tensor positions = layers_.empty() ? at::Tensor() : PositionsInDocuments(batch);
+  // Made once per micro-batch for the flash kernel, which reads the boundaries on the GPU.
+  const at::Tensor cu_seqlens =
+      !layers_.empty() &&
+              UsesFlashAttention(TorchDevice(compute_), ComputeDtype(compute_), config_.head_dim())
+          ? CuSeqlensOnDevice(batch.cu_seqlens, TorchDevice(compute_))
+          : at::Tensor();
   for (const Layer& l : layers_) {
     at::Tensor h = f(RmsNorm(x, l.attn_norm, config_.norm_eps));
     at::Tensor q = Linear(h, l.wq).view({tokens, heads, dim});
@@ -286,7 +310,7 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
     at::Tensor v = Linear(h, l.wv).view({tokens, kv_heads, dim});
     q = ApplyRotary(q, positions, config_.rope_theta);
     k = ApplyRotary(k, positions, config_.rope_theta);
-    at::Tensor attn = PackedCausalAttention(q, k, v, batch.cu_seqlens);
+    at::Tensor attn = PackedCausalAttention(q, k, v, batch.cu_seqlens, cu_seqlens);
     x = x + g(Linear(attn.reshape({tokens, heads * dim}), l.wo));
     h = f(RmsNorm(x, l.mlp_norm, config_.norm_eps));
     x = x + g(Linear(at::silu(Linear(h, l.w_gate)) * Linear(h, l.w_up), l.w_down));
@@ -297,7 +321,9 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
 
 TokenLoss SummedTokenLoss(const at::Tensor& logits, const PackedBatch& batch) {
   const NextTokenTargets t = NextTokenTargetsOf(batch);
-  const at::Tensor log_probs = at::log_softmax(logits.index_select(0, t.inputs), -1);
+  // In fp32 whatever the compute precision: a bf16 log-softmax over a large vocabulary
+  // loses the small probabilities the loss is made of.
+  const at::Tensor log_probs = at::log_softmax(logits.index_select(0, t.inputs).to(at::kFloat), -1);
   TokenLoss loss;
   loss.sum = -log_probs.gather(1, t.targets.unsqueeze(1)).sum();
   loss.tokens = t.inputs.size(0);

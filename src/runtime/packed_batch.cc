@@ -7,7 +7,7 @@
 namespace hydraulis {
 
 PackedBatch PackDocuments(const std::vector<std::vector<std::int64_t>>& documents,
-                          std::int64_t vocab) {
+                          std::int64_t vocab, at::Device device) {
   PackedBatch batch;
   std::vector<std::int64_t> tokens;
   batch.cu_seqlens.push_back(0);
@@ -24,7 +24,7 @@ PackedBatch PackDocuments(const std::vector<std::vector<std::int64_t>>& document
     }
     batch.cu_seqlens.push_back(static_cast<std::int64_t>(tokens.size()));
   }
-  batch.tokens = at::tensor(tokens, at::kLong);
+  batch.tokens = at::tensor(tokens, at::kLong).to(device);
   return batch;
 }
 

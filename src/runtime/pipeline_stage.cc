@@ -5,6 +5,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/distributed.h"
+#include "hydraulis/runtime/trainer.h"
 
 namespace hydraulis {
 
@@ -33,7 +34,8 @@ constexpr int kForwardShape = 0, kForwardData = 1, kBackwardShape = 2, kBackward
 
 class StageIo {
  public:
-  StageIo(const StageLinks& links, std::int64_t hidden) : links_(links), hidden_(hidden) {}
+  StageIo(const StageLinks& links, std::int64_t hidden, at::TensorOptions options)
+      : links_(links), hidden_(hidden), options_(options) {}
 
   void Send(const at::Tensor& t, int peer, int micro_batch, bool forward) {
     const at::Tensor shape = at::tensor({t.size(0), t.size(1)}, at::kLong);
@@ -56,7 +58,7 @@ class StageIo {
                   "], the plan gives [" + std::to_string(tokens) + ", " + std::to_string(hidden_) +
                   "]: the ranks of this pipeline disagree on the plan");
     }
-    at::Tensor data = at::empty({tokens, hidden_}, at::kFloat);
+    at::Tensor data = at::empty({tokens, hidden_}, options_);
     links_.pipeline->Recv(data, peer, Tag(micro_batch, forward ? kForwardData : kBackwardData));
     wait_ms_ +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -68,6 +70,7 @@ class StageIo {
  private:
   const StageLinks& links_;
   std::int64_t hidden_;
+  at::TensorOptions options_;  // of the activations: compute device and dtype
   double wait_ms_ = 0;
 };
 
@@ -85,7 +88,7 @@ StageResult RunPipelineStage(const Transformer& model,
   if (global_targets <= 0) {
     throw InvalidInput("training step: the global batch has no target token");
   }
-  StageIo io(links, model.config().shape.hidden);
+  StageIo io(links, model.config().shape.hidden, model.activation_options());
   struct InFlight {
     at::Tensor input;   // received activations (requires grad), undefined on the first stage
     at::Tensor output;  // hidden states sent on, or the scaled loss on the last stage
@@ -121,6 +124,7 @@ StageResult RunPipelineStage(const Transformer& model,
       const at::Tensor grad = io.Recv(links.next, op.micro_batch, false, mb.num_tokens());
       f.output.backward(grad);
     }
+    AccumulateMainGradients(model);
     if (!first) io.Send(f.input.grad(), links.prev, op.micro_batch, false);
     f = InFlight{};  // frees the activations of this micro-batch
   }

@@ -54,7 +54,7 @@ void AdamWUpdate(const at::Tensor& param, const at::Tensor& grad, const at::Tens
 }
 
 ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
-                           const AdamWOptions& options)
+                           const AdamWOptions& options, at::Device device)
     : world_(world), options_(options), layout_(MakeFlatLayout(initial.config())) {
   ValidateAdamWOptions(options_);
   if (!initial.part().IsWhole(initial.config()) || initial.tp_size() != 1) {
@@ -62,7 +62,7 @@ ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
   }
   const std::int64_t ranks = world_.size();
   shard_numel_ = (layout_.numel + ranks - 1) / ranks;
-  const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
+  const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
   full_ = at::zeros({shard_numel_ * ranks}, fp32);
   grad_ = at::zeros({shard_numel_ * ranks}, fp32);
   for (const NamedParameter& p : initial.named_parameters()) {
@@ -91,10 +91,11 @@ void ShardedAdamW::Step(const Transformer* model) {
     for (const NamedParameter& p : model->named_parameters()) {
       // The tp copies of a replicated parameter carry the same gradient: count it once.
       if (p.split == TensorSplit::kReplicated && model->tp_rank() != 0) continue;
-      if (!p.value.grad().defined()) {
+      const at::Tensor& grad = GradientOf(p);
+      if (!grad.defined()) {
         throw InternalError("ShardedAdamW: parameter '" + p.name + "' has no gradient");
       }
-      RegionOf(grad_, layout_, p, model->tp_size(), model->tp_rank()).add_(p.value.grad());
+      RegionOf(grad_, layout_, p, model->tp_size(), model->tp_rank()).add_(grad);
     }
   }
   // Gloo in libtorch 1.13 has no reduce-scatter, so the sum is an all-reduce of which each

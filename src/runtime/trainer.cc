@@ -1,17 +1,19 @@
 #include "hydraulis/runtime/trainer.h"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/optim/adamw.h>
 
 #include <string>
 #include <tuple>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/runtime/torch_compat.h"
+#include "runtime/torch_compat.h"
 
 namespace hydraulis {
 
 void ZeroGradients(const Transformer& model) {
-  for (const at::Tensor& p : model.parameters()) {
+  for (const NamedParameter& named : model.named_parameters()) {
+    const at::Tensor& p = named.value;
     at::Tensor& grad = p.mutable_grad();
     if (grad.defined()) {
       grad.detach_();
@@ -19,6 +21,18 @@ void ZeroGradients(const Transformer& model) {
     } else {
       grad = at::zeros_like(p);
     }
+    if (named.main_grad.defined()) named.main_grad.zero_();
+  }
+}
+
+void AccumulateMainGradients(const Transformer& model) {
+  at::NoGradGuard no_grad;
+  for (const NamedParameter& p : model.named_parameters()) {
+    if (!p.main_grad.defined()) continue;
+    at::Tensor& grad = p.value.mutable_grad();
+    if (!grad.defined()) continue;
+    p.main_grad.add_(grad);
+    grad.zero_();
   }
 }
 
@@ -35,6 +49,7 @@ double ForwardBackward(const Transformer& model, const std::vector<PackedBatch>&
     // Dividing by the global count here (not by the micro-batch's) is what makes the
     // accumulated gradient that of the mean over the whole global batch.
     (loss.sum / static_cast<double>(global_targets)).backward();
+    AccumulateMainGradients(model);
     loss_sum += loss.sum.item<double>();
   }
   return loss_sum;
@@ -71,8 +86,23 @@ torch::optim::AdamWOptions ToTorch(const AdamWOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// torch::optim::AdamW updates the parameters themselves, so they must be the fp32 master
+// copy; mixed precision trains through ShardedAdamW (sharded_optimizer.h).
+Transformer& RequireFp32(Transformer& model) {
+  if (model.compute().precision != Precision::kFp32) {
+    throw InvalidInput("Trainer: the single-process reference trainer needs fp32 parameters, got " +
+                       ToString(model.compute().precision) + " (use DistributedTrainer)");
+  }
+  return model;
+}
+
+}  // namespace
+
 Trainer::Trainer(Transformer& model, const AdamWOptions& options, GradientSync* sync)
-    : impl_(new Impl{model, torch::optim::AdamW(model.parameters(), ToTorch(options)), sync}) {}
+    : impl_(new Impl{RequireFp32(model), torch::optim::AdamW(model.parameters(), ToTorch(options)),
+                     sync}) {}
 
 Trainer::~Trainer() = default;
 

@@ -1,6 +1,6 @@
 // Causal self-attention over a packed variable-length micro-batch: each document attends
 // only to itself (a block-diagonal causal mask), with grouped-query heads. This is the one
-// kernel a GPU build replaces with variable-length flash attention.
+// kernel the CUDA path replaces with variable-length flash attention.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,8 +15,27 @@ namespace hydraulis {
 // LLaMA). cu_seqlens as in PackedBatch. Returns [total_tokens, heads, head_dim]:
 // softmax(q k^T / sqrt(head_dim) + causal mask) v computed document by document, so no
 // token ever sees a token of another document. Differentiable.
+//
+// On a CUDA device in bf16 or fp16 with head_dim a multiple of 8 up to 256, this is one
+// call of ATen's variable-length flash attention over the whole packed batch (cumulative
+// sequence lengths, causal, grouped-query heads natively; no per-document loop, no
+// padding); elsewhere (the CPU, fp32) it is DenseCausalAttention, the reference.
+// `cu_seqlens_device`, when defined, is cu_seqlens as int32 on q's device (made once per
+// micro-batch by the caller, not once per layer).
 at::Tensor PackedCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const std::vector<std::int64_t>& cu_seqlens);
+                                 const std::vector<std::int64_t>& cu_seqlens,
+                                 const at::Tensor& cu_seqlens_device = {});
+
+// Whether PackedCausalAttention takes the flash path for q on `device` in `dtype` with
+// head dimension `head_dim`.
+bool UsesFlashAttention(at::Device device, at::ScalarType dtype, std::int64_t head_dim);
+
+// cu_seqlens as an int32 tensor on `device`, the form the flash kernel reads.
+at::Tensor CuSeqlensOnDevice(const std::vector<std::int64_t>& cu_seqlens, at::Device device);
+
+// The reference: dense softmax attention document by document, in q's dtype and device.
+at::Tensor DenseCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const std::vector<std::int64_t>& cu_seqlens);
 
 // Rotary position embedding (the "rotate half" convention of LLaMA): rotates each
 // [.., head_dim] vector of x ([total_tokens, n, head_dim]) by angles position * theta^(-2i /

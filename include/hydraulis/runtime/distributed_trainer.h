@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "hydraulis/runtime/compute.h"
 #include "hydraulis/runtime/model.h"
 #include "hydraulis/runtime/sharded_optimizer.h"
 #include "hydraulis/runtime/trainer.h"
@@ -59,8 +60,10 @@ class DistributedTrainer {
   // any candidate needs. InvalidInput when a candidate needs more ranks than the world, uses
   // cp > 1, or does not split the model (tp must divide heads, kv_heads and ffn; pp <=
   // layers). A collective: every rank constructs it with the same arguments.
+  // `compute`: this rank's device and precision (CheckComputeAvailable first).
   DistributedTrainer(const ModelConfig& config, std::uint64_t seed, const AdamWOptions& options,
-                     Rendezvous& rendezvous, const std::vector<Strategy>& candidates);
+                     Rendezvous& rendezvous, const std::vector<Strategy>& candidates,
+                     const ComputeOptions& compute = {});
   ~DistributedTrainer();
   DistributedTrainer(const DistributedTrainer&) = delete;
   DistributedTrainer& operator=(const DistributedTrainer&) = delete;
@@ -73,6 +76,7 @@ class DistributedTrainer {
 
   const ShardedAdamW& optimizer() const { return *optimizer_; }
   ShardedAdamW& optimizer() { return *optimizer_; }
+  const ComputeOptions& compute() const { return compute_; }
   CommGroup& world();
   const std::vector<Strategy>& candidates() const { return candidates_; }
 
@@ -83,6 +87,7 @@ class DistributedTrainer {
 
   ModelConfig config_;
   std::uint64_t seed_;
+  ComputeOptions compute_;
   Rendezvous& rendezvous_;
   std::vector<Strategy> candidates_;
   std::unique_ptr<CommGroup> world_;

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "hydraulis/runtime/compute.h"
 #include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/packed_batch.h"
 
@@ -67,7 +68,15 @@ struct NamedParameter {
   // copy of "embed" (the two copies' gradients add up in the optimizer's parameter).
   std::string full_name;
   TensorSplit split = TensorSplit::kReplicated;
+  // Under mixed precision (a value not in fp32), the fp32 gradient the micro-batches'
+  // gradients are accumulated into (AccumulateMainGradients); undefined in fp32, where the
+  // value's own gradient accumulates. GradientOf picks the right one.
+  at::Tensor main_grad;
 };
+
+// The gradient of `p` accumulated over the step's micro-batches, in fp32 under mixed
+// precision (main_grad) and the value's own .grad() in fp32.
+const at::Tensor& GradientOf(const NamedParameter& p);
 
 class Transformer {
  public:
@@ -80,10 +89,13 @@ class Transformer {
   // InvalidInput when the config does not split (ValidateTensorParallel).
   // With `part` (a pipeline stage, ModelPart::Stage) it holds only that part's parameters,
   // drawn as in the whole model.
+  // With `compute` the parameters live on its device in its precision (drawn on the CPU
+  // in fp32 first, so every device and precision starts from the same values).
   Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group = nullptr,
-              const ModelPart& part = {});
+              const ModelPart& part = {}, const ComputeOptions& compute = {});
 
-  // Logits of every token of `batch` (fp32 [num_tokens, vocab]); differentiable. Under
+  // Logits of every token of `batch` ([num_tokens, vocab] in the compute dtype);
+  // differentiable. Under
   // tensor parallelism a collective: every tp rank must call it with the same batch, and
   // every one gets the full (replicated) logits.
   // InvalidInput when the batch is not valid (ValidatePackedBatch); ids must be < vocab
@@ -98,6 +110,9 @@ class Transformer {
   at::Tensor ForwardStage(const PackedBatch& batch, const at::Tensor& hidden) const;
 
   const ModelConfig& config() const { return config_; }
+  const ComputeOptions& compute() const { return compute_; }
+  // Options for tensors that meet the activations: the compute device and dtype.
+  at::TensorOptions activation_options() const;
   const ModelPart& part() const { return part_; }
   // This rank's parameters in the order of FullParameters (those of its part only).
   const std::vector<NamedParameter>& named_parameters() const { return parameters_; }
@@ -124,6 +139,7 @@ class Transformer {
   ModelPart part_;
 
   ModelConfig config_;
+  ComputeOptions compute_;
   std::vector<NamedParameter> parameters_;
   at::Tensor embed_;
   std::vector<Layer> layers_;

@@ -28,8 +28,9 @@ struct PackedBatch {
 
 // Packs `documents` (each non-empty, ids in [0, vocab)) in the given order.
 // InvalidInput on an empty document or an id out of range.
+// The tokens are placed on `device`.
 PackedBatch PackDocuments(const std::vector<std::vector<std::int64_t>>& documents,
-                          std::int64_t vocab);
+                          std::int64_t vocab, at::Device device = at::Device(at::kCPU));
 
 // Checks the cu_seqlens invariants above and that tokens is a 1-D int64 tensor of
 // num_tokens() elements; InvalidInput naming what is wrong.

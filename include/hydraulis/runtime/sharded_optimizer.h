@@ -55,7 +55,10 @@ class ShardedAdamW {
  public:
   // Master weights from `initial` (the whole model, e.g. Transformer(config, seed)), sharded
   // over `world` (which must outlive this). InvalidInput on out-of-range options.
-  ShardedAdamW(const Transformer& initial, CommGroup& world, const AdamWOptions& options);
+  // The fp32 vectors (full parameters, gradient buffer, moments) live on `device`, the
+  // compute device of this rank.
+  ShardedAdamW(const Transformer& initial, CommGroup& world, const AdamWOptions& options,
+               at::Device device = at::Device(at::kCPU));
 
   // Copies this rank's compute parameters of `model` (any part, any tp) from the current
   // full parameters. Not a collective.

@@ -40,6 +40,12 @@ void ZeroGradients(const Transformer& model);
 // the parameters' gradients (which the caller zeroes). Returns the summed token loss of
 // these micro-batches (not divided). global_targets > 0 counts the targets of the whole
 // global batch, which may include micro-batches run elsewhere.
+// Under mixed precision: adds every parameter's gradient (in the compute dtype, from the
+// backward pass just run) to its fp32 main_grad and zeroes it, so the sum over a step's
+// micro-batches is accumulated in fp32. A no-op for fp32 parameters. Called after every
+// backward pass.
+void AccumulateMainGradients(const Transformer& model);
+
 double ForwardBackward(const Transformer& model, const std::vector<PackedBatch>& micro_batches,
                        std::int64_t global_targets);
 
