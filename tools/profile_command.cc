@@ -233,7 +233,7 @@ int RunProfile(const ProfileArgs& a) {
     rank = dist.rank;
     world_size = dist.world_size;
     rendezvous = std::make_unique<Rendezvous>(dist);
-    world = std::make_unique<CommGroup>(*rendezvous, "profile-world");
+    world = MakeCommGroup(*rendezvous, "profile-world");
     // Ranks form blocks of tp consecutive ranks (as a strategy of identical pipelines places
     // them), and every full block runs the scheme at the same time: ranks share this
     // machine's cores and memory bandwidth in training, so they must when profiled (timing
@@ -244,7 +244,7 @@ int RunProfile(const ProfileArgs& a) {
       const int block = rank / tp;
       std::vector<int> members(static_cast<std::size_t>(tp));
       for (int r = 0; r < tp; ++r) members[static_cast<std::size_t>(r)] = block * tp + r;
-      tp_groups[tp] = std::make_unique<CommGroup>(
+      tp_groups[tp] = MakeCommGroup(
           *rendezvous, "profile-tp" + std::to_string(tp) + "-" + std::to_string(block), members);
     }
   }

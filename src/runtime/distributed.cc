@@ -101,26 +101,171 @@ Rendezvous::~Rendezvous() = default;
 
 const DistributedOptions& Rendezvous::options() const { return impl_->options; }
 
-struct CommGroup::Impl {
-  DistributedOptions options;
-  std::string name;
-  std::vector<int> members;
-  int group_rank = 0;
-  c10::intrusive_ptr<torch_compat::GlooGroup> gloo;
-  // Sends in flight and the tensors they read from (kept alive until WaitSends).
-  std::vector<std::pair<c10::intrusive_ptr<torch_compat::Work>, at::Tensor>> sends;
+std::string ToString(CommBackend backend) {
+  return backend == CommBackend::kNccl ? "nccl" : "gloo";
+}
 
-  std::string Where() const {
-    return "rank " + std::to_string(options.rank) + " of " + std::to_string(options.world_size) +
-           ", group '" + name + "'";
+namespace {
+
+std::vector<int> AllRanks(int world_size) {
+  std::vector<int> all;
+  for (int r = 0; r < world_size; ++r) all.push_back(r);
+  return all;
+}
+
+// This rank's index in `members` after checking them; InvalidInput on a bad list.
+int GroupRankOf(const std::string& name, const std::vector<int>& members, int rank,
+                int world_size) {
+  int group_rank = -1;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const int m = members[i];
+    if (m < 0 || m >= world_size) {
+      throw InvalidInput("group '" + name + "': member " + std::to_string(m) +
+                         " is not a rank of a world of " + std::to_string(world_size));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (members[j] == m) {
+        throw InvalidInput("group '" + name + "': rank " + std::to_string(m) + " listed twice");
+      }
+    }
+    if (m == rank) group_rank = static_cast<int>(i);
+  }
+  if (group_rank < 0) {
+    throw InvalidInput("group '" + name + "': rank " + std::to_string(rank) + " is not a member");
+  }
+  return group_rank;
+}
+
+void CheckContiguous(const at::Tensor& t, const char* what) {
+  if (!t.defined() || !t.is_contiguous()) {
+    throw InternalError(std::string("CommGroup: ") + what + " needs a contiguous tensor");
+  }
+}
+
+// A c10d backend (Gloo or NCCL) behind CommGroup. Tensors on another device than the
+// backend's (CUDA under Gloo, CPU under NCCL: small control messages) are staged through a
+// copy on the backend's device.
+class C10dCommGroup final : public CommGroup {
+ public:
+  C10dCommGroup(const DistributedOptions& options, std::string name, std::vector<int> members,
+                int group_rank, c10::intrusive_ptr<torch_compat::Backend> backend,
+                at::Device device)
+      : options_(options),
+        name_(std::move(name)),
+        members_(std::move(members)),
+        group_rank_(group_rank),
+        backend_(std::move(backend)),
+        device_(device) {}
+
+  ~C10dCommGroup() override {
+    // A send still in flight reads from a tensor this object keeps alive; finish it quietly
+    // (the error, if any, was or will be reported by the peer's receive).
+    for (auto& send : sends_) {
+      try {
+        send.work->wait();
+      } catch (const std::exception&) {
+      }
+    }
   }
 
-  // Turns c10d's and Gloo's exceptions (a peer closed its connection, the timeout passed)
-  // into one Error that says which rank, group and operation failed and what to look at.
+  int rank() const override { return group_rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  const std::vector<int>& members() const override { return members_; }
+  const std::string& name() const override { return name_; }
+
+  void AllReduceSum(const at::Tensor& t) override { AllReduce(t, c10d::ReduceOp::SUM, "sum"); }
+  void AllReduceMax(const at::Tensor& t) override { AllReduce(t, c10d::ReduceOp::MAX, "max"); }
+  void AllReduceMin(const at::Tensor& t) override { AllReduce(t, c10d::ReduceOp::MIN, "min"); }
+
+  void ReduceScatterSum(const at::Tensor& full, const at::Tensor& shard) override {
+    CheckContiguous(full, "reduce-scatter");
+    CheckContiguous(shard, "reduce-scatter");
+    if (full.numel() != shard.numel() * size()) {
+      throw InternalError("CommGroup::ReduceScatterSum: full must be size * shard");
+    }
+    at::Tensor in = Staged(full);
+    at::Tensor out = Staged(shard);
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    Run("reduce-scatter of " + std::to_string(full.numel()) + " elements",
+        [&] { return backend_->_reduce_scatter_base(out, in, opts); });
+    Unstage(out, shard);
+  }
+
+  void AllGather(const at::Tensor& shard, const at::Tensor& full) override {
+    CheckContiguous(full, "all-gather");
+    CheckContiguous(shard, "all-gather");
+    if (full.numel() != shard.numel() * size()) {
+      throw InternalError("CommGroup::AllGather: full must be size * shard");
+    }
+    at::Tensor in = Staged(shard);
+    at::Tensor out = Staged(full);
+    Run("all-gather of " + std::to_string(full.numel()) + " elements",
+        [&] { return backend_->_allgather_base(out, in); });
+    Unstage(out, full);
+  }
+
+  void Barrier() override {
+    // A one-element all-reduce rather than c10d's barrier, which under NCCL guesses the
+    // device from the rank number.
+    AllReduce(at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_)),
+              c10d::ReduceOp::SUM, "barrier");
+  }
+
+  void Send(const at::Tensor& tensor, int peer, int tag) override {
+    CheckPeer(peer, "send");
+    at::Tensor t = tensor.contiguous();
+    if (t.device() != device_) t = t.to(device_);
+    std::vector<at::Tensor> tensors = {t};
+    try {
+      sends_.push_back({backend_->send(tensors, peer, tag), t});
+    } catch (const std::exception& e) {
+      Fail("send of " + std::to_string(t.numel()) + " elements to group rank " +
+               std::to_string(peer),
+           e);
+    }
+  }
+
+  void Recv(const at::Tensor& tensor, int peer, int tag) override {
+    CheckPeer(peer, "receive");
+    CheckContiguous(tensor, "receive");
+    at::Tensor t = Staged(tensor);
+    std::vector<at::Tensor> tensors = {t};
+    Run("receive of " + std::to_string(tensor.numel()) + " elements from group rank " +
+            std::to_string(peer),
+        [&] { return backend_->recv(tensors, peer, tag); });
+    Unstage(t, tensor);
+  }
+
+  void WaitSends() override {
+    auto sends = std::move(sends_);
+    sends_.clear();
+    for (auto& send : sends) {
+      try {
+        send.work->wait();
+      } catch (const std::exception& e) {
+        Fail("send of " + std::to_string(send.tensor.numel()) + " elements", e);
+      }
+    }
+  }
+
+ private:
+  struct InFlightSend {
+    c10::intrusive_ptr<torch_compat::Work> work;
+    at::Tensor tensor;  // kept alive until the send completes
+  };
+
+  std::string Where() const {
+    return "rank " + std::to_string(options_.rank) + " of " + std::to_string(options_.world_size) +
+           ", group '" + name_ + "' (" + ToString(options_.backend) + ")";
+  }
+
+  // Turns c10d's, Gloo's and NCCL's exceptions (a peer closed its connection, the timeout
+  // passed) into one Error that says which rank, group and operation failed.
   [[noreturn]] void Fail(const std::string& what, const std::exception& e) const {
     throw Error(Where() + ": " + what +
                 " failed (a peer rank may have exited or be stuck; timeout " +
-                std::to_string(options.timeout.count()) + " ms): " + e.what());
+                std::to_string(options_.timeout.count()) + " ms): " + e.what());
   }
 
   template <typename Issue>
@@ -132,154 +277,74 @@ struct CommGroup::Impl {
     }
   }
 
+  at::Tensor Staged(const at::Tensor& t) const {
+    return t.device() == device_ ? t : t.to(device_).contiguous();
+  }
+  static void Unstage(const at::Tensor& staged, const at::Tensor& target) {
+    if (!staged.is_same(target)) target.copy_(staged);
+  }
+
   void AllReduce(const at::Tensor& tensor, c10d::ReduceOp op, const char* op_name) {
-    if (!tensor.is_contiguous() || !tensor.device().is_cpu()) {
-      throw InternalError("CommGroup: all-reduce needs a contiguous CPU tensor");
-    }
-    std::vector<at::Tensor> tensors = {tensor};
+    CheckContiguous(tensor, "all-reduce");
+    at::Tensor t = Staged(tensor);
+    std::vector<at::Tensor> tensors = {t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
     Run(std::string("all-reduce (") + op_name + ") of " + std::to_string(tensor.numel()) +
             " elements",
-        [&] { return gloo->allreduce(tensors, opts); });
+        [&] { return backend_->allreduce(tensors, opts); });
+    Unstage(t, tensor);
   }
 
   void CheckPeer(int peer, const char* what) const {
-    if (peer < 0 || peer >= static_cast<int>(members.size()) || peer == group_rank) {
+    if (peer < 0 || peer >= size() || peer == group_rank_) {
       throw InternalError(Where() + ": " + what + " with invalid peer " + std::to_string(peer));
     }
   }
+
+  DistributedOptions options_;
+  std::string name_;
+  std::vector<int> members_;
+  int group_rank_;
+  c10::intrusive_ptr<torch_compat::Backend> backend_;
+  at::Device device_;  // where the backend reads and writes tensors
+  std::vector<InFlightSend> sends_;
 };
-
-namespace {
-
-std::vector<int> AllRanks(int world_size) {
-  std::vector<int> all;
-  for (int r = 0; r < world_size; ++r) all.push_back(r);
-  return all;
-}
 
 }  // namespace
 
-CommGroup::CommGroup(const Rendezvous& rendezvous, const std::string& name)
-    : CommGroup(rendezvous, name, AllRanks(rendezvous.options().world_size)) {}
-
-CommGroup::CommGroup(const Rendezvous& rendezvous, const std::string& name,
-                     std::vector<int> members) {
+std::unique_ptr<CommGroup> MakeCommGroup(const Rendezvous& rendezvous, const std::string& name,
+                                         std::vector<int> members) {
   const DistributedOptions& o = rendezvous.options();
-  int group_rank = -1;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    const int m = members[i];
-    if (m < 0 || m >= o.world_size) {
-      throw InvalidInput("group '" + name + "': member " + std::to_string(m) +
-                         " is not a rank of a world of " + std::to_string(o.world_size));
-    }
-    for (std::size_t j = 0; j < i; ++j) {
-      if (members[j] == m) {
-        throw InvalidInput("group '" + name + "': rank " + std::to_string(m) + " listed twice");
-      }
-    }
-    if (m == o.rank) group_rank = static_cast<int>(i);
-  }
-  if (group_rank < 0) {
-    throw InvalidInput("group '" + name + "': rank " + std::to_string(o.rank) + " is not a member");
-  }
+  if (members.empty()) members = AllRanks(o.world_size);
+  const int group_rank = GroupRankOf(name, members, o.rank, o.world_size);
+  const auto store =
+      torch_compat::MakePrefixStore("hydraulis/" + name + "/", rendezvous.impl().store);
+  const int size = static_cast<int>(members.size());
+  c10::intrusive_ptr<torch_compat::Backend> backend;
+  at::Device device(at::kCPU);
   std::string bind = o.bind_addr;
   if (bind.empty() && IsLoopback(o.master_addr)) bind = o.master_addr;
-  c10::intrusive_ptr<torch_compat::GlooGroup> gloo;
   try {
-    gloo = torch_compat::MakeGlooGroup(
-        torch_compat::MakePrefixStore("hydraulis/" + name + "/", rendezvous.impl().store),
-        group_rank, static_cast<int>(members.size()), bind, o.timeout);
-  } catch (const std::exception& e) {
-    throw Error(Where(o) + ": creating Gloo group '" + name + "' failed (bind address '" + bind +
-                "', timeout " + std::to_string(o.timeout.count()) + " ms): " + e.what());
-  }
-  impl_ = std::make_unique<Impl>();
-  impl_->options = o;
-  impl_->name = name;
-  impl_->members = std::move(members);
-  impl_->group_rank = group_rank;
-  impl_->gloo = std::move(gloo);
-}
-
-CommGroup::~CommGroup() {
-  // A send still in flight reads from a tensor this object keeps alive; finish it quietly
-  // (the error, if any, was or will be reported by the peer's receive).
-  if (impl_ != nullptr) {
-    for (auto& [work, tensor] : impl_->sends) {
-      try {
-        work->wait();
-      } catch (const std::exception&) {
-      }
+    if (o.backend == CommBackend::kGloo) {
+      backend = torch_compat::MakeGlooGroup(store, group_rank, size, bind, o.timeout);
+    } else {
+#ifdef USE_C10D_NCCL
+      device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(o.device_index));
+      backend = torch_compat::MakeNcclGroup(store, group_rank, size, o.timeout);
+#else
+      throw InvalidInput("communication backend nccl: this PyTorch was built without NCCL");
+#endif
     }
-  }
-}
-
-int CommGroup::rank() const { return impl_->group_rank; }
-int CommGroup::size() const { return static_cast<int>(impl_->members.size()); }
-const std::vector<int>& CommGroup::members() const { return impl_->members; }
-const std::string& CommGroup::name() const { return impl_->name; }
-
-void CommGroup::AllReduceSum(const at::Tensor& tensor) {
-  impl_->AllReduce(tensor, c10d::ReduceOp::SUM, "sum");
-}
-void CommGroup::AllReduceMax(const at::Tensor& tensor) {
-  impl_->AllReduce(tensor, c10d::ReduceOp::MAX, "max");
-}
-void CommGroup::AllReduceMin(const at::Tensor& tensor) {
-  impl_->AllReduce(tensor, c10d::ReduceOp::MIN, "min");
-}
-
-void CommGroup::AllGather(const at::Tensor& shard, const at::Tensor& full) {
-  if (!shard.is_contiguous() || !full.is_contiguous() || full.numel() != shard.numel() * size()) {
-    throw InternalError("CommGroup::AllGather: needs contiguous tensors, full = size * shard");
-  }
-  std::vector<at::Tensor> inputs = {shard};
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < size(); ++r) {
-    outputs[0].push_back(full.view({-1}).slice(0, r * shard.numel(), (r + 1) * shard.numel()));
-  }
-  impl_->Run("all-gather of " + std::to_string(full.numel()) + " elements",
-             [&] { return impl_->gloo->allgather(outputs, inputs); });
-}
-
-void CommGroup::Barrier() {
-  impl_->Run("barrier", [&] { return impl_->gloo->barrier(); });
-}
-
-void CommGroup::Send(const at::Tensor& tensor, int peer, int tag) {
-  impl_->CheckPeer(peer, "send");
-  at::Tensor t = tensor.contiguous();
-  std::vector<at::Tensor> tensors = {t};
-  try {
-    impl_->sends.emplace_back(impl_->gloo->send(tensors, peer, tag), t);
+  } catch (const InvalidInput&) {
+    throw;
   } catch (const std::exception& e) {
-    impl_->Fail(
-        "send of " + std::to_string(t.numel()) + " elements to group rank " + std::to_string(peer),
-        e);
+    throw Error(Where(o) + ": creating " + ToString(o.backend) + " group '" + name +
+                "' failed (bind address '" + bind + "', timeout " +
+                std::to_string(o.timeout.count()) + " ms): " + e.what());
   }
-}
-
-void CommGroup::Recv(const at::Tensor& tensor, int peer, int tag) {
-  impl_->CheckPeer(peer, "receive");
-  if (!tensor.is_contiguous()) throw InternalError("CommGroup::Recv: needs a contiguous tensor");
-  std::vector<at::Tensor> tensors = {tensor};
-  impl_->Run("receive of " + std::to_string(tensor.numel()) + " elements from group rank " +
-                 std::to_string(peer),
-             [&] { return impl_->gloo->recv(tensors, peer, tag); });
-}
-
-void CommGroup::WaitSends() {
-  auto sends = std::move(impl_->sends);
-  impl_->sends.clear();
-  for (auto& [work, tensor] : sends) {
-    try {
-      work->wait();
-    } catch (const std::exception& e) {
-      impl_->Fail("send of " + std::to_string(tensor.numel()) + " elements", e);
-    }
-  }
+  return std::make_unique<C10dCommGroup>(o, name, std::move(members), group_rank,
+                                         std::move(backend), device);
 }
 
 std::vector<double> AllReduceGradientSync::SumAcrossRanks(const std::vector<double>& local) {

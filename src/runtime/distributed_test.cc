@@ -167,7 +167,8 @@ int WorkerMain(const std::string& scenario, const std::string& path) {
     options.timeout = std::chrono::milliseconds(die || stall ? 3000 : 20000);
     Rendezvous rendezvous(options);
     const bool tp = scenario.starts_with("tp-");
-    CommGroup group(rendezvous, tp ? "tp" : "dp");
+    std::unique_ptr<CommGroup> group_ptr = MakeCommGroup(rendezvous, tp ? "tp" : "dp");
+    CommGroup& group = *group_ptr;
     if (tp) {
       TensorParallelWorker(scenario, group, o);
       group.Barrier();
@@ -306,7 +307,7 @@ TEST(DataParallelTest, DeadRankMakesTheOtherFailWithinTheTimeout) {
   EXPECT_EQ(runs[1].status, 3);
   ASSERT_EQ(runs[0].status, 0) << "rank 0 hung or crashed";
   const std::string& error = runs[0].outcome.error;
-  EXPECT_NE(error.find("rank 0 of 2, group 'dp': all-reduce"), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 0 of 2, group 'dp' (gloo): all-reduce"), std::string::npos) << error;
   EXPECT_NE(error.find("a peer rank may have exited"), std::string::npos) << error;
   // The 3 s Gloo timeout plus process start-up; a hang would reach the 30 s deadline.
   EXPECT_LT(seconds, 15.0);
@@ -318,7 +319,7 @@ TEST(DataParallelTest, StuckRankMakesTheOtherFailAtTheTimeout) {
   EXPECT_EQ(runs[1].status, 4);
   ASSERT_EQ(runs[0].status, 0) << "rank 0 hung or crashed";
   const std::string& error = runs[0].outcome.error;
-  EXPECT_NE(error.find("rank 0 of 2, group 'dp': all-reduce"), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 0 of 2, group 'dp' (gloo): all-reduce"), std::string::npos) << error;
   // Gloo's 3 s timeout, not rank 1's exit at 6 s, ended rank 0's wait.
   EXPECT_LT(runs[0].exit_s, runs[1].exit_s - 1.0);
   std::cout << "[ stuck rank ] rank 0 failed after " << runs[0].exit_s << " s (rank 1 exited at "
@@ -661,7 +662,8 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   options.master_port = test_support::FreePort();
   options.timeout = std::chrono::milliseconds(10000);
   Rendezvous rendezvous(options);
-  CommGroup world(rendezvous, "world");
+  std::unique_ptr<CommGroup> world_ptr = MakeCommGroup(rendezvous, "world");
+  CommGroup& world = *world_ptr;
   const ModelConfig c = Tiny();
   ShardedAdamW a(Transformer(c, 11), world, Adam(1e-4));
   a.Step(nullptr);  // zero gradients: moves the weights by weight decay, counts a step

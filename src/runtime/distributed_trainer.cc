@@ -99,7 +99,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
       }
     }
   }
-  world_ = std::make_unique<CommGroup>(rendezvous_, "world");
+  world_ = MakeCommGroup(rendezvous_, "world");
   // Every rank walks the candidates in the same order and creates the groups it belongs to:
   // one global creation order, so group creation cannot deadlock (distributed.h).
   const Transformer whole(config_, seed_);
@@ -145,7 +145,7 @@ CommGroup& DistributedTrainer::world() { return *world_; }
 CommGroup* DistributedTrainer::Group(const std::vector<int>& members) {
   auto it = groups_.find(members);
   if (it != groups_.end()) return it->second.get();
-  auto group = std::make_unique<CommGroup>(rendezvous_, GroupName(members), members);
+  auto group = MakeCommGroup(rendezvous_, GroupName(members), members);
   CommGroup* raw = group.get();
   groups_.emplace(members, std::move(group));
   return raw;

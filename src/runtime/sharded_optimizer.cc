@@ -68,6 +68,7 @@ ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
   for (const NamedParameter& p : initial.named_parameters()) {
     RegionOf(full_, layout_, p, 1, 0).copy_(p.value.detach());
   }
+  grad_shard_ = at::zeros({shard_numel_}, fp32);
   exp_avg_ = at::zeros({shard_numel_}, fp32);
   exp_avg_sq_ = at::zeros({shard_numel_}, fp32);
 }
@@ -98,12 +99,12 @@ void ShardedAdamW::Step(const Transformer* model) {
       RegionOf(grad_, layout_, p, model->tp_size(), model->tp_rank()).add_(grad);
     }
   }
-  // Gloo in libtorch 1.13 has no reduce-scatter, so the sum is an all-reduce of which each
-  // rank keeps its shard (twice the bytes of a reduce-scatter; docs/runtime.md).
-  world_.AllReduceSum(grad_);
+  // Each rank receives only the sum of its own shard (a real reduce-scatter on Gloo and
+  // NCCL since PyTorch 2.x; libtorch 1.13's Gloo needed an all-reduce here).
+  world_.ReduceScatterSum(grad_, grad_shard_);
   ++steps_;
   const at::Tensor master = Shard(full_).clone();
-  AdamWUpdate(master, Shard(grad_), exp_avg_, exp_avg_sq_, steps_, options_);
+  AdamWUpdate(master, grad_shard_, exp_avg_, exp_avg_sq_, steps_, options_);
   world_.AllGather(master, full_);
 }
 

@@ -136,7 +136,8 @@ TEST(StageProfilerTest, TensorParallelRanksReturnTheSameSamples) {
       DistributedOptions d = base;
       d.rank = r;
       Rendezvous rendezvous(d);
-      CommGroup tp(rendezvous, "tp", {0, 1});
+      std::unique_ptr<CommGroup> tp_ptr = MakeCommGroup(rendezvous, "tp", {0, 1});
+      CommGroup& tp = *tp_ptr;
       StageProfileOptions o;
       o.warmup = 1;
       o.repeats = 2;

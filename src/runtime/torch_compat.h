@@ -1,9 +1,8 @@
-// The one place for differences between the libtorch versions the runtime builds against:
-// Debian 12's libtorch 1.13 (CPU, tested here) and PyTorch 2.x wheels (GPU builds; NOT
-// tested in this repository yet). The tensor code (ATen ops, autograd, CPU generators,
-// torch::optim::AdamW) uses only APIs that are the same in both, and sidesteps the one
-// behavioural difference it met (Optimizer::zero_grad zeroes in place in 1.13 but sets
-// gradients to undefined by default in 2.x) with its own ZeroGradients. The c10d part
+// The one place for the c10d details the runtime builds against (PyTorch 2.x wheels; it
+// was libtorch 1.13 before, whose differences are noted where they were). The tensor code (ATen
+// ops, autograd, CPU generators, torch::optim::AdamW) uses only APIs that are the same in both, and
+// sidesteps the one behavioural difference it met (Optimizer::zero_grad zeroes in place in 1.13 but
+// sets gradients to undefined by default in 2.x) with its own ZeroGradients. The c10d part
 // (TCPStore, ProcessGroupGloo) is below, in namespace torch_compat; only .cc files include
 // this header, so c10d and Gloo headers never reach the runtime's public API.
 #pragma once
@@ -24,12 +23,15 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #define HYDRAULIS_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||            \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
-static_assert(HYDRAULIS_TORCH_AT_LEAST(1, 13), "hydraulis needs libtorch 1.13 or newer");
+static_assert(HYDRAULIS_TORCH_AT_LEAST(2, 4), "hydraulis needs PyTorch 2.4 or newer");
 
 namespace hydraulis {
 
@@ -44,6 +46,9 @@ namespace torch_compat {
 // signatures on both, so the runtime calls them on the Gloo object directly and never
 // needs the 2.x ProcessGroup wrapper (nor its per-device backend registration).
 using GlooGroup = c10d::ProcessGroupGloo;
+// What the runtime issues collectives on: ProcessGroupGloo and ProcessGroupNCCL are both
+// c10d::Backends since 2.0.
+using Backend = c10d::Backend;
 // What a collective or point-to-point call returns; c10d::Work (Work.hpp) in both.
 using Work = c10d::Work;
 
@@ -86,6 +91,18 @@ inline c10::intrusive_ptr<GlooGroup> MakeGlooGroup(const c10::intrusive_ptr<c10d
                                  : c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 }
+
+#ifdef USE_C10D_NCCL
+// A NCCL group on this process' current CUDA device (the caller sets it). `timeout` bounds
+// every collective: NCCL's watchdog aborts the communicator of a stuck or dead peer.
+inline c10::intrusive_ptr<c10d::Backend> MakeNcclGroup(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       int rank, int size,
+                                                       std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+}
+#endif
 
 }  // namespace torch_compat
 

@@ -1,7 +1,8 @@
-// c10d process groups for the runtime: a TCPStore rendezvous and ProcessGroupGloo over it
-// (CPU), behind small hydraulis classes so that c10d headers and their libtorch-version
-// differences (torch_compat.h) stay out of the public API. Data parallelism: every rank
-// holds a full model replica and AllReduceGradientSync sums the gradients over the ranks.
+// Communication for the runtime: a TCPStore rendezvous and the CommGroup interface with
+// its c10d (Gloo, NCCL) and in-process fake implementations, so that c10d headers and
+// their libtorch-version differences (torch_compat.h) stay out of the public API. Data parallelism:
+// every rank holds a full model replica and AllReduceGradientSync sums the gradients over the
+// ranks.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,6 +16,12 @@
 #include "hydraulis/runtime/trainer.h"
 
 namespace hydraulis {
+
+// Which c10d backend a rendezvous' groups use: Gloo (CPU tensors; CUDA tensors are staged
+// through host memory) or NCCL (CUDA tensors; CPU tensors are staged through the rank's
+// GPU). NCCL needs one GPU per rank: DistributedOptions::device_index.
+enum class CommBackend { kGloo, kNccl };
+std::string ToString(CommBackend backend);
 
 // Where and how this rank joins the job. Built by the CLI or a test (possibly from the
 // torchrun environment, DistributedOptionsFromEnvironment) and passed down; nothing below
@@ -31,6 +38,9 @@ struct DistributedOptions {
   // Bounds the rendezvous and every collective: a rank that died or never came makes the
   // others fail with an Error after this long at most, never hang.
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
+  // The backend of every group of the job, and this rank's GPU for NCCL (LOCAL_RANK).
+  CommBackend backend = CommBackend::kGloo;
+  int device_index = 0;
 };
 
 // InvalidInput naming the field when an option is out of range.
@@ -59,52 +69,76 @@ class Rendezvous {
   std::unique_ptr<Impl> impl_;
 };
 
-// A Gloo process group over some ranks of a rendezvous (all of them by default).
-// Collectives are blocking and in place; a failed or timed-out one (a dead peer) throws
-// Error naming the rank, the group and the operation.
+// The collectives and point-to-point transfers the runtime uses, over some ranks of a job,
+// behind one interface with three implementations: c10d Gloo and NCCL (MakeCommGroup) and
+// an in-process fake (FakeCommWorld) that lets tests drive tensor-parallel, pipeline and
+// optimizer logic from threads. Calls block until their result is in place; a failed or
+// timed-out call (a dead or stuck peer) throws Error naming the rank, group and operation.
+// Every member must make the same calls in the same order.
 class CommGroup {
  public:
-  // `name` keeps the keys of different groups apart in the shared store. Every member must
-  // create the group, and every rank must create the groups it belongs to in one global
-  // order (group creation waits for all members, so two ranks creating two shared groups in
-  // opposite orders would wait for each other until the timeout).
-  CommGroup(const Rendezvous& rendezvous, const std::string& name);
-  // A group of the given global ranks (distinct, each in [0, world_size)), this rank among
-  // them; group rank i is members[i]. InvalidInput otherwise.
-  CommGroup(const Rendezvous& rendezvous, const std::string& name, std::vector<int> members);
-  ~CommGroup();
-  CommGroup(const CommGroup&) = delete;
-  CommGroup& operator=(const CommGroup&) = delete;
+  virtual ~CommGroup() = default;
 
   // This rank's index in the group and the group's size.
-  int rank() const;
-  int size() const;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
   // The global ranks of the group, in group-rank order.
-  const std::vector<int>& members() const;
-  const std::string& name() const;
+  virtual const std::vector<int>& members() const = 0;
+  virtual const std::string& name() const = 0;
 
-  // Sums `tensor` (contiguous CPU) over the ranks, in place; every rank gets the same bits.
-  void AllReduceSum(const at::Tensor& tensor);
+  // Sums `tensor` (contiguous) over the ranks, in place; every rank gets the same bits.
+  virtual void AllReduceSum(const at::Tensor& tensor) = 0;
   // Element-wise maximum and minimum, in place (used for the plan-hash check).
-  void AllReduceMax(const at::Tensor& tensor);
-  void AllReduceMin(const at::Tensor& tensor);
-  // Concatenates every rank's `shard` (contiguous CPU, the same size on every rank) into
+  virtual void AllReduceMax(const at::Tensor& tensor) = 0;
+  virtual void AllReduceMin(const at::Tensor& tensor) = 0;
+  // `full` (contiguous, size() * n elements) summed over the ranks; this rank receives
+  // chunk rank() of the sum in `shard` (contiguous, n elements).
+  virtual void ReduceScatterSum(const at::Tensor& full, const at::Tensor& shard) = 0;
+  // Concatenates every rank's `shard` (contiguous, the same size on every rank) into
   // `full` (contiguous, size() times as many elements), in group-rank order.
-  void AllGather(const at::Tensor& shard, const at::Tensor& full);
-  void Barrier();
+  virtual void AllGather(const at::Tensor& shard, const at::Tensor& full) = 0;
+  virtual void Barrier() = 0;
 
   // Point-to-point, for pipeline stages. Send does not block: the tensor is kept alive and
   // the transfer completes in the background, so a 1F1B schedule whose receives are
   // matched in order cannot deadlock on sends; WaitSends waits for all of them (before the
   // step ends). Recv blocks until `tensor` (contiguous, of the sent size) is filled.
   // `peer` is a group rank; messages between two ranks are matched by `tag`.
-  void Send(const at::Tensor& tensor, int peer, int tag);
-  void Recv(const at::Tensor& tensor, int peer, int tag);
-  void WaitSends();
+  virtual void Send(const at::Tensor& tensor, int peer, int tag) = 0;
+  virtual void Recv(const at::Tensor& tensor, int peer, int tag) = 0;
+  virtual void WaitSends() = 0;
+};
+
+// A c10d group of the rendezvous' backend over the given global ranks (distinct, each in
+// [0, world_size), this rank among them; empty: all ranks); group rank i is members[i].
+// `name` keeps the keys of different groups apart in the shared store. Every member must
+// create the group, and every rank must create the groups it belongs to in one global
+// order (creation waits for all members). InvalidInput on bad members.
+std::unique_ptr<CommGroup> MakeCommGroup(const Rendezvous& rendezvous, const std::string& name,
+                                         std::vector<int> members = {});
+
+// An in-process job of `world_size` ranks, each a thread of this process. Group(rank,
+// ...) is rank `rank`'s handle on a group; collectives combine the members' tensors in
+// group-rank order, so results are deterministic and bit-identical on every member. A
+// call that waits longer than `timeout` for its peers throws Error.
+class FakeCommWorld {
+ public:
+  explicit FakeCommWorld(int world_size,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  ~FakeCommWorld();
+  FakeCommWorld(const FakeCommWorld&) = delete;
+  FakeCommWorld& operator=(const FakeCommWorld&) = delete;
+
+  int world_size() const;
+  // This world (which must outlive it) seen from global rank `rank`; members as in
+  // MakeCommGroup. Groups are identified by `name`: every member passes the same one.
+  std::unique_ptr<CommGroup> Group(int rank, const std::string& name,
+                                   std::vector<int> members = {});
+
+  struct State;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<State> state_;
 };
 
 // GradientSync by one all-reduce of all gradients flattened into one buffer (one

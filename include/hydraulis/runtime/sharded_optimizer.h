@@ -7,7 +7,7 @@
 //   2. Reduce: every rank writes the gradients it owns into a zero full-size buffer (a tp
 //      shard into its slice; a tp-replicated parameter from tp rank 0 only, since its tp
 //      copies carry the same gradient; both copies of a tied embedding add up) and the
-//      buffers are summed over all ranks. Each rank keeps its own shard of the sum.
+//      buffers are reduce-scattered: each rank receives the sum of its own shard.
 //   3. AdamW on the shard, then an all-gather of the updated shards rebuilds the full vector.
 // Switching strategy between steps therefore moves no optimizer state. The bytes each rank
 // moves per step do not depend on the strategy: docs/runtime.md.
@@ -95,8 +95,9 @@ class ShardedAdamW {
   AdamWOptions options_;
   FlatLayout layout_;
   std::int64_t shard_numel_ = 0;
-  at::Tensor full_;  // [shard_numel * world], the padding stays zero
-  at::Tensor grad_;  // [shard_numel * world], scratch
+  at::Tensor full_;        // [shard_numel * world], the padding stays zero
+  at::Tensor grad_;        // [shard_numel * world], scratch
+  at::Tensor grad_shard_;  // [shard_numel], this rank's reduced gradient
   at::Tensor exp_avg_, exp_avg_sq_;
   std::int64_t steps_ = 0;
 };

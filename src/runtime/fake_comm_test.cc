@@ -1,0 +1,248 @@
+// The in-process communicator (FakeCommWorld) and, through it, tensor parallelism and the
+// ZeRO-1 optimizer driven from threads instead of processes, against single-process
+// training; and bf16 mixed precision against fp32 on the CPU.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/distributed.h"
+#include "hydraulis/runtime/model.h"
+#include "hydraulis/runtime/model_config.h"
+#include "hydraulis/runtime/packed_batch.h"
+#include "hydraulis/runtime/sharded_optimizer.h"
+#include "hydraulis/runtime/trainer.h"
+#include "test_documents.h"
+
+namespace hydraulis {
+namespace {
+
+using test_support::Documents;
+using test_support::RandomDocuments;
+
+ModelConfig Tiny() {
+  return LoadModelConfig(std::string(HYDRAULIS_SOURCE_DIR) + "/configs/models/tiny.json");
+}
+
+double RelativeError(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = b.abs().max().item<double>();
+  return (a - b).abs().max().item<double>() / (scale > 0.0 ? scale : 1.0);
+}
+
+// Runs body(rank) on `n` threads and rethrows the first failure.
+void OnThreads(int n, const std::function<void(int)>& body) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      at::set_num_threads(1);
+      try {
+        body(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+TEST(FakeCommTest, CollectivesCombineEveryRankInOrder) {
+  FakeCommWorld world(3);
+  std::vector<at::Tensor> sums(3), maxes(3), shards(3), gathered(3), received(3);
+  OnThreads(3, [&](int r) {
+    auto g = world.Group(r, "all");
+    EXPECT_EQ(g->rank(), r);
+    EXPECT_EQ(g->size(), 3);
+    at::Tensor t = at::full({2}, static_cast<double>(r + 1));
+    g->AllReduceSum(t);
+    sums[r] = t;
+    at::Tensor m = at::tensor({static_cast<double>(r), static_cast<double>(-r)});
+    g->AllReduceMax(m);
+    maxes[r] = m;
+    at::Tensor full = at::arange(6, at::kDouble) * (r + 1);
+    at::Tensor shard = at::empty({2}, at::kDouble);
+    g->ReduceScatterSum(full, shard);
+    shards[r] = shard;
+    at::Tensor all = at::empty({6}, at::kDouble);
+    g->AllGather(at::full({2}, static_cast<double>(r), at::kDouble), all);
+    gathered[r] = all;
+    // A ring of point-to-point messages, two per pair, matched in order by tag.
+    g->Send(at::full({1}, 10.0 * r), (r + 1) % 3, 7);
+    g->Send(at::full({1}, 10.0 * r + 1), (r + 1) % 3, 7);
+    at::Tensor a = at::empty({1}), b = at::empty({1});
+    g->Recv(a, (r + 2) % 3, 7);
+    g->Recv(b, (r + 2) % 3, 7);
+    received[r] = at::cat({a, b});
+    g->Barrier();
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(at::equal(sums[r], at::full({2}, 6.0)));
+    EXPECT_TRUE(at::equal(maxes[r], at::tensor({2.0, 0.0})));
+    // Chunk r of (0..5) * (1 + 2 + 3).
+    EXPECT_TRUE(at::equal(shards[r], at::arange(2 * r, 2 * r + 2, at::kDouble) * 6));
+    EXPECT_TRUE(at::equal(gathered[r], at::tensor({0.0, 0.0, 1.0, 1.0, 2.0, 2.0}, at::kDouble)));
+    const double from = 10.0 * ((r + 2) % 3);
+    EXPECT_TRUE(at::equal(received[r], at::tensor({from, from + 1.0}).to(at::kFloat)));
+  }
+}
+
+TEST(FakeCommTest, AMissingPeerIsAnErrorAfterTheTimeout) {
+  FakeCommWorld world(2, std::chrono::milliseconds(50));
+  auto g = world.Group(0, "pair");
+  EXPECT_THROW(g->AllReduceSum(at::ones({1})), Error);
+  EXPECT_THROW(g->Recv(at::empty({1}), 1, 0), Error);
+  EXPECT_THROW(world.Group(2, "pair"), InvalidInput);
+  EXPECT_THROW(world.Group(0, "odd", {1}), InvalidInput);
+}
+
+const std::vector<int> kLengths = {9, 1, 30, 4, 17, 2, 11, 6};
+
+// Gradients of a tensor-parallel model on 2 fake ranks equal the matching slices of the
+// single-process model's gradients.
+TEST(FakeCommTest, TensorParallelGradientsMatchOneProcess) {
+  const ModelConfig c = Tiny();
+  const Documents docs = RandomDocuments(kLengths, 3, static_cast<int>(c.shape.vocab));
+  const std::vector<PackedBatch> mbs = {PackDocuments({docs[0], docs[1], docs[2]}, c.shape.vocab),
+                                        PackDocuments({docs[3], docs[4]}, c.shape.vocab)};
+  std::int64_t targets = 0;
+  for (const auto& mb : mbs) targets += mb.num_targets();
+  Transformer reference(c, 11);
+  const double reference_loss = ForwardBackward(reference, mbs, targets);
+
+  FakeCommWorld world(2);
+  std::vector<double> losses(2);
+  std::vector<double> worst(2, 0.0);
+  OnThreads(2, [&](int r) {
+    auto tp = world.Group(r, "tp");
+    Transformer model(c, 11, tp.get());
+    ZeroGradients(model);
+    losses[r] = ForwardBackward(model, mbs, targets);
+    for (std::size_t i = 0; i < model.named_parameters().size(); ++i) {
+      const NamedParameter& p = model.named_parameters()[i];
+      at::Tensor full = reference.named_parameters()[i].value.grad();
+      if (p.split != TensorSplit::kReplicated) {
+        const std::int64_t dim = p.split == TensorSplit::kRows ? 0 : 1;
+        const std::int64_t part = full.size(dim) / 2;
+        full = full.slice(dim, part * r, part * (r + 1));
+      }
+      worst[r] = std::max(worst[r], RelativeError(p.value.grad(), full));
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(losses[r], reference_loss, 1e-5 * reference_loss);
+    EXPECT_LT(worst[r], 1e-5) << "rank " << r;
+  }
+}
+
+// Three steps of the sharded optimizer over 2 fake data-parallel ranks (reduce-scatter of
+// the gradients, all-gather of the parameters) equal single-process AdamW.
+TEST(FakeCommTest, ShardedOptimizerOverTwoRanksMatchesOneProcess) {
+  const ModelConfig c = Tiny();
+  AdamWOptions adam;
+  adam.lr = 1e-3;
+  adam.weight_decay = 0.1;
+  std::vector<Documents> batches;
+  for (int s = 0; s < 3; ++s) {
+    batches.push_back(RandomDocuments(kLengths, 20 + s, static_cast<int>(c.shape.vocab)));
+  }
+  Transformer reference(c, 11);
+  Trainer trainer(reference, adam);
+  for (const Documents& docs : batches) {
+    trainer.Step({PackDocuments(docs, c.shape.vocab)});
+  }
+  std::vector<at::Tensor> expected;
+  for (const auto& p : reference.named_parameters()) expected.push_back(p.value.detach());
+
+  FakeCommWorld world(2);
+  std::vector<at::Tensor> results(2);
+  OnThreads(2, [&](int r) {
+    auto everyone = world.Group(r, "world");
+    ShardedAdamW optimizer(Transformer(c, 11), *everyone, adam);
+    Transformer model(c, 11);
+    for (const Documents& docs : batches) {
+      std::int64_t targets = 0;
+      for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+      // Rank 0 runs the first half of the documents, rank 1 the rest.
+      const std::size_t half = docs.size() / 2;
+      const Documents mine(docs.begin() + (r == 0 ? 0 : static_cast<std::ptrdiff_t>(half)),
+                           r == 0 ? docs.begin() + static_cast<std::ptrdiff_t>(half) : docs.end());
+      optimizer.Materialise(model);
+      ZeroGradients(model);
+      ForwardBackward(model, {PackDocuments(mine, c.shape.vocab)}, targets);
+      optimizer.Step(&model);
+    }
+    results[r] = optimizer.full_parameters().clone();
+  });
+  EXPECT_TRUE(at::equal(results[0], results[1]));
+  const FlatLayout layout = MakeFlatLayout(c);
+  double worst = 0.0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const NamedParameter& p = reference.named_parameters()[i];
+    worst = std::max(worst, RelativeError(RegionOf(results[0], layout, p, 1, 0), expected[i]));
+  }
+  EXPECT_LT(worst, 1e-5);
+}
+
+// bf16 compute with fp32 main gradients and fp32 optimizer state tracks fp32 training: the
+// per-step losses agree to bf16 accuracy (8 mantissa bits: relative 2^-8 per rounding,
+// accumulated through 2 layers), and the micro-batch gradients are accumulated in fp32.
+TEST(MixedPrecisionTest, Bf16TrainingTracksFp32OnTheCpu) {
+  const ModelConfig c = Tiny();
+  ComputeOptions bf16;
+  bf16.precision = Precision::kBf16;
+  AdamWOptions adam;
+  adam.lr = 3e-3;
+  FakeCommWorld world(1);
+  auto everyone = world.Group(0, "world");
+  ShardedAdamW fp32_opt(Transformer(c, 11), *everyone, adam);
+  ShardedAdamW bf16_opt(Transformer(c, 11), *everyone, adam);
+  Transformer fp32_model(c, 11);
+  Transformer bf16_model(c, 11, nullptr, {}, bf16);
+  ASSERT_EQ(bf16_model.parameters()[0].scalar_type(), at::kBFloat16);
+  ASSERT_TRUE(bf16_model.named_parameters()[0].main_grad.defined());
+  double worst = 0.0;
+  for (int s = 0; s < 10; ++s) {
+    const Documents docs = RandomDocuments(kLengths, 40 + s, static_cast<int>(c.shape.vocab));
+    std::int64_t targets = 0;
+    for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+    const std::vector<PackedBatch> mbs = {
+        PackDocuments({docs[0], docs[1], docs[2], docs[3]}, c.shape.vocab),
+        PackDocuments({docs[4], docs[5], docs[6], docs[7]}, c.shape.vocab)};
+    double losses[2];
+    int i = 0;
+    for (auto [model, opt] :
+         {std::pair{&fp32_model, &fp32_opt}, std::pair{&bf16_model, &bf16_opt}}) {
+      opt->Materialise(*model);
+      ZeroGradients(*model);
+      losses[i++] = ForwardBackward(*model, mbs, targets) / static_cast<double>(targets);
+      opt->Step(model);
+    }
+    if (s == 0) {
+      // The fp32 main gradient holds the sum over both micro-batches; the bf16 one is zero.
+      const NamedParameter& p = bf16_model.named_parameters()[1];
+      EXPECT_EQ(p.main_grad.scalar_type(), at::kFloat);
+      EXPECT_EQ(p.value.grad().abs().max().item<double>(), 0.0);
+    }
+    worst = std::max(worst, std::abs(losses[1] - losses[0]) / losses[0]);
+  }
+  EXPECT_LT(worst, 2e-2);
+  // The master weights moved together: fp32 training and bf16 training differ by far less
+  // than the distance either moved from the initial weights.
+  const at::Tensor initial = ShardedAdamW(Transformer(c, 11), *everyone, adam).full_parameters();
+  const double moved = (fp32_opt.full_parameters() - initial).norm().item<double>();
+  const double apart =
+      (bf16_opt.full_parameters() - fp32_opt.full_parameters()).norm().item<double>();
+  EXPECT_LT(apart, 0.1 * moved);
+}
+
+}  // namespace
+}  // namespace hydraulis

@@ -1,0 +1,267 @@
+// Tests that need a CUDA GPU (scripts/gpu-check.sh runs them on one); each skips where
+// none is visible. Tolerances:
+//  - flash vs dense attention in bf16: both round q, k, v and the output to bf16 (relative
+//    step 2^-8 = 3.9e-3) and accumulate differently; 2e-2 of the output's scale bounds a
+//    few roundings, while a wrong mask, grouping or boundary gives errors of order 1.
+//  - 20 bf16 steps vs fp32 on the CPU: per-step losses within 2e-2 relative (bf16
+//    activations through 2 layers and a 256-way softmax; the fp32 master weights keep the
+//    runs from drifting apart, which the final-loss bound checks).
+//  - CUDA fp32 over Gloo (two ranks on one GPU) vs one CPU process: 1e-4, the CPU tests'
+//    1e-5 loosened for cuBLAS' different summation order and TF32-free fp32 GEMMs.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/attention.h"
+#include "hydraulis/runtime/compute.h"
+#include "hydraulis/runtime/distributed.h"
+#include "hydraulis/runtime/distributed_trainer.h"
+#include "hydraulis/runtime/model.h"
+#include "hydraulis/runtime/model_config.h"
+#include "hydraulis/runtime/packed_batch.h"
+#include "hydraulis/runtime/trainer.h"
+#include "test_documents.h"
+
+namespace hydraulis {
+namespace {
+
+using test_support::Documents;
+using test_support::RandomDocuments;
+
+#define REQUIRE_GPU()                                                     \
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU visible here"; \
+  static_assert(true)
+
+ModelConfig Tiny() {
+  return LoadModelConfig(std::string(HYDRAULIS_SOURCE_DIR) + "/configs/models/tiny.json");
+}
+
+ComputeOptions Cuda(Precision precision) {
+  ComputeOptions c;
+  c.device = DeviceKind::kCuda;
+  c.precision = precision;
+  return c;
+}
+
+double RelativeError(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor fa = a.to(at::kDouble).cpu(), fb = b.to(at::kDouble).cpu();
+  const double scale = fb.abs().max().item<double>();
+  return (fa - fb).abs().max().item<double>() / (scale > 0.0 ? scale : 1.0);
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+void OnThreads(int n, const std::function<void(int)>& body) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// Real Wikipedia-like shapes: one long document, several short ones, a 1-token one.
+const std::vector<std::int64_t> kCuSeqlens = {0, 700, 701, 950, 1000, 1513, 1600};
+
+TEST(GpuTest, FlashVarlenAttentionEqualsDenseAttentionPerDocument) {
+  REQUIRE_GPU();
+  const std::int64_t tokens = kCuSeqlens.back(), heads = 8, kv_heads = 2, dim = 64;
+  at::manual_seed(3);
+  const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  at::Tensor q = at::randn({tokens, heads, dim}, opts).requires_grad_(true);
+  at::Tensor k = at::randn({tokens, kv_heads, dim}, opts).requires_grad_(true);
+  at::Tensor v = at::randn({tokens, kv_heads, dim}, opts).requires_grad_(true);
+  ASSERT_TRUE(UsesFlashAttention(q.device(), q.scalar_type(), dim));
+  at::Tensor out = PackedCausalAttention(q, k, v, kCuSeqlens);
+  const at::Tensor qd = q.detach().to(at::kFloat).requires_grad_(true);
+  const at::Tensor kd = k.detach().to(at::kFloat).requires_grad_(true);
+  const at::Tensor vd = v.detach().to(at::kFloat).requires_grad_(true);
+  at::Tensor dense = DenseCausalAttention(qd, kd, vd, kCuSeqlens);
+  EXPECT_LT(RelativeError(out, dense), 2e-2);
+  const at::Tensor grad = at::randn({tokens, heads, dim}, opts);
+  out.backward(grad);
+  dense.backward(grad.to(at::kFloat));
+  EXPECT_LT(RelativeError(q.grad(), qd.grad()), 2e-2);
+  EXPECT_LT(RelativeError(k.grad(), kd.grad()), 2e-2);
+  EXPECT_LT(RelativeError(v.grad(), vd.grad()), 2e-2);
+}
+
+// Options for a one-rank DistributedTrainer (the runtime's optimizer path).
+DistributedOptions OneRank(CommBackend backend) {
+  DistributedOptions o;
+  o.master_port = FreePort();
+  o.timeout = std::chrono::seconds(60);
+  o.backend = backend;
+  return o;
+}
+
+Strategy Single(int tp, int pp, int pipelines) {
+  Strategy s;
+  Scheme scheme;
+  scheme.tp = tp;
+  scheme.pp = pp;
+  s.pipelines.assign(static_cast<std::size_t>(pipelines), scheme);
+  return s;
+}
+
+// The documents of step `s` and a plan putting them in two micro-batches of one pipeline.
+Documents StepDocuments(int s, const ModelConfig& c) {
+  return RandomDocuments({90, 3, 40, 17, 120, 1, 33, 64}, 100 + static_cast<std::uint64_t>(s),
+                         static_cast<int>(c.shape.vocab));
+}
+StepPlan TwoMicroBatches(int pipelines) {
+  StepPlan plan;
+  if (pipelines == 1) {
+    plan.pipelines = {{{0, 1, 2, 3}, {4, 5, 6, 7}}};
+  } else {
+    plan.pipelines = {{{0, 1, 2, 3}}, {{4, 5, 6, 7}}};
+  }
+  return plan;
+}
+
+std::vector<double> TrainLosses(const ComputeOptions& compute, CommBackend backend, int steps) {
+  const ModelConfig c = Tiny();
+  Rendezvous rendezvous(OneRank(backend));
+  AdamWOptions adam;
+  adam.lr = 3e-3;
+  DistributedTrainer trainer(c, 11, adam, rendezvous, {Single(1, 1, 1)}, compute);
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    losses.push_back(trainer.Step(TwoMicroBatches(1), StepDocuments(s, c)).loss);
+  }
+  return losses;
+}
+
+TEST(GpuTest, Bf16TrainingTracksCpuFp32For20Steps) {
+  REQUIRE_GPU();
+  const std::vector<double> reference = TrainLosses({}, CommBackend::kGloo, 20);
+  const std::vector<double> bf16 = TrainLosses(Cuda(Precision::kBf16), CommBackend::kGloo, 20);
+  double worst = 0.0;
+  for (std::size_t s = 0; s < reference.size(); ++s) {
+    worst = std::max(worst, std::abs(bf16[s] - reference[s]) / reference[s]);
+  }
+  EXPECT_LT(worst, 2e-2);
+  EXPECT_LT(reference.back(), reference.front());  // it learned
+  EXPECT_LT(bf16.back(), bf16.front());
+}
+
+TEST(GpuTest, NcclRunsWithWorldSizeOne) {
+  REQUIRE_GPU();
+  Rendezvous rendezvous(OneRank(CommBackend::kNccl));
+  std::unique_ptr<CommGroup> world = MakeCommGroup(rendezvous, "world");
+  const auto cuda = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  at::Tensor t = at::arange(4, cuda);
+  world->AllReduceSum(t);
+  EXPECT_TRUE(at::equal(t.cpu(), at::arange(4, at::kFloat)));
+  at::Tensor shard = at::empty({4}, cuda);
+  world->ReduceScatterSum(t, shard);
+  at::Tensor full = at::empty({4}, cuda);
+  world->AllGather(shard, full);
+  EXPECT_TRUE(at::equal(full.cpu(), at::arange(4, at::kFloat)));
+  at::Tensor host = at::ones({2}, at::kLong);  // staged through the GPU
+  world->AllReduceMax(host);
+  EXPECT_TRUE(at::equal(host, at::ones({2}, at::kLong)));
+  world->Barrier();
+  // And a training step through NCCL equals one through Gloo on the same GPU.
+  const std::vector<double> nccl = TrainLosses(Cuda(Precision::kFp32), CommBackend::kNccl, 3);
+  const std::vector<double> gloo = TrainLosses(Cuda(Precision::kFp32), CommBackend::kGloo, 3);
+  for (std::size_t s = 0; s < nccl.size(); ++s) EXPECT_NEAR(nccl[s], gloo[s], 1e-6 * gloo[s]);
+}
+
+// Two ranks (threads) on the one GPU over Gloo with CUDA tensors (NCCL refuses two ranks on
+// one device): tensor and pipeline parallelism train like one CPU process.
+void ExpectTwoRanksOnOneGpuMatchCpu(int tp, int pp, const ComputeOptions& compute) {
+  const ModelConfig c = Tiny();
+  const std::vector<double> reference = TrainLosses({}, CommBackend::kGloo, 3);
+  const int port = FreePort();
+  std::vector<std::vector<double>> losses(2);
+  std::vector<at::Tensor> params(2);
+  OnThreads(2, [&](int r) {
+    DistributedOptions o;
+    o.rank = r;
+    o.world_size = 2;
+    o.master_port = port;
+    o.timeout = std::chrono::seconds(60);
+    Rendezvous rendezvous(o);
+    AdamWOptions adam;
+    adam.lr = 3e-3;
+    DistributedTrainer trainer(c, 11, adam, rendezvous, {Single(tp, pp, 1)}, compute);
+    for (int s = 0; s < 3; ++s) {
+      losses[r].push_back(trainer.Step(TwoMicroBatches(1), StepDocuments(s, c)).loss);
+    }
+    params[r] = trainer.optimizer().full_parameters().cpu();
+    trainer.world().Barrier();
+  });
+  EXPECT_TRUE(at::equal(params[0], params[1]));
+  for (int r = 0; r < 2; ++r) {
+    for (std::size_t s = 0; s < reference.size(); ++s) {
+      EXPECT_NEAR(losses[r][s], reference[s], 1e-4 * reference[s]) << "rank " << r << " step " << s;
+    }
+  }
+}
+
+TEST(GpuTest, TwoRanksOnOneGpuTensorParallelMatchCpu) {
+  REQUIRE_GPU();
+  ExpectTwoRanksOnOneGpuMatchCpu(2, 1, Cuda(Precision::kFp32));
+}
+
+TEST(GpuTest, TwoRanksOnOneGpuPipelineParallelMatchCpu) {
+  REQUIRE_GPU();
+  ExpectTwoRanksOnOneGpuMatchCpu(1, 2, Cuda(Precision::kFp32));
+}
+
+// The same harness on the CPU (runs everywhere): ranks as threads of one process, each
+// with its own rendezvous client, so a GPU run of the tests above exercises checked code.
+TEST(GpuTest, TwoRankThreadsOnTheCpuMatchOneProcess) {
+  ExpectTwoRanksOnOneGpuMatchCpu(2, 1, {});
+  ExpectTwoRanksOnOneGpuMatchCpu(1, 2, {});
+}
+
+TEST(GpuTest, CudaRequestWithoutAGpuIsAClearError) {
+  if (CudaDeviceCount() > 0) {
+    ComputeOptions beyond = Cuda(Precision::kBf16);
+    beyond.device_index = CudaDeviceCount();
+    EXPECT_THROW(CheckComputeAvailable(beyond), InvalidInput);
+    return;
+  }
+  try {
+    CheckComputeAvailable(Cuda(Precision::kBf16));
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA GPU"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hydraulis
