@@ -44,9 +44,9 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import math
 import sys
 import time
+from itertools import accumulate
 
 import torch
 import torch.nn as nn
@@ -78,9 +78,7 @@ class Pack:
         p = torch.arange(T, dtype=torch.int64)
         self.ids = ((s * 1000003 + m * 7919 + p * 31) % vocab).to(device)
         self.pos = torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths]).to(device)
-        self.bounds = [0]
-        for n in lengths:
-            self.bounds.append(self.bounds[-1] + n)
+        self.bounds = [0, *accumulate(lengths)]
         self.cu = torch.tensor(self.bounds, dtype=torch.int32, device=device)
         self.max_len = max(lengths)
         labels = torch.roll(self.ids, -1)
@@ -137,9 +135,7 @@ def selfcheck_varlen(cfg, device):
     fall back to expanded K/V if native GQA disagrees or fails."""
     hd = cfg["hidden"] // cfg["heads"]
     lens = [37, 1, 90, 64]
-    bounds = [0]
-    for n in lens:
-        bounds.append(bounds[-1] + n)
+    bounds = [0, *accumulate(lens)]
     cu = torch.tensor(bounds, dtype=torch.int32, device=device)
     gen = torch.Generator(device=device).manual_seed(0)
     base = [torch.randn(bounds[-1], h, hd, device=device, generator=gen)
@@ -272,15 +268,17 @@ def build_hf(c, attn=ATTN_NAME):
     cfg = LlamaConfig(**kw)
     try:
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
-    except TypeError:
-        cfg._attn_implementation = attn
+    except (TypeError, ValueError):  # versions that validate names against a fixed list
         model = AutoModelForCausalLM.from_config(cfg)
-    model = model.float()
+    if model.config._attn_implementation != attn:  # read by every attention layer per call
+        model.config._attn_implementation = attn
     if model.config._attn_implementation != attn:
         sys.exit(f"transformers kept attention {model.config._attn_implementation!r}, not {attn!r}")
+    model = model.float()
     hd = c["hidden"] // c["heads"]
     want = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
-    if not torch.allclose(model.model.rotary_emb.inv_freq.float().cpu(), want, rtol=1e-5):
+    rot = getattr(model.model, "rotary_emb", None)
+    if rot is not None and not torch.allclose(rot.inv_freq.float().cpu(), want, rtol=1e-5):
         sys.exit("transformers' rotary frequencies differ from rope_theta in the model config")
     if c["tie_embeddings"] != (model.lm_head.weight is model.model.embed_tokens.weight):
         sys.exit("transformers' output head tying differs from the model config")

@@ -1,0 +1,221 @@
+// Training throughput of the runtime on one device: a LLaMA-shaped model on packed batches
+// of real document lengths (Wikipedia), bf16 on CUDA by default. Writes the batches it ran
+// (bench/peer_train.py runs the same ones for the side-by-side comparison) and a JSON
+// result with tokens/s and MFU. docs/benchmarks.md, "GPU training throughput".
+//
+// FLOPs of a step (the MFU numerator): 6 * N_matmul * T + 6 * layers * hidden * sum(s^2)
+// over the step's documents, where N_matmul counts the weights of every matrix product (the
+// layers' projections and the output head, not the embedding lookup) and T the tokens; the
+// second term is causal attention counted per document (QK^T and PV: 2 * 2 * s^2 * hidden
+// per layer forward, halved by the causal mask, times 3 for forward and backward).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/lengths.h"
+#include "hydraulis/runtime/compute.h"
+#include "hydraulis/runtime/distributed.h"
+#include "hydraulis/runtime/distributed_trainer.h"
+#include "hydraulis/runtime/model_config.h"
+
+namespace hydraulis {
+namespace {
+
+struct Args {
+  std::string model = "configs/models/llama-1b.json";
+  std::string lengths = "../shared/data/wikipedia-doc-lengths.txt";
+  std::string device = "cuda";
+  std::string precision;
+  std::int64_t context = 8192;
+  std::int64_t tokens_per_step = 65536;
+  int steps = 10;
+  int warmup = 2;
+  double peak_tflops = 989.0;  // H100/H200 SXM dense bf16
+  std::uint64_t seed = 1;
+  int port = 29611;
+  std::string batches_out;
+  std::string json_out;
+};
+
+// First-fit decreasing into micro-batches of at most `context` tokens; the packing every
+// pipeline of one scheme would use, enough for a one-device throughput figure.
+std::vector<std::vector<int>> PackMicroBatches(const std::vector<std::int64_t>& lengths,
+                                               std::int64_t context) {
+  std::vector<int> order(lengths.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return lengths[static_cast<std::size_t>(a)] > lengths[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::vector<int>> bins;
+  std::vector<std::int64_t> used;
+  for (int d : order) {
+    const std::int64_t len = lengths[static_cast<std::size_t>(d)];
+    std::size_t b = 0;
+    while (b < bins.size() && used[b] + len > context) ++b;
+    if (b == bins.size()) {
+      bins.emplace_back();
+      used.push_back(0);
+    }
+    bins[b].push_back(d);
+    used[b] += len;
+  }
+  return bins;
+}
+
+double StepFlops(const ModelConfig& c, const std::vector<std::int64_t>& lengths) {
+  const ModelSpec& s = c.shape;
+  const double h = static_cast<double>(s.hidden), dim = static_cast<double>(c.head_dim());
+  const double per_layer = h * static_cast<double>(s.heads) * dim * 2 +
+                           2 * h * static_cast<double>(s.kv_heads) * dim +
+                           3 * h * static_cast<double>(s.ffn);
+  const double matmul =
+      static_cast<double>(s.layers) * per_layer + static_cast<double>(s.vocab) * h;
+  double tokens = 0, squares = 0;
+  for (std::int64_t len : lengths) {
+    tokens += static_cast<double>(len);
+    squares += static_cast<double>(len) * static_cast<double>(len);
+  }
+  return 6 * matmul * tokens + 6 * static_cast<double>(s.layers) * h * squares;
+}
+
+int Run(const Args& a) {
+  const ModelConfig config = LoadModelConfig(a.model);
+  ComputeOptions compute;
+  compute.device = ParseDeviceKind(a.device, "--device");
+  compute.precision = a.precision.empty() ? (compute.device == DeviceKind::kCuda ? Precision::kBf16
+                                                                                 : Precision::kFp32)
+                                          : ParsePrecision(a.precision, "--precision");
+  CheckComputeAvailable(compute);
+  const std::vector<std::int64_t> dataset = ReadLengths(a.lengths);
+  SamplerOptions sampling;
+  sampling.tokens_per_batch = a.tokens_per_step;
+  sampling.max_len = a.context;
+  sampling.seed = a.seed;
+  BatchSampler sampler(dataset, sampling);
+
+  DistributedOptions dist;
+  dist.master_port = a.port;
+  Rendezvous rendezvous(dist);
+  Strategy single;
+  single.pipelines.push_back(Scheme{});
+  AdamWOptions adam;
+  adam.lr = 1e-4;
+  DistributedTrainer trainer(config, a.seed, adam, rendezvous, {single}, compute);
+
+  nlohmann::json batches = {{"format", "hydraulis-batches-v1"},
+                            {"vocab", config.shape.vocab},
+                            {"steps", nlohmann::json::array()}};
+  nlohmann::json steps = nlohmann::json::array();
+  double timed_s = 0, timed_tokens = 0, timed_flops = 0;
+  for (int step = 0; step < a.warmup + a.steps; ++step) {
+    const SampledBatch batch = sampler.Next();
+    const std::vector<std::vector<int>> mbs = PackMicroBatches(batch.lengths, a.context);
+    // Token ids by the formula bench/peer_train.py uses: (s * 1000003 + m * 7919 + p * 31)
+    // mod vocab for packed position p of micro-batch m of step s.
+    std::vector<std::vector<std::int64_t>> documents(batch.lengths.size());
+    StepPlan plan;
+    plan.pipelines.emplace_back();
+    nlohmann::json step_json = nlohmann::json::array();
+    for (std::size_t m = 0; m < mbs.size(); ++m) {
+      std::int64_t p = 0;
+      nlohmann::json mb_json = nlohmann::json::array();
+      for (int d : mbs[m]) {
+        auto& doc = documents[static_cast<std::size_t>(d)];
+        for (std::int64_t i = 0; i < batch.lengths[static_cast<std::size_t>(d)]; ++i, ++p) {
+          doc.push_back((static_cast<std::int64_t>(step) * 1000003 +
+                         static_cast<std::int64_t>(m) * 7919 + p * 31) %
+                        config.shape.vocab);
+        }
+        mb_json.push_back(batch.lengths[static_cast<std::size_t>(d)]);
+      }
+      plan.pipelines[0].push_back(mbs[m]);
+      step_json.push_back(mb_json);
+    }
+    batches["steps"].push_back(step_json);
+    const auto start = std::chrono::steady_clock::now();
+    const DistributedStepResult r = trainer.Step(plan, documents);  // ends on a host sync
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double tokens = 0;
+    for (std::int64_t len : batch.lengths) tokens += static_cast<double>(len);
+    const double flops = StepFlops(config, batch.lengths);
+    steps.push_back({{"step", step},
+                     {"warmup", step < a.warmup},
+                     {"loss", r.loss},
+                     {"tokens", tokens},
+                     {"micro_batches", mbs.size()},
+                     {"step_ms", seconds * 1e3},
+                     {"flops", flops}});
+    std::printf("step %3d%s  loss %.4f  tokens %6.0f  micro-batches %2zu  %8.1f ms\n", step,
+                step < a.warmup ? " (warmup)" : "", r.loss, tokens, mbs.size(), seconds * 1e3);
+    std::fflush(stdout);
+    if (step >= a.warmup) {
+      timed_s += seconds;
+      timed_tokens += tokens;
+      timed_flops += flops;
+    }
+  }
+  const bool cuda = compute.device == DeviceKind::kCuda;
+  nlohmann::json result = {
+      {"impl", "hydraulis"},
+      {"device", Describe(compute)},
+      {"model", a.model},
+      {"torch", TorchBuildDescription()},
+      {"steps_timed", a.steps},
+      {"tokens", timed_tokens},
+      {"seconds", timed_s},
+      {"tokens_per_s", timed_tokens / timed_s},
+      {"flops_per_s", timed_flops / timed_s},
+      {"mfu",
+       cuda ? nlohmann::json(timed_flops / timed_s / (a.peak_tflops * 1e12)) : nlohmann::json()},
+      {"steps", steps}};
+  std::printf("hydraulis: %.0f tokens/s, %.1f TFLOP/s%s\n", timed_tokens / timed_s,
+              timed_flops / timed_s / 1e12,
+              cuda ? (", MFU " +
+                      std::to_string(timed_flops / timed_s / (a.peak_tflops * 1e12) * 100) + " %")
+                         .c_str()
+                   : "");
+  if (!a.batches_out.empty()) std::ofstream(a.batches_out) << batches.dump() << '\n';
+  if (!a.json_out.empty()) std::ofstream(a.json_out) << result.dump(1) << '\n';
+  trainer.world().Barrier();
+  return 0;
+}
+
+}  // namespace
+}  // namespace hydraulis
+
+int main(int argc, char** argv) {
+  hydraulis::Args a;
+  CLI::App app{"Training throughput of the hydraulis runtime on one device"};
+  app.add_option("--model", a.model, "model config JSON")->capture_default_str();
+  app.add_option("--lengths", a.lengths, "document lengths (real data)")->capture_default_str();
+  app.add_option("--device", a.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--precision", a.precision, "fp32 or bf16 (default: bf16 on cuda)");
+  app.add_option("--context", a.context, "micro-batch capacity and document cut (tokens)")
+      ->capture_default_str();
+  app.add_option("--tokens-per-step", a.tokens_per_step, "tokens per step")->capture_default_str();
+  app.add_option("--steps", a.steps, "timed steps")->capture_default_str();
+  app.add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--peak-tflops", a.peak_tflops, "device peak for MFU")->capture_default_str();
+  app.add_option("--port", a.port, "rendezvous port")->capture_default_str();
+  app.add_option("--batches-out", a.batches_out, "write the batches run (for peer_train.py)");
+  app.add_option("--json", a.json_out, "write the result");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return hydraulis::Run(a);
+  } catch (const hydraulis::InvalidInput& e) {
+    std::fprintf(stderr, "gpu_train_bench: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_train_bench: %s\n", e.what());
+    return 1;
+  }
+}
