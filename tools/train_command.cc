@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,11 +19,11 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/megatron_dataset.h"
-#include "hydraulis/runtime/checkpoint.h"
 #include "hydraulis/runtime/compute.h"
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/distributed_trainer.h"
 #include "hydraulis/runtime/model_config.h"
+#include "hydraulis/runtime/training_job.h"
 #include "hydraulis/spec/spec_io.h"
 #include "launcher.h"
 
@@ -178,104 +178,42 @@ int Train(const TrainArgs& a) {
   adam.lr = a.lr;
   DistributedTrainer trainer(model, a.seed, adam, rendezvous, candidates.strategies, compute);
   const bool chief = dist.rank == 0;
-  int first_step = 0;
+  TrainingJobOptions job_options;
+  job_options.steps = a.steps;
+  job_options.seed = a.seed;
+  job_options.checkpoint_dir = a.checkpoint_dir;
+  job_options.checkpoint_every = a.checkpoint_every;
+  TrainingJob job(planner, sampler, dataset, trainer, job_options);
   if (a.resume) {
     if (a.checkpoint_dir.empty()) throw InvalidInput("train: --resume needs --checkpoint-dir");
-    if (const auto path = LatestCheckpoint(a.checkpoint_dir)) {
-      const CheckpointMeta meta = LoadCheckpoint(*path, trainer.optimizer());
-      if (meta.seed != a.seed) {
-        throw InvalidInput(*path + "/meta.json: seed: the checkpoint was written with --seed " +
-                           std::to_string(meta.seed) + ", this run has " + std::to_string(a.seed) +
-                           " (the data order would differ)");
-      }
-      sampler.Restore({meta.sampler_epoch, meta.sampler_offset});
-      first_step = static_cast<int>(meta.step);
-      if (chief) fmt::print("resumed from {} at step {}\n", *path, first_step);
-    } else if (chief) {
-      fmt::print("no checkpoint in {}; starting from step 0\n", a.checkpoint_dir);
-    }
+    const std::optional<std::string> path = job.Resume();
+    if (chief && path) fmt::print("resumed from {} at step {}\n", *path, job.next_step());
+    if (chief && !path) fmt::print("no checkpoint in {}; starting from step 0\n", a.checkpoint_dir);
   }
   std::ofstream log;
   if (chief && !a.log_json.empty()) {
     // A resumed run appends to the log of the run it continues.
-    log.open(a.log_json, first_step > 0 ? std::ios::app : std::ios::trunc);
+    log.open(a.log_json, job.next_step() > 0 ? std::ios::app : std::ios::trunc);
     if (!log) throw InvalidInput("--log-json: cannot write " + a.log_json);
   }
-  auto save = [&](int steps_done) {
-    CheckpointMeta meta;
-    meta.step = steps_done;
-    meta.sampler_epoch = sampler.position().epoch;
-    meta.sampler_offset = sampler.position().offset;
-    meta.seed = a.seed;
-    SaveCheckpoint(a.checkpoint_dir, meta, trainer.optimizer(), trainer.world());
-  };
-  int previous_strategy = -1;
-  for (int step = first_step; step < a.steps; ++step) {
-    if (dist.rank == a.fail_rank && step == a.fail_step) {
+  while (!job.done()) {
+    if (dist.rank == a.fail_rank && job.next_step() == a.fail_step) {
       fmt::print(stderr, "hydraulis: rank {} failing at step {} as asked (--fail-rank)\n",
-                 dist.rank, step);
+                 dist.rank, job.next_step());
       std::fflush(stderr);
       std::_Exit(3);
     }
-    const SampledBatch batch = sampler.Next();
-    const Plan plan = planner.PlanBatch(batch.lengths);
-    std::vector<std::vector<std::int64_t>> documents;
-    std::int64_t tokens = 0;
-    for (std::size_t i = 0; i < plan.lengths.size(); ++i) {
-      std::vector<std::int64_t> doc =
-          dataset.Document(static_cast<std::size_t>(batch.dataset_indices[i]));
-      doc.resize(static_cast<std::size_t>(plan.lengths[i]));  // the sampler's and planner's cuts
-      tokens += plan.lengths[i];
-      documents.push_back(std::move(doc));
-    }
-    StepPlan step_plan;
-    step_plan.strategy = plan.strategy_index;
-    for (const PipelinePlan& p : plan.pipelines) step_plan.pipelines.push_back(p.micro_batches);
-    const DistributedStepResult r = trainer.Step(step_plan, documents);
-    const bool last_step = step + 1 == a.steps;
-    if (!a.checkpoint_dir.empty() &&
-        (last_step || (a.checkpoint_every > 0 && (step + 1) % a.checkpoint_every == 0))) {
-      save(step + 1);
-    }
-    const bool switched = previous_strategy >= 0 && previous_strategy != plan.strategy_index;
-    previous_strategy = plan.strategy_index;
+    const TrainingStepRecord r = job.RunStep();
     if (!chief) continue;
-    std::vector<int> micro_batches;
-    for (const PipelinePlan& p : plan.pipelines) {
-      micro_batches.push_back(static_cast<int>(p.micro_batches.size()));
-    }
-    const std::string strategy =
-        plan.strategy.name.empty() ? StrategyDescription(plan.strategy) : plan.strategy.name;
     fmt::print(
         "step {:>4}  loss {:.4f}  tokens {:>7}  strategy {}{}  step {:.1f} ms  predicted {:.1f} "
         "ms\n",
-        step, r.loss, tokens, strategy, switched ? " (switched)" : "", r.step_ms,
-        plan.estimated_step_ms);
+        r.step, r.result.loss, r.tokens, r.strategy, r.switched ? " (switched)" : "",
+        r.result.step_ms, r.predicted_step_ms);
     std::fflush(stdout);
-    if (log.is_open()) {
-      nlohmann::json j;
-      j["step"] = step;
-      j["loss"] = r.loss;
-      j["tokens"] = tokens;
-      j["targets"] = r.targets;
-      j["documents"] = documents.size();
-      j["step_ms"] = r.step_ms;
-      j["strategy"] = strategy;
-      j["strategy_index"] = plan.strategy_index;
-      j["switched"] = switched;
-      j["predicted_step_ms"] = plan.estimated_step_ms;
-      j["planning_ms"] = plan.planning_ms;
-      j["compute_ms"] = r.compute_ms;
-      j["wait_ms"] = r.wait_ms;
-      j["sync_ms"] = r.sync_ms;
-      j["micro_batches"] = micro_batches;
-      j["device"] = ToString(compute.device);
-      j["precision"] = ToString(compute.precision);
-      j["truncated"] = plan.truncated.size();
-      // One complete line per step, flushed, so a log read during or after a failed run
-      // never holds half a record.
-      log << j.dump() << '\n' << std::flush;
-    }
+    // One complete line per step, flushed, so a log read during or after a failed run
+    // never holds half a record.
+    if (log.is_open()) log << StepLogLine(r, compute) << '\n' << std::flush;
   }
   trainer.world().Barrier();  // rank 0 hosts the store: no rank may still need it
   return 0;

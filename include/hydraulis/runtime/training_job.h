@@ -1,0 +1,76 @@
+// The training driver: every step it samples a global batch, plans it, fetches and cuts
+// the documents the plan keeps, runs the step on the DistributedTrainer and saves a
+// checkpoint on cadence; it resumes from the newest checkpoint when asked. The CLI (`hydraulis
+// train`) only parses flags, builds these pieces and prints what RunStep returns.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hydraulis/assign/planner.h"
+#include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/megatron_dataset.h"
+#include "hydraulis/runtime/distributed_trainer.h"
+
+namespace hydraulis {
+
+struct TrainingJobOptions {
+  int steps = 10;              // total steps of the run (a resumed run continues up to it), >= 1
+  std::uint64_t seed = 1;      // recorded in checkpoints: resuming under another seed is refused
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int checkpoint_every = 0;    // steps between checkpoints (>= 0; 0: at the end only)
+};
+
+// What one step did, for the console line and the JSON log.
+struct TrainingStepRecord {
+  int step = 0;
+  DistributedStepResult result;
+  std::int64_t tokens = 0;  // tokens of the global batch after the planner's cuts
+  std::size_t documents = 0;
+  std::size_t truncated = 0;  // documents the long-document rule cut
+  std::string strategy;       // the candidate's name, or its description
+  int strategy_index = 0;
+  bool switched = false;  // another candidate than the previous step's
+  double predicted_step_ms = 0;
+  double planning_ms = 0;
+  std::vector<int> micro_batches;  // per pipeline
+};
+
+class TrainingJob {
+ public:
+  // Every argument must outlive the job. InvalidInput on out-of-range options.
+  TrainingJob(const Planner& planner, BatchSampler& sampler, const MegatronDataset& dataset,
+              DistributedTrainer& trainer, const TrainingJobOptions& options);
+
+  // Loads the newest checkpoint of options.checkpoint_dir into the optimizer and the
+  // sampler; returns its path, or nullopt when there is none (the job starts at step 0).
+  // InvalidInput without a checkpoint_dir, or when the checkpoint's seed differs.
+  std::optional<std::string> Resume();
+
+  int next_step() const { return next_step_; }
+  bool done() const { return next_step_ >= options_.steps; }
+
+  // Runs step next_step() (a collective over all ranks) and saves a checkpoint when the
+  // cadence or the end says so.
+  TrainingStepRecord RunStep();
+
+ private:
+  void Save(int steps_done);
+
+  const Planner& planner_;
+  BatchSampler& sampler_;
+  const MegatronDataset& dataset_;
+  DistributedTrainer& trainer_;
+  TrainingJobOptions options_;
+  int next_step_ = 0;
+  int previous_strategy_ = -1;
+};
+
+// One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
+// documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
+// compute_ms, wait_ms, sync_ms, micro_batches, truncated, device, precision.
+std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute);
+
+}  // namespace hydraulis

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Everything for a machine with an NVIDIA GPU and PyTorch already installed, in one command
+# (docs/runtime.md, "GPU check"); results go to the folder $OUT names:
+#   summary.txt      what ran, pass/fail per stage, the throughput figures and ratio
+#   environment.txt  nvidia-smi, torch and transformers versions
+#   gpu-tests.txt    GPU tests (flash vs dense attention, bf16 vs fp32, NCCL, 2 ranks on 1 GPU)
+#   cpu-tests.txt    the runtime's CPU equivalence tests on this machine's torch
+#   ours.json        bench/gpu_train_bench: llama-1b, 8K context, ~64K tokens/step, bf16
+#   peer-hf.json, peer-eager.json   bench/peer_train.py on the same batches
+# It builds against this machine's python3 torch (HYDRAULIS_PYTHON overrides) when CMake
+# and the Debian packages are there; otherwise it runs binaries built elsewhere against the
+# same torch version (scripts/pack-gpu-prebuilt.sh; HYDRAULIS_PREBUILT, default
+# build/gpu-prebuilt), loading this machine's libtorch. Every stage runs even when an
+# earlier one failed; the exit status is non-zero when any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to the folder for the results}"
+mkdir -p "$OUT"
+PY=${HYDRAULIS_PYTHON:-python3}
+PREBUILT=${HYDRAULIS_PREBUILT:-build/gpu-prebuilt}
+STEPS=${GPU_CHECK_STEPS:-10}
+failed=0
+summary="$OUT/summary.txt"
+: > "$summary"
+note() { echo "[gpu-check $(date +%T)] $*" | tee -a "$summary"; }
+stage() {  # stage NAME LOG COMMAND...: runs, records pass/fail
+  local name=$1 log=$2
+  shift 2
+  local start=$SECONDS
+  if "$@" > "$log" 2>&1; then
+    note "PASS $name ($((SECONDS - start)) s)"
+  else
+    note "FAIL $name (exit $?, $((SECONDS - start)) s; see $(basename "$log"))"
+    failed=1
+  fi
+}
+
+{
+  nvidia-smi
+  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+"gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'
+  "$PY" -c 'import transformers; print("transformers", transformers.__version__)'
+  uname -a; nproc
+} > "$OUT/environment.txt" 2>&1
+note "$(grep -E '^torch' "$OUT/environment.txt")"
+torch_lib=$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+
+# Build here when possible, else use the prebuilt binaries.
+bin=""
+if command -v cmake > /dev/null && command -v g++ > /dev/null &&
+   [ -f /usr/include/nlohmann/json.hpp ] && [ -d /usr/include/gtest ]; then
+  stage "build (against $PY's torch)" "$OUT/build.txt" bash -c "
+    cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DHYDRAULIS_PYTHON=$PY \
+      -DHYDRAULIS_WERROR=OFF &&
+    cmake --build build/gpu -j\$(nproc) --target gpu_test runtime_test gpu_train_bench hydraulis"
+  [ -x build/gpu/src/runtime/gpu_test ] && bin=build/gpu
+fi
+if [ -z "$bin" ] && [ -x "$PREBUILT/gpu_test" ]; then
+  note "using prebuilt binaries from $PREBUILT (built against $(cat "$PREBUILT/torch-version" 2>/dev/null))"
+  export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  mkdir -p build/gpu/src/runtime build/gpu/bench build/gpu/tools
+  cp "$PREBUILT/gpu_test" "$PREBUILT/runtime_test" build/gpu/src/runtime/
+  cp "$PREBUILT/gpu_train_bench" build/gpu/bench/
+  bin=build/gpu
+fi
+if [ -z "$bin" ]; then
+  note "FAIL no build: neither CMake with the Debian packages nor $PREBUILT"
+  failed=1
+else
+  stage "GPU tests" "$OUT/gpu-tests.txt" "$bin/src/runtime/gpu_test"
+  stage "runtime CPU tests on this torch" "$OUT/cpu-tests.txt" "$bin/src/runtime/runtime_test"
+  stage "throughput: hydraulis" "$OUT/ours.txt" "$bin/bench/gpu_train_bench" \
+    --model configs/models/llama-1b.json --lengths data/wikipedia-sample-lengths.txt \
+    --context 8192 --tokens-per-step 65536 --steps "$STEPS" --warmup 3 \
+    --batches-out "$OUT/batches.json" --json "$OUT/ours.json"
+fi
+if [ -f "$OUT/batches.json" ]; then
+  for impl in hf eager; do
+    stage "throughput: peer ($impl)" "$OUT/peer-$impl.txt" env PYTHONUNBUFFERED=1 "$PY" \
+      bench/peer_train.py --batches "$OUT/batches.json" --model configs/models/llama-1b.json \
+      --impl "$impl" --device cuda --warmup-steps 3 --json "$OUT/peer-$impl.json"
+  done
+fi
+"$PY" - "$OUT" >> "$summary" 2>&1 << 'PYEOF'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    path = os.path.join(out, name)
+    return json.load(open(path)) if os.path.exists(path) else None
+ours = load("ours.json")
+if ours:
+    print(f"hydraulis: {ours['tokens_per_s']:.0f} tokens/s, MFU {ours['mfu']:.3f}")
+for impl in ("hf", "eager"):
+    peer = load(f"peer-{impl}.json")
+    if peer and ours:
+        print(f"peer {impl}: {peer['tokens_per_s']:.0f} tokens/s, MFU {peer.get('mfu')}; "
+              f"ours/peer = {ours['tokens_per_s'] / peer['tokens_per_s']:.3f}")
+PYEOF
+note "done: $([ $failed -eq 0 ] && echo all stages passed || echo some stage failed)"
+exit $failed

@@ -1,0 +1,115 @@
+#include "hydraulis/runtime/training_job.h"
+
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/checkpoint.h"
+
+namespace hydraulis {
+
+TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
+                         const MegatronDataset& dataset, DistributedTrainer& trainer,
+                         const TrainingJobOptions& options)
+    : planner_(planner),
+      sampler_(sampler),
+      dataset_(dataset),
+      trainer_(trainer),
+      options_(options) {
+  if (options_.steps < 1) {
+    throw InvalidInput("training job: steps must be >= 1, got " + std::to_string(options_.steps));
+  }
+  if (options_.checkpoint_every < 0) {
+    throw InvalidInput("training job: checkpoint_every must be >= 0, got " +
+                       std::to_string(options_.checkpoint_every));
+  }
+}
+
+std::optional<std::string> TrainingJob::Resume() {
+  if (options_.checkpoint_dir.empty()) {
+    throw InvalidInput("training job: resuming needs a checkpoint directory");
+  }
+  const std::optional<std::string> path = LatestCheckpoint(options_.checkpoint_dir);
+  if (!path) return std::nullopt;
+  const CheckpointMeta meta = LoadCheckpoint(*path, trainer_.optimizer());
+  if (meta.seed != options_.seed) {
+    throw InvalidInput(*path + "/meta.json: seed: the checkpoint was written with seed " +
+                       std::to_string(meta.seed) + ", this run has " +
+                       std::to_string(options_.seed) + " (the data order would differ)");
+  }
+  sampler_.Restore({meta.sampler_epoch, meta.sampler_offset});
+  next_step_ = static_cast<int>(meta.step);
+  return path;
+}
+
+void TrainingJob::Save(int steps_done) {
+  CheckpointMeta meta;
+  meta.step = steps_done;
+  meta.sampler_epoch = sampler_.position().epoch;
+  meta.sampler_offset = sampler_.position().offset;
+  meta.seed = options_.seed;
+  SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.world());
+}
+
+TrainingStepRecord TrainingJob::RunStep() {
+  if (done()) throw InternalError("TrainingJob::RunStep: the job is done");
+  TrainingStepRecord record;
+  record.step = next_step_;
+  const SampledBatch batch = sampler_.Next();
+  const Plan plan = planner_.PlanBatch(batch.lengths);
+  std::vector<std::vector<std::int64_t>> documents;
+  for (std::size_t i = 0; i < plan.lengths.size(); ++i) {
+    std::vector<std::int64_t> doc =
+        dataset_.Document(static_cast<std::size_t>(batch.dataset_indices[i]));
+    doc.resize(static_cast<std::size_t>(plan.lengths[i]));  // the sampler's and planner's cuts
+    record.tokens += plan.lengths[i];
+    documents.push_back(std::move(doc));
+  }
+  StepPlan step_plan;
+  step_plan.strategy = plan.strategy_index;
+  for (const PipelinePlan& p : plan.pipelines) {
+    step_plan.pipelines.push_back(p.micro_batches);
+    record.micro_batches.push_back(static_cast<int>(p.micro_batches.size()));
+  }
+  record.result = trainer_.Step(step_plan, documents);
+  ++next_step_;
+  if (!options_.checkpoint_dir.empty() &&
+      (done() || (options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0))) {
+    Save(next_step_);
+  }
+  record.documents = documents.size();
+  record.truncated = plan.truncated.size();
+  record.strategy =
+      plan.strategy.name.empty() ? StrategyDescription(plan.strategy) : plan.strategy.name;
+  record.strategy_index = plan.strategy_index;
+  record.switched = previous_strategy_ >= 0 && previous_strategy_ != plan.strategy_index;
+  previous_strategy_ = plan.strategy_index;
+  record.predicted_step_ms = plan.estimated_step_ms;
+  record.planning_ms = plan.planning_ms;
+  return record;
+}
+
+std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compute) {
+  nlohmann::json j;
+  j["step"] = r.step;
+  j["loss"] = r.result.loss;
+  j["tokens"] = r.tokens;
+  j["targets"] = r.result.targets;
+  j["documents"] = r.documents;
+  j["step_ms"] = r.result.step_ms;
+  j["strategy"] = r.strategy;
+  j["strategy_index"] = r.strategy_index;
+  j["switched"] = r.switched;
+  j["predicted_step_ms"] = r.predicted_step_ms;
+  j["planning_ms"] = r.planning_ms;
+  j["compute_ms"] = r.result.compute_ms;
+  j["wait_ms"] = r.result.wait_ms;
+  j["sync_ms"] = r.result.sync_ms;
+  j["micro_batches"] = r.micro_batches;
+  j["truncated"] = r.truncated;
+  j["device"] = ToString(compute.device);
+  j["precision"] = ToString(compute.precision);
+  return j.dump();
+}
+
+}  // namespace hydraulis
