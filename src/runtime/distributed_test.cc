@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/checkpoint.h"
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/distributed_trainer.h"
@@ -41,6 +42,8 @@
 #include "hydraulis/runtime/pipeline_stage.h"
 #include "hydraulis/runtime/sharded_optimizer.h"
 #include "hydraulis/runtime/trainer.h"
+#include "hydraulis/runtime/training_job.h"
+#include "hydraulis/spec/spec_io.h"
 #include "rank_harness.h"
 #include "test_documents.h"
 
@@ -705,6 +708,80 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   }
   std::filesystem::remove_all(dir);
   EXPECT_FALSE(LatestCheckpoint(dir).has_value());
+}
+
+// The training driver on one real Gloo rank: 4 steps straight equal 2 steps, a checkpoint,
+// a new job resumed from it and 2 more steps, bit for bit (data order, plans, optimizer).
+TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
+  const std::string dir = ::testing::TempDir() + "/hydraulis_job_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const ModelConfig c = Tiny();
+  {
+    // Real document lengths (the repository's Wikipedia sample), random token ids.
+    std::ifstream lengths(std::string(HYDRAULIS_SOURCE_DIR) + "/data/wikipedia-sample-lengths.txt");
+    MegatronDatasetWriter writer(dir + "/corpus", MegatronDType::kUInt16);
+    std::int64_t length = 0;
+    for (int d = 0; d < 200 && lengths >> length; ++d) {
+      const auto doc = test_support::RandomDocuments(
+          {static_cast<int>(std::min<std::int64_t>(length, 700))}, static_cast<std::uint64_t>(d),
+          static_cast<int>(c.shape.vocab));
+      writer.AddDocument(doc[0]);
+    }
+    writer.Finish();
+  }
+  const MegatronDataset dataset(dir + "/corpus");
+  std::vector<std::int64_t> lengths;
+  for (std::size_t i = 0; i < dataset.num_documents(); ++i) {
+    lengths.push_back(dataset.DocumentLength(i));
+  }
+  const Profile profile =
+      LoadProfile(std::string(HYDRAULIS_SOURCE_DIR) + "/configs/profiles/tiny-cpu.json");
+  CandidateSet candidates;
+  candidates.gpus = 1;
+  candidates.optimizer_layout = {1, 1, 1};
+  Strategy single;
+  single.name = "1xtp1";
+  single.pipelines.push_back(Scheme{});
+  candidates.strategies.push_back(single);
+  PlannerOptions planning;
+  planning.context_tokens = 512;
+  const Planner planner(profile, candidates, planning);
+  const SamplerOptions sampling{2048, 512, 7, 0};
+
+  // Runs steps [resume point, steps) of a job; returns the losses and final parameters.
+  auto run = [&](int steps, int checkpoint_every, bool resume, std::uint64_t seed) {
+    DistributedOptions options;
+    options.master_port = test_support::FreePort();
+    options.timeout = std::chrono::milliseconds(10000);
+    Rendezvous rendezvous(options);
+    DistributedTrainer trainer(c, 7, Adam(1e-8), rendezvous, candidates.strategies);
+    BatchSampler sampler(lengths, sampling);
+    TrainingJobOptions job_options;
+    job_options.steps = steps;
+    job_options.seed = seed;
+    job_options.checkpoint_dir = dir + "/ckpt";
+    job_options.checkpoint_every = checkpoint_every;
+    TrainingJob job(planner, sampler, dataset, trainer, job_options);
+    if (resume) {
+      EXPECT_TRUE(job.Resume().has_value());
+    }
+    std::vector<double> losses;
+    while (!job.done()) losses.push_back(job.RunStep().result.loss);
+    return std::make_pair(losses, trainer.optimizer().full_parameters().clone());
+  };
+  const auto straight = run(4, 0, false, 7);
+  std::filesystem::remove_all(dir + "/ckpt");
+  const auto first = run(2, 2, false, 7);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ckpt/step-00000002/meta.json"));
+  EXPECT_THROW(run(4, 2, true, 8), InvalidInput);  // another seed would change the data order
+  const auto second = run(4, 2, true, 7);
+  ASSERT_EQ(straight.first.size(), 4u);
+  ASSERT_EQ(second.first.size(), 2u);
+  EXPECT_EQ(first.first[0], straight.first[0]);
+  EXPECT_EQ(second.first[1], straight.first[3]);
+  EXPECT_TRUE(at::equal(second.second, straight.second));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
