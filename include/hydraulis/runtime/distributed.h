@@ -1,8 +1,6 @@
 // Communication for the runtime: a TCPStore rendezvous and the CommGroup interface with
 // its c10d (Gloo, NCCL) and in-process fake implementations, so that c10d headers and
-// their libtorch-version differences (torch_compat.h) stay out of the public API. Data parallelism:
-// every rank holds a full model replica and AllReduceGradientSync sums the gradients over the
-// ranks.
+// their libtorch-version differences (torch_compat.h) stay out of the public API.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -12,8 +10,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include "hydraulis/runtime/trainer.h"
 
 namespace hydraulis {
 
@@ -139,19 +135,6 @@ class FakeCommWorld {
 
  private:
   std::shared_ptr<State> state_;
-};
-
-// GradientSync by one all-reduce of all gradients flattened into one buffer (one
-// collective per step instead of one per parameter). `group` must outlive it.
-class AllReduceGradientSync : public GradientSync {
- public:
-  explicit AllReduceGradientSync(CommGroup& group) : group_(group) {}
-
-  std::vector<double> SumAcrossRanks(const std::vector<double>& local) override;
-  void ReduceGradients(const std::vector<at::Tensor>& parameters) override;
-
- private:
-  CommGroup& group_;
 };
 
 }  // namespace hydraulis

@@ -1,6 +1,6 @@
 // Training steps: gradient accumulation over packed micro-batches of any shapes, normalised
 // by the global batch's target-token count, then one AdamW step on fp32 parameters. Alone
-// the trainer is single-process; with a GradientSync (distributed.h) every rank of a
+// the trainer is single-process; with a GradientSync (gradient_sync.h) every rank of a
 // data-parallel group runs its own micro-batches on a full replica and the sync makes the
 // step that of one process over the union of all ranks' micro-batches.
 // A tensor-parallel model (model.h) needs no sync: every tp rank runs the same
@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "hydraulis/runtime/gradient_sync.h"
 #include "hydraulis/runtime/model.h"
 #include "hydraulis/runtime/packed_batch.h"
 
@@ -48,23 +49,6 @@ void AccumulateMainGradients(const Transformer& model);
 
 double ForwardBackward(const Transformer& model, const std::vector<PackedBatch>& micro_batches,
                        std::int64_t global_targets);
-
-// How the ranks of a data-parallel group combine one step. The trainer calls, in order:
-// SumAcrossRanks({local target count}) before any backward (every rank must divide by the
-// global count), ReduceGradients after this rank's backward passes, SumAcrossRanks({local
-// loss sum}) for the report. Every rank of the group must make the same calls in the same
-// order, also a rank with no micro-batch. The all-reduce implementation is
-// AllReduceGradientSync (distributed.h); a ZeRO-1 one will reduce-scatter gradients into
-// the shard each rank's optimizer owns and all-gather the updated parameters, which is why
-// the trainer asks the sync, not c10d, for the reduction.
-class GradientSync {
- public:
-  virtual ~GradientSync() = default;
-  // Element-wise sum over the group's ranks (exact for integers up to 2^53).
-  virtual std::vector<double> SumAcrossRanks(const std::vector<double>& local) = 0;
-  // Replaces every parameter's gradient (defined on every rank) by its sum over the ranks.
-  virtual void ReduceGradients(const std::vector<at::Tensor>& parameters) = 0;
-};
 
 struct StepResult {
   double loss = 0.0;         // mean cross-entropy over the step's target tokens
