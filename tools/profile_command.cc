@@ -35,6 +35,7 @@
 #include "hydraulis/runtime/model.h"
 #include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/stage_profiler.h"
+#include "hydraulis/spec/placement.h"
 #include "hydraulis/spec/spec_io.h"
 #include "launcher.h"
 
@@ -241,11 +242,15 @@ int RunProfile(const ProfileArgs& a) {
     // Every rank creates its groups in increasing tp.
     for (const int tp : tps) {
       if (tp == 1 || rank >= world_size / tp * tp) continue;
-      const int block = rank / tp;
-      std::vector<int> members(static_cast<std::size_t>(tp));
-      for (int r = 0; r < tp; ++r) members[static_cast<std::size_t>(r)] = block * tp + r;
-      tp_groups[tp] = MakeCommGroup(
-          *rendezvous, "profile-tp" + std::to_string(tp) + "-" + std::to_string(block), members);
+      Strategy blocks;  // world / tp pipelines of tp ranks
+      Scheme scheme;
+      scheme.tp = tp;
+      blocks.pipelines.assign(static_cast<std::size_t>(world_size / tp), scheme);
+      const int block =
+          ComputePlacement(blocks, world_size)[static_cast<std::size_t>(rank)].pipeline;
+      tp_groups[tp] = MakeCommGroup(*rendezvous,
+                                    "profile-tp" + std::to_string(tp) + "-" + std::to_string(block),
+                                    TensorParallelGpus(blocks, block, 0));
     }
   }
 

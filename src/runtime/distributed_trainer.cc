@@ -7,7 +7,7 @@
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/packed_batch.h"
 #include "hydraulis/runtime/pipeline_stage.h"
-#include "hydraulis/sim/placement.h"
+#include "hydraulis/spec/placement.h"
 
 namespace hydraulis {
 namespace {
@@ -107,31 +107,25 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
     auto compute = std::make_unique<Compute>();
     const std::vector<ComputeRole> roles = ComputePlacement(s, o.world_size);
     compute->role = roles[static_cast<std::size_t>(o.rank)];
-    const std::vector<int> first = PipelineFirstGpus(s);
     for (std::size_t p = 0; p < s.pipelines.size(); ++p) {
+      if (compute->role.pipeline != static_cast<int>(p)) continue;
       const Scheme& scheme = s.pipelines[p];
-      std::vector<int> pipeline_ranks;
-      for (int g = 0; g < scheme.Gpus(); ++g) pipeline_ranks.push_back(first[p] + g);
-      const bool mine = compute->role.pipeline == static_cast<int>(p);
-      if (!mine) continue;
       const ParameterBlock& block = compute->role.block;
-      CommGroup* pipeline_group = scheme.pp > 1 ? Group(pipeline_ranks) : nullptr;
-      CommGroup* tp_group = nullptr;
-      if (scheme.tp > 1) {
-        std::vector<int> tp_ranks;
-        for (int r = 0; r < scheme.tp; ++r)
-          tp_ranks.push_back(first[p] + block.stage * scheme.tp + r);
-        tp_group = Group(tp_ranks);
-      }
+      const int pipeline = static_cast<int>(p);
+      CommGroup* pipeline_group = scheme.pp > 1 ? Group(PipelineGpus(s, pipeline)) : nullptr;
+      CommGroup* tp_group =
+          scheme.tp > 1 ? Group(TensorParallelGpus(s, pipeline, block.stage)) : nullptr;
       compute->model = std::make_unique<Transformer>(
           config_, seed_, tp_group, ModelPart::Stage(config_, block.stage, scheme.pp), compute_);
       compute->links.pipeline = pipeline_group;
       compute->links.stage = block.stage;
       compute->links.pp = scheme.pp;
-      // Group rank of (stage, tp rank) inside the pipeline group.
-      if (block.stage > 0) compute->links.prev = (block.stage - 1) * scheme.tp + block.tp_rank;
-      if (block.stage + 1 < scheme.pp)
-        compute->links.next = (block.stage + 1) * scheme.tp + block.tp_rank;
+      if (block.stage > 0) {
+        compute->links.prev = PipelineGroupRank(scheme, block.stage - 1, block.tp_rank);
+      }
+      if (block.stage + 1 < scheme.pp) {
+        compute->links.next = PipelineGroupRank(scheme, block.stage + 1, block.tp_rank);
+      }
     }
     computes_.push_back(std::move(compute));
   }

@@ -13,10 +13,10 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
-#include "hydraulis/sim/placement.h"
 #include "hydraulis/sim/report.h"
 #include "hydraulis/sim/step_planner.h"
 #include "hydraulis/sim/trace.h"
+#include "hydraulis/spec/placement.h"
 #include "hydraulis/spec/spec_io.h"
 
 namespace hydraulis {

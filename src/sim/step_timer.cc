@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/sim/placement.h"
+#include "hydraulis/spec/placement.h"
 #include "units.h"
 
 namespace hydraulis {

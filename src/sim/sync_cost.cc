@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hydraulis/sim/placement.h"
+#include "hydraulis/spec/placement.h"
 #include "units.h"
 
 namespace hydraulis {

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "hydraulis/sim/placement.h"
+#include "hydraulis/spec/placement.h"
 
 namespace hydraulis {
 namespace {

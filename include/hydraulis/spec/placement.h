@@ -1,5 +1,6 @@
-// Where parameters and pipeline stages sit on the cluster's GPUs, which the communication
-// model needs: consecutive GPU ids share a node (gpus_per_node of them).
+// Where parameters and pipeline stages sit on the cluster's GPUs (ranks): the one rank
+// layout the simulator's communication model and the runtime's process groups both use.
+// Consecutive GPU ids share a node (gpus_per_node of them).
 #pragma once
 
 #include <vector>
@@ -32,6 +33,18 @@ std::vector<ComputeRole> ComputePlacement(const Strategy& strategy, int cluster_
 
 // First GPU of each pipeline of `strategy`, in strategy order.
 std::vector<int> PipelineFirstGpus(const Strategy& strategy);
+
+// The GPUs of pipeline `pipeline` of `strategy`, in ComputePlacement's order (group rank
+// stage * cp * tp + cp_rank * tp + tp_rank).
+std::vector<int> PipelineGpus(const Strategy& strategy, int pipeline);
+
+// The tensor-parallel group of (stage, cp_rank) of pipeline `pipeline`: its tp GPUs in
+// tp-rank order.
+std::vector<int> TensorParallelGpus(const Strategy& strategy, int pipeline, int stage,
+                                    int cp_rank = 0);
+
+// Index inside PipelineGpus of the GPU holding (stage, cp_rank, tp_rank) of `scheme`.
+int PipelineGroupRank(const Scheme& scheme, int stage, int tp_rank, int cp_rank = 0);
 
 // Optimizer layout: GPU g owns 1/dp of the block of (pp rank, tp rank), Megatron's order
 // (tp fastest, then dp, then pp): g = tp_rank + tp * (dp_rank + dp * pp_rank).

@@ -1,4 +1,4 @@
-#include "hydraulis/sim/placement.h"
+#include "hydraulis/spec/placement.h"
 
 namespace hydraulis {
 
@@ -12,6 +12,28 @@ std::vector<int> PipelineFirstGpus(const Strategy& strategy) {
   return first;
 }
 
+int PipelineGroupRank(const Scheme& scheme, int stage, int tp_rank, int cp_rank) {
+  return (stage * scheme.cp + cp_rank) * scheme.tp + tp_rank;
+}
+
+std::vector<int> PipelineGpus(const Strategy& strategy, int pipeline) {
+  const int first = PipelineFirstGpus(strategy)[static_cast<std::size_t>(pipeline)];
+  std::vector<int> gpus;
+  for (int g = 0; g < strategy.pipelines[static_cast<std::size_t>(pipeline)].Gpus(); ++g) {
+    gpus.push_back(first + g);
+  }
+  return gpus;
+}
+
+std::vector<int> TensorParallelGpus(const Strategy& strategy, int pipeline, int stage,
+                                    int cp_rank) {
+  const Scheme& s = strategy.pipelines[static_cast<std::size_t>(pipeline)];
+  const int first = PipelineFirstGpus(strategy)[static_cast<std::size_t>(pipeline)];
+  std::vector<int> gpus;
+  for (int r = 0; r < s.tp; ++r) gpus.push_back(first + PipelineGroupRank(s, stage, r, cp_rank));
+  return gpus;
+}
+
 std::vector<ComputeRole> ComputePlacement(const Strategy& strategy, int cluster_gpus) {
   std::vector<ComputeRole> roles(static_cast<std::size_t>(cluster_gpus));
   const std::vector<int> first = PipelineFirstGpus(strategy);
@@ -20,7 +42,7 @@ std::vector<ComputeRole> ComputePlacement(const Strategy& strategy, int cluster_
     for (int stage = 0; stage < s.pp; ++stage) {
       for (int c = 0; c < s.cp; ++c) {
         for (int r = 0; r < s.tp; ++r) {
-          const int gpu = first[p] + (stage * s.cp + c) * s.tp + r;
+          const int gpu = first[p] + PipelineGroupRank(s, stage, r, c);
           roles[static_cast<std::size_t>(gpu)] = {static_cast<int>(p), {stage, s.pp, r, s.tp}};
         }
       }
