@@ -212,6 +212,27 @@ class C10dCommGroup final : public CommGroup {
               c10d::ReduceOp::SUM, "barrier");
   }
 
+  std::unique_ptr<CommWork> ReduceSumAsync(const at::Tensor& tensor, int root) override {
+    CheckContiguous(tensor, "reduce");
+    if (root < 0 || root >= size()) {
+      throw InternalError(Where() + ": reduce to invalid root " + std::to_string(root));
+    }
+    at::Tensor t = Staged(tensor);
+    std::vector<at::Tensor> tensors = {t};
+    c10d::ReduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.rootRank = root;
+    c10::intrusive_ptr<torch_compat::Work> work;
+    const std::string what = "reduce of " + std::to_string(tensor.numel()) +
+                             " elements to group rank " + std::to_string(root);
+    try {
+      work = backend_->reduce(tensors, opts);
+    } catch (const std::exception& e) {
+      Fail(what, e);
+    }
+    return std::make_unique<Pending>(this, std::move(work), t, tensor, what);
+  }
+
   void Send(const at::Tensor& tensor, int peer, int tag) override {
     CheckPeer(peer, "send");
     at::Tensor t = tensor.contiguous();
@@ -250,6 +271,41 @@ class C10dCommGroup final : public CommGroup {
   }
 
  private:
+  // An asynchronous reduce: copies a staged result back on Wait.
+  class Pending final : public CommWork {
+   public:
+    Pending(const C10dCommGroup* group, c10::intrusive_ptr<torch_compat::Work> work,
+            at::Tensor staged, at::Tensor target, std::string what)
+        : group_(group),
+          work_(std::move(work)),
+          staged_(std::move(staged)),
+          target_(std::move(target)),
+          what_(std::move(what)) {}
+    ~Pending() override {
+      if (work_) {
+        try {
+          work_->wait();
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    void Wait() override {
+      auto work = std::move(work_);
+      try {
+        work->wait();
+      } catch (const std::exception& e) {
+        group_->Fail(what_, e);
+      }
+      Unstage(staged_, target_);
+    }
+
+   private:
+    const C10dCommGroup* group_;
+    c10::intrusive_ptr<torch_compat::Work> work_;
+    at::Tensor staged_, target_;
+    std::string what_;
+  };
+
   struct InFlightSend {
     c10::intrusive_ptr<torch_compat::Work> work;
     at::Tensor tensor;  // kept alive until the send completes

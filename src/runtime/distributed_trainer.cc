@@ -212,8 +212,12 @@ DistributedStepResult DistributedTrainer::Step(
     const Transformer& model = *compute.model;
     optimizer_->Materialise(model);
     ZeroGradients(model);
+    const auto& mine = plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)];
+    // Gradients flow into the optimizer's buffer during backward, and each shard's
+    // reduction starts as soon as it is final.
+    optimizer_->BeginStep(&model, static_cast<int>(mine.size()));
     std::vector<PackedBatch> micro_batches;
-    for (const auto& mb : plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)]) {
+    for (const auto& mb : mine) {
       std::vector<std::vector<std::int64_t>> docs;
       for (int d : mb) docs.push_back(documents[static_cast<std::size_t>(d)]);
       micro_batches.push_back(PackDocuments(docs, config_.shape.vocab, TorchDevice(compute_)));
@@ -222,10 +226,14 @@ DistributedStepResult DistributedTrainer::Step(
     result.pipeline_tokens = stage.tokens;
     result.wait_ms = stage.wait_ms;
   }
+  if (compute.model == nullptr) optimizer_->BeginStep(nullptr, 0);
   result.compute_ms = MsSince(compute_start);
 
   const auto sync_start = Clock::now();
   optimizer_->Step(compute.model.get());
+  result.grad_shards = optimizer_->overlap_stats().shards;
+  result.grad_shards_overlapped = optimizer_->overlap_stats().shards_started_in_backward;
+  result.grad_reduce_wait_ms = optimizer_->overlap_stats().reduce_wait_ms;
   // Loss from the last stages and tokens from the first stages, each counted on tp rank 0
   // only, so every pipeline contributes once.
   const bool tp0 = compute.model != nullptr && compute.model->tp_rank() == 0;

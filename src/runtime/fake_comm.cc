@@ -90,6 +90,28 @@ class FakeCommGroup final : public CommGroup {
 
   void Barrier() override { Exchange(at::zeros({1})); }
 
+  // Deferred: the exchange happens at Wait, which every member reaches in issue order.
+  std::unique_ptr<CommWork> ReduceSumAsync(const at::Tensor& tensor, int root) override {
+    class Deferred final : public CommWork {
+     public:
+      Deferred(FakeCommGroup* group, at::Tensor tensor, int root)
+          : group_(group), tensor_(std::move(tensor)), root_(root) {}
+      void Wait() override {
+        const std::vector<at::Tensor> all = group_->Exchange(tensor_);
+        if (group_->rank() != root_) return;
+        at::Tensor acc = all[0];
+        for (std::size_t r = 1; r < all.size(); ++r) acc = acc + all[r];
+        tensor_.copy_(acc);
+      }
+
+     private:
+      FakeCommGroup* group_;
+      at::Tensor tensor_;
+      int root_;
+    };
+    return std::make_unique<Deferred>(this, tensor, root);
+  }
+
   void Send(const at::Tensor& tensor, int peer, int tag) override {
     CheckPeer(peer);
     std::lock_guard<std::mutex> lock(state_->mutex);

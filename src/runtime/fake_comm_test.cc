@@ -192,6 +192,48 @@ TEST(FakeCommTest, ShardedOptimizerOverTwoRanksMatchesOneProcess) {
   EXPECT_LT(worst, 1e-5);
 }
 
+// The overlapped reduction (gradients collected by hooks during backward, shards reduced as
+// they become final) gives the optimizer step of the plain path, and on 2 ranks the last
+// layers' shard starts while backward is still producing the first layers' gradients.
+TEST(FakeCommTest, OverlappedReductionEqualsThePlainOne) {
+  const ModelConfig c = Tiny();
+  AdamWOptions adam;
+  adam.lr = 1e-3;
+  const Documents docs = RandomDocuments(kLengths, 9, static_cast<int>(c.shape.vocab));
+  std::int64_t targets = 0;
+  for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+  FakeCommWorld world(2);
+  std::vector<at::Tensor> plain(2), overlapped(2);
+  std::vector<ShardedAdamW::OverlapStats> stats(2);
+  OnThreads(2, [&](int r) {
+    auto everyone = world.Group(r, "world");
+    const std::size_t half = docs.size() / 2;
+    const Documents mine(docs.begin() + (r == 0 ? 0 : static_cast<std::ptrdiff_t>(half)),
+                         r == 0 ? docs.begin() + static_cast<std::ptrdiff_t>(half) : docs.end());
+    const std::vector<PackedBatch> mbs = {
+        PackDocuments(Documents(mine.begin(), mine.begin() + 2), c.shape.vocab),
+        PackDocuments(Documents(mine.begin() + 2, mine.end()), c.shape.vocab)};
+    for (bool overlap : {false, true}) {
+      ShardedAdamW optimizer(Transformer(c, 11), *everyone, adam);
+      Transformer model(c, 11);
+      optimizer.Materialise(model);
+      ZeroGradients(model);
+      if (overlap) optimizer.BeginStep(&model, static_cast<int>(mbs.size()));
+      ForwardBackward(model, mbs, targets);
+      optimizer.Step(&model);
+      (overlap ? overlapped : plain)[static_cast<std::size_t>(r)] =
+          optimizer.full_parameters().clone();
+      if (overlap) stats[static_cast<std::size_t>(r)] = optimizer.overlap_stats();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LT(RelativeError(overlapped[r], plain[r]), 1e-6);
+    EXPECT_EQ(stats[r].shards, 2);
+    EXPECT_EQ(stats[r].shards_started_in_backward, 1) << "rank " << r;
+  }
+  EXPECT_TRUE(at::equal(overlapped[0], overlapped[1]));
+}
+
 // bf16 compute with fp32 main gradients and fp32 optimizer state tracks fp32 training: the
 // per-step losses agree to bf16 accuracy (8 mantissa bits: relative 2^-8 per rounding,
 // accumulated through 2 layers), and the micro-batch gradients are accumulated in fp32.

@@ -2,6 +2,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -68,7 +70,6 @@ ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
   for (const NamedParameter& p : initial.named_parameters()) {
     RegionOf(full_, layout_, p, 1, 0).copy_(p.value.detach());
   }
-  grad_shard_ = at::zeros({shard_numel_}, fp32);
   exp_avg_ = at::zeros({shard_numel_}, fp32);
   exp_avg_sq_ = at::zeros({shard_numel_}, fp32);
 }
@@ -85,26 +86,129 @@ void ShardedAdamW::Materialise(const Transformer& model) const {
   }
 }
 
-void ShardedAdamW::Step(const Transformer* model) {
+namespace {
+
+// Local parameters that count towards the reduction: the tp copies of a replicated
+// parameter carry the same gradient, so only tp rank 0's counts.
+bool Contributes(const Transformer& model, const NamedParameter& p) {
+  return p.split != TensorSplit::kReplicated || model.tp_rank() == 0;
+}
+
+double MsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+void ShardedAdamW::Attach(const Transformer& model) {
+  for (const Transformer* m : attached_) {
+    if (m == &model) return;
+  }
+  attached_.push_back(&model);
+  const auto& params = model.named_parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    // The hook sees the gradient of this backward pass (all uses of the parameter summed)
+    // before autograd accumulates it; it returns nothing, so the gradient is unchanged.
+    params[i].value.register_hook([this, &model, i](const at::Tensor& grad) {
+      OnGradient(model, i, grad);
+      return at::Tensor();
+    });
+  }
+}
+
+void ShardedAdamW::BeginStep(const Transformer* model, int micro_batches) {
   at::NoGradGuard no_grad;
+  if (model != nullptr) Attach(*model);
   grad_.zero_();
-  if (model != nullptr) {
-    for (const NamedParameter& p : model->named_parameters()) {
-      // The tp copies of a replicated parameter carry the same gradient: count it once.
-      if (p.split == TensorSplit::kReplicated && model->tp_rank() != 0) continue;
-      const at::Tensor& grad = GradientOf(p);
-      if (!grad.defined()) {
-        throw InternalError("ShardedAdamW: parameter '" + p.name + "' has no gradient");
-      }
-      RegionOf(grad_, layout_, p, model->tp_size(), model->tp_rank()).add_(grad);
+  pending_.clear();
+  begun_ = true;
+  stats_ = OverlapStats{};
+  const int shards = world_.size();
+  stats_.shards = shards;
+  waiting_.assign(static_cast<std::size_t>(shards), 0);
+  calls_.clear();
+  active_ = micro_batches > 0 ? model : nullptr;
+  micro_batches_ = micro_batches;
+  if (active_ != nullptr) {
+    calls_.assign(active_->named_parameters().size(), 0);
+    for (const NamedParameter& p : active_->named_parameters()) {
+      if (!Contributes(*active_, p)) continue;
+      // The parameter's whole flat range: a tp shard covers a subset, so this may wait for
+      // a shard it does not touch, never start one too early.
+      const FlatParameter& flat = layout_.Find(p.full_name);
+      const std::int64_t first = flat.offset / shard_numel_;
+      const std::int64_t last = (flat.offset + flat.numel - 1) / shard_numel_;
+      for (std::int64_t k = first; k <= last; ++k) ++waiting_[static_cast<std::size_t>(k)];
     }
   }
-  // Each rank receives only the sum of its own shard (a real reduce-scatter on Gloo and
-  // NCCL since PyTorch 2.x; libtorch 1.13's Gloo needed an all-reduce here).
-  world_.ReduceScatterSum(grad_, grad_shard_);
+  next_shard_ = shards - 1;
+  IssueReadyShards();
+}
+
+void ShardedAdamW::OnGradient(const Transformer& model, std::size_t index, const at::Tensor& grad) {
+  if (&model != active_) return;
+  const NamedParameter& p = model.named_parameters()[index];
+  if (!Contributes(model, p)) return;
+  at::NoGradGuard no_grad;
+  RegionOf(grad_, layout_, p, model.tp_size(), model.tp_rank()).add_(grad);
+  if (++calls_[index] != micro_batches_) return;
+  const FlatParameter& flat = layout_.Find(p.full_name);
+  const std::int64_t first = flat.offset / shard_numel_;
+  const std::int64_t last = (flat.offset + flat.numel - 1) / shard_numel_;
+  for (std::int64_t k = first; k <= last; ++k) --waiting_[static_cast<std::size_t>(k)];
+  IssueReadyShards();
+}
+
+void ShardedAdamW::IssueReadyShards() {
+  while (next_shard_ >= 0 && waiting_[static_cast<std::size_t>(next_shard_)] == 0) {
+    // Hidden behind this rank's own computation when a gradient of a lower shard is still
+    // to come from backward.
+    if (std::any_of(waiting_.begin(), waiting_.begin() + next_shard_,
+                    [](int w) { return w > 0; })) {
+      ++stats_.shards_started_in_backward;
+    }
+    const std::int64_t first = shard_numel_ * next_shard_;
+    pending_.push_back(
+        world_.ReduceSumAsync(grad_.slice(0, first, first + shard_numel_), next_shard_));
+    --next_shard_;
+  }
+}
+
+void ShardedAdamW::Step(const Transformer* model) {
+  at::NoGradGuard no_grad;
+  if (!begun_) {
+    // No BeginStep: collect the accumulated gradients now, then reduce every shard.
+    grad_.zero_();
+    if (model != nullptr) {
+      for (const NamedParameter& p : model->named_parameters()) {
+        if (!Contributes(*model, p)) continue;
+        const at::Tensor& grad = GradientOf(p);
+        if (!grad.defined()) {
+          throw InternalError("ShardedAdamW: parameter '" + p.name + "' has no gradient");
+        }
+        RegionOf(grad_, layout_, p, model->tp_size(), model->tp_rank()).add_(grad);
+      }
+    }
+    pending_.clear();
+    stats_ = OverlapStats{};
+    stats_.shards = world_.size();
+    next_shard_ = world_.size() - 1;
+  }
+  // Every backward pass has run: every shard is final (a parameter that missed a hook
+  // would change nothing, its gradients were collected as they came).
+  waiting_.assign(static_cast<std::size_t>(world_.size()), 0);
+  IssueReadyShards();
+  begun_ = false;
+  active_ = nullptr;
+  const auto wait_start = std::chrono::steady_clock::now();
+  for (auto& work : pending_) work->Wait();
+  stats_.reduce_wait_ms = MsSince(wait_start);
+  pending_.clear();
   ++steps_;
+  // This rank's shard of the sum is in place in its slice of the buffer.
   const at::Tensor master = Shard(full_).clone();
-  AdamWUpdate(master, grad_shard_, exp_avg_, exp_avg_sq_, steps_, options_);
+  AdamWUpdate(master, Shard(grad_), exp_avg_, exp_avg_sq_, steps_, options_);
   world_.AllGather(master, full_);
 }
 

@@ -65,6 +65,14 @@ class Rendezvous {
   std::unique_ptr<Impl> impl_;
 };
 
+// An asynchronous collective in flight (CommGroup::ReduceSumAsync). Wait blocks until it
+// completed (Error as the blocking calls); the destructor of an unwaited one waits quietly.
+class CommWork {
+ public:
+  virtual ~CommWork() = default;
+  virtual void Wait() = 0;
+};
+
 // The collectives and point-to-point transfers the runtime uses, over some ranks of a job,
 // behind one interface with three implementations: c10d Gloo and NCCL (MakeCommGroup) and
 // an in-process fake (FakeCommWorld) that lets tests drive tensor-parallel, pipeline and
@@ -94,6 +102,12 @@ class CommGroup {
   // `full` (contiguous, size() times as many elements), in group-rank order.
   virtual void AllGather(const at::Tensor& shard, const at::Tensor& full) = 0;
   virtual void Barrier() = 0;
+  // Starts summing `tensor` (contiguous, the same size on every rank) into group rank
+  // `root`'s tensor and returns at once; the result is in place on the root after Wait
+  // (other ranks' tensors must not change until then and hold no result). Every member
+  // must issue the same asynchronous collectives in the same order, and wait for them in
+  // that order.
+  virtual std::unique_ptr<CommWork> ReduceSumAsync(const at::Tensor& tensor, int root) = 0;
 
   // Point-to-point, for pipeline stages. Send does not block: the tensor is kept alive and
   // the transfer completes in the background, so a 1F1B schedule whose receives are

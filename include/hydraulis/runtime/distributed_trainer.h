@@ -51,6 +51,12 @@ struct DistributedStepResult {
   double wait_ms = 0;     // this rank: blocked in pipeline receives
   double sync_ms = 0;     // this rank: gradient reduction + optimizer + parameter gather
   double step_ms = 0;     // this rank: the whole step, from the plan check to the end
+  // Communication hidden behind computation: of the gradient shard reductions (one per
+  // rank), how many started while this rank's backward was still running, and how long
+  // the optimizer step then waited for all of them to finish.
+  int grad_shards = 0;
+  int grad_shards_overlapped = 0;
+  double grad_reduce_wait_ms = 0;
 };
 
 class DistributedTrainer {

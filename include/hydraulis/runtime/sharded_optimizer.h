@@ -4,10 +4,11 @@
 // rank r, whatever compute strategy runs the step. Each step:
 //   1. Materialise: copy this rank's compute parameters (its pipeline stage and tp shard,
 //      any strategy) out of the full parameter vector every rank holds.
-//   2. Reduce: every rank writes the gradients it owns into a zero full-size buffer (a tp
+//   2. Reduce: every rank adds the gradients it owns into a zero full-size buffer (a tp
 //      shard into its slice; a tp-replicated parameter from tp rank 0 only, since its tp
 //      copies carry the same gradient; both copies of a tied embedding add up) and the
-//      buffers are reduce-scattered: each rank receives the sum of its own shard.
+//      buffer's shard k is summed into rank k (one asynchronous reduce per shard, started
+//      during backward as soon as the shard's gradients are final: Attach/BeginStep).
 //   3. AdamW on the shard, then an all-gather of the updated shards rebuilds the full vector.
 // Switching strategy between steps therefore moves no optimizer state. The bytes each rank
 // moves per step do not depend on the strategy: docs/runtime.md.
@@ -18,12 +19,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/model.h"
 #include "hydraulis/runtime/trainer.h"
 
 namespace hydraulis {
-
-class CommGroup;
 
 // Where each single-process parameter sits in the flat vector.
 struct FlatParameter {
@@ -64,10 +64,31 @@ class ShardedAdamW {
   // full parameters. Not a collective.
   void Materialise(const Transformer& model) const;
 
+  // Overlap of the gradient reduction with backward. Attach registers gradient hooks on
+  // `model`'s parameters (once per model; the model must outlive this). BeginStep(model,
+  // micro_batches) before a step's first backward (model: nullptr on a rank without compute
+  // this step) makes those hooks add every gradient, in fp32, straight into the reduction
+  // buffer and count its micro-batches: when every local parameter touching shard k has
+  // seen its last micro-batch, the sum of shard k to its owner starts (an asynchronous
+  // reduce), shards in descending order (the order backward produces them), while backward
+  // goes on. Without BeginStep, Step reads the parameters' accumulated gradients instead.
+  void Attach(const Transformer& model);
+  void BeginStep(const Transformer* model, int micro_batches);
+
   // A collective over the world: sums the gradients of `model` (nullptr on a rank that holds
   // no compute parameters this step) into the owned shards, applies AdamW, and gathers the
   // updated parameters. Every rank must call it once per step.
   void Step(const Transformer* model);
+
+  // Of the last step: the shard reductions, how many started while this rank's backward
+  // still had gradients to produce (hidden behind its computation), and how long Step
+  // waited for all of them to finish.
+  struct OverlapStats {
+    int shards = 0;
+    int shards_started_in_backward = 0;
+    double reduce_wait_ms = 0;
+  };
+  const OverlapStats& overlap_stats() const { return stats_; }
 
   // The full fp32 parameters (identical on every rank), [layout().numel].
   at::Tensor full_parameters() const { return full_.slice(0, 0, layout_.numel); }
@@ -91,15 +112,29 @@ class ShardedAdamW {
  private:
   at::Tensor Shard(const at::Tensor& padded) const;
 
+  // Starts the reductions of the ready shards, in descending order.
+  void IssueReadyShards();
+  void OnGradient(const Transformer& model, std::size_t index, const at::Tensor& grad);
+
   CommGroup& world_;
   AdamWOptions options_;
   FlatLayout layout_;
   std::int64_t shard_numel_ = 0;
-  at::Tensor full_;        // [shard_numel * world], the padding stays zero
-  at::Tensor grad_;        // [shard_numel * world], scratch
-  at::Tensor grad_shard_;  // [shard_numel], this rank's reduced gradient
+  at::Tensor full_;  // [shard_numel * world], the padding stays zero
+  at::Tensor grad_;  // [shard_numel * world]: gradients in, this rank's summed shard out
   at::Tensor exp_avg_, exp_avg_sq_;
   std::int64_t steps_ = 0;
+
+  // The overlapped reduction of the current step (BeginStep).
+  bool begun_ = false;                              // BeginStep ran for the current step
+  const Transformer* active_ = nullptr;             // the model whose hooks collect this step
+  int micro_batches_ = 0;                           // backward passes each parameter sees
+  std::vector<int> calls_;                          // per parameter of active_: hooks seen
+  std::vector<int> waiting_;                        // per shard: local parameters not final yet
+  int next_shard_ = -1;                             // next shard to start (descending), -1: all
+  std::vector<std::unique_ptr<CommWork>> pending_;  // in issue order
+  std::vector<const Transformer*> attached_;
+  OverlapStats stats_;
 };
 
 }  // namespace hydraulis

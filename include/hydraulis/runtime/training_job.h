@@ -70,7 +70,8 @@ class TrainingJob {
 
 // One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
 // documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
-// compute_ms, wait_ms, sync_ms, micro_batches, truncated, device, precision.
+// compute_ms, wait_ms, sync_ms, grad_shards, grad_shards_overlapped, grad_reduce_wait_ms,
+// micro_batches, truncated, device, precision.
 std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute);
 
 }  // namespace hydraulis
