@@ -18,12 +18,14 @@
 #include "hydraulis/runtime/packed_batch.h"
 #include "hydraulis/runtime/sharded_optimizer.h"
 #include "hydraulis/runtime/trainer.h"
+#include "rank_harness.h"
 #include "test_documents.h"
 
 namespace hydraulis {
 namespace {
 
 using test_support::Documents;
+using test_support::OnThreads;
 using test_support::RandomDocuments;
 
 ModelConfig Tiny() {
@@ -33,26 +35,6 @@ ModelConfig Tiny() {
 double RelativeError(const at::Tensor& a, const at::Tensor& b) {
   const double scale = b.abs().max().item<double>();
   return (a - b).abs().max().item<double>() / (scale > 0.0 ? scale : 1.0);
-}
-
-// Runs body(rank) on `n` threads and rethrows the first failure.
-void OnThreads(int n, const std::function<void(int)>& body) {
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      at::set_num_threads(1);
-      try {
-        body(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
 }
 
 TEST(FakeCommTest, CollectivesCombineEveryRankInOrder) {

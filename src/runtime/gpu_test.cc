@@ -13,11 +13,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <functional>
 #include <string>
 #include <thread>
@@ -32,12 +27,14 @@
 #include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/packed_batch.h"
 #include "hydraulis/runtime/trainer.h"
+#include "rank_harness.h"
 #include "test_documents.h"
 
 namespace hydraulis {
 namespace {
 
 using test_support::Documents;
+using test_support::OnThreads;
 using test_support::RandomDocuments;
 
 #define REQUIRE_GPU()                                                     \
@@ -59,36 +56,6 @@ double RelativeError(const at::Tensor& a, const at::Tensor& b) {
   const at::Tensor fa = a.to(at::kDouble).cpu(), fb = b.to(at::kDouble).cpu();
   const double scale = fb.abs().max().item<double>();
   return (fa - fb).abs().max().item<double>() / (scale > 0.0 ? scale : 1.0);
-}
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-void OnThreads(int n, const std::function<void(int)>& body) {
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
 }
 
 // Real Wikipedia-like shapes: one long document, several short ones, a 1-token one.
@@ -120,7 +87,7 @@ TEST(GpuTest, FlashVarlenAttentionEqualsDenseAttentionPerDocument) {
 // Options for a one-rank DistributedTrainer (the runtime's optimizer path).
 DistributedOptions OneRank(CommBackend backend) {
   DistributedOptions o;
-  o.master_port = FreePort();
+  o.master_port = test_support::FreePort();
   o.timeout = std::chrono::seconds(60);
   o.backend = backend;
   return o;
@@ -204,7 +171,7 @@ TEST(GpuTest, NcclRunsWithWorldSizeOne) {
 void ExpectTwoRanksOnOneGpuMatchCpu(int tp, int pp, const ComputeOptions& compute) {
   const ModelConfig c = Tiny();
   const std::vector<double> reference = TrainLosses({}, CommBackend::kGloo, 3);
-  const int port = FreePort();
+  const int port = test_support::FreePort();
   std::vector<std::vector<double>> losses(2);
   std::vector<at::Tensor> params(2);
   OnThreads(2, [&](int r) {

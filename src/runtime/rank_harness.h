@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -20,7 +21,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -81,6 +84,28 @@ inline Outcome Read(const std::string& path) {
     in.read(reinterpret_cast<char*>(v->data()), static_cast<std::streamsize>(p * sizeof(float)));
   }
   return o;
+}
+
+// Runs body(rank) for ranks 0..n-1, each on its own thread (one intra-op thread each),
+// and rethrows the first failure: ranks as threads of one process, for the in-process
+// communicator and for c10d ranks that share one device.
+inline void OnThreads(int n, const std::function<void(int)>& body) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      at::set_num_threads(1);
+      try {
+        body(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
 }
 
 // A port nothing listens on now (the kernel's choice for port 0); the rendezvous binds it
