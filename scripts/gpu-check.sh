@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Everything for a machine with an NVIDIA GPU and PyTorch already installed, in one command
-# (docs/runtime.md, "GPU check"); results go to the folder $OUT names:
-#   summary.txt      what ran, pass/fail per stage, the throughput figures and ratio
-#   environment.txt  nvidia-smi, torch and transformers versions
-#   gpu-tests.txt    GPU tests (flash vs dense attention, bf16 vs fp32, NCCL, 2 ranks on 1 GPU)
-#   cpu-tests.txt    the runtime's CPU equivalence tests on this machine's torch
-#   ours.json        bench/gpu_train_bench: llama-1b, 8K context, ~64K tokens/step, bf16
+# (docs/runtime.md, "GPU check"); results go to the folder $OUT names (7 files at most):
+#   summary.txt   environment (nvidia-smi, torch, transformers), pass/fail per stage, the
+#                 throughput figures and ours/peer
+#   build.txt     the build's output (when it builds here)
+#   tests.txt     GPU tests (flash vs dense attention, bf16 vs fp32, NCCL, 2 ranks on 1 GPU),
+#                 then the runtime's CPU tests on this machine's torch
+#   bench.txt     the throughput runs' output
+#   ours.json     bench/gpu_train_bench: llama-1b, 8K context, ~64K tokens/step, bf16
 #   peer-hf.json, peer-eager.json   bench/peer_train.py on the same batches
 # It builds against this machine's python3 torch (HYDRAULIS_PYTHON overrides) when CMake
 # and the Debian packages are there; otherwise it runs binaries built elsewhere against the
@@ -17,9 +19,19 @@ cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder for the results}"
 mkdir -p "$OUT"
 PY=${HYDRAULIS_PYTHON:-python3}
+# Binaries built elsewhere: used without building when HYDRAULIS_PREBUILT is set (saves the
+# GPU machine's time), else only as the fallback when nothing can be built here.
 PREBUILT=${HYDRAULIS_PREBUILT:-build/gpu-prebuilt}
+prefer_prebuilt=${HYDRAULIS_PREBUILT:+1}
+# The throughput runs; the overrides exist for a dry run on a CPU-only machine
+# (GPU_CHECK_DEVICE=cpu GPU_CHECK_MODEL=configs/models/tiny.json ...).
 STEPS=${GPU_CHECK_STEPS:-10}
+MODEL=${GPU_CHECK_MODEL:-configs/models/llama-1b.json}
+DEVICE=${GPU_CHECK_DEVICE:-cuda}
+CONTEXT=${GPU_CHECK_CONTEXT:-8192}
+TOKENS=${GPU_CHECK_TOKENS:-65536}
 failed=0
+work=$(mktemp -d)  # scratch that does not come back (the batches file)
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "[gpu-check $(date +%T)] $*" | tee -a "$summary"; }
@@ -27,7 +39,8 @@ stage() {  # stage NAME LOG COMMAND...: runs, records pass/fail
   local name=$1 log=$2
   shift 2
   local start=$SECONDS
-  if "$@" > "$log" 2>&1; then
+  echo "=== $name: $*" >> "$log"
+  if "$@" >> "$log" 2>&1; then
     note "PASS $name ($((SECONDS - start)) s)"
   else
     note "FAIL $name (exit $?, $((SECONDS - start)) s; see $(basename "$log"))"
@@ -41,13 +54,12 @@ stage() {  # stage NAME LOG COMMAND...: runs, records pass/fail
 "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'
   "$PY" -c 'import transformers; print("transformers", transformers.__version__)'
   uname -a; nproc
-} > "$OUT/environment.txt" 2>&1
-note "$(grep -E '^torch' "$OUT/environment.txt")"
+} >> "$summary" 2>&1
 torch_lib=$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 
 # Build here when possible, else use the prebuilt binaries.
 bin=""
-if command -v cmake > /dev/null && command -v g++ > /dev/null &&
+if [ -z "$prefer_prebuilt" ] && command -v cmake > /dev/null && command -v g++ > /dev/null &&
    [ -f /usr/include/nlohmann/json.hpp ] && [ -d /usr/include/gtest ]; then
   stage "build (against $PY's torch)" "$OUT/build.txt" bash -c "
     cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DHYDRAULIS_PYTHON=$PY \
@@ -60,6 +72,11 @@ if [ -z "$bin" ] && [ -x "$PREBUILT/gpu_test" ]; then
   export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   mkdir -p build/gpu/src/runtime build/gpu/bench build/gpu/tools
   cp "$PREBUILT/gpu_test" "$PREBUILT/runtime_test" build/gpu/src/runtime/
+  # The tests read configs/ through the source path compiled into them: point it here.
+  built_in=$(cat "$PREBUILT/source-dir" 2>/dev/null || true)
+  if [ -n "$built_in" ] && [ ! -e "$built_in" ]; then
+    mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"
+  fi
   cp "$PREBUILT/gpu_train_bench" build/gpu/bench/
   bin=build/gpu
 fi
@@ -67,18 +84,18 @@ if [ -z "$bin" ]; then
   note "FAIL no build: neither CMake with the Debian packages nor $PREBUILT"
   failed=1
 else
-  stage "GPU tests" "$OUT/gpu-tests.txt" "$bin/src/runtime/gpu_test"
-  stage "runtime CPU tests on this torch" "$OUT/cpu-tests.txt" "$bin/src/runtime/runtime_test"
-  stage "throughput: hydraulis" "$OUT/ours.txt" "$bin/bench/gpu_train_bench" \
-    --model configs/models/llama-1b.json --lengths data/wikipedia-sample-lengths.txt \
-    --context 8192 --tokens-per-step 65536 --steps "$STEPS" --warmup 3 \
-    --batches-out "$OUT/batches.json" --json "$OUT/ours.json"
+  stage "GPU tests" "$OUT/tests.txt" "$bin/src/runtime/gpu_test"
+  stage "runtime CPU tests on this torch" "$OUT/tests.txt" "$bin/src/runtime/runtime_test"
+  stage "throughput: hydraulis" "$OUT/bench.txt" "$bin/bench/gpu_train_bench" \
+    --model "$MODEL" --device "$DEVICE" --lengths data/wikipedia-sample-lengths.txt \
+    --context "$CONTEXT" --tokens-per-step "$TOKENS" --steps "$STEPS" --warmup 3 \
+    --batches-out "$work/batches.json" --json "$OUT/ours.json"
 fi
-if [ -f "$OUT/batches.json" ]; then
+if [ -f "$work/batches.json" ]; then
   for impl in hf eager; do
-    stage "throughput: peer ($impl)" "$OUT/peer-$impl.txt" env PYTHONUNBUFFERED=1 "$PY" \
-      bench/peer_train.py --batches "$OUT/batches.json" --model configs/models/llama-1b.json \
-      --impl "$impl" --device cuda --warmup-steps 3 --json "$OUT/peer-$impl.json"
+    stage "throughput: peer ($impl)" "$OUT/bench.txt" env PYTHONUNBUFFERED=1 "$PY" \
+      bench/peer_train.py --batches "$work/batches.json" --model "$MODEL" \
+      --impl "$impl" --device "$DEVICE" --warmup-steps 3 --json "$OUT/peer-$impl.json"
   done
 fi
 "$PY" - "$OUT" >> "$summary" 2>&1 << 'PYEOF'
@@ -89,7 +106,7 @@ def load(name):
     return json.load(open(path)) if os.path.exists(path) else None
 ours = load("ours.json")
 if ours:
-    print(f"hydraulis: {ours['tokens_per_s']:.0f} tokens/s, MFU {ours['mfu']:.3f}")
+    print(f"hydraulis: {ours['tokens_per_s']:.0f} tokens/s, MFU {ours['mfu']}")
 for impl in ("hf", "eager"):
     peer = load(f"peer-{impl}.json")
     if peer and ours:

@@ -11,5 +11,6 @@ rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
 cp build/release/src/runtime/gpu_test build/release/src/runtime/runtime_test \
    build/release/bench/gpu_train_bench "$dest.tmp/"
 .venv/bin/python -c 'import torch; print(torch.__version__)' > "$dest.tmp/torch-version"
+pwd > "$dest.tmp/source-dir"  # the tests' compiled-in source path
 rm -rf "$dest" && mv "$dest.tmp" "$dest"
 echo "pack-gpu-prebuilt: $dest ($(du -sh "$dest" | cut -f1)), torch $(cat "$dest/torch-version")"
