@@ -121,8 +121,6 @@ int Run(const Args& a) {
     // Token ids by the formula bench/peer_train.py uses: (s * 1000003 + m * 7919 + p * 31)
     // mod vocab for packed position p of micro-batch m of step s.
     std::vector<std::vector<std::int64_t>> documents(batch.lengths.size());
-    StepPlan plan;
-    plan.pipelines.emplace_back();
     nlohmann::json step_json = nlohmann::json::array();
     for (std::size_t m = 0; m < mbs.size(); ++m) {
       std::int64_t p = 0;
@@ -136,12 +134,12 @@ int Run(const Args& a) {
         }
         mb_json.push_back(batch.lengths[static_cast<std::size_t>(d)]);
       }
-      plan.pipelines[0].push_back(mbs[m]);
       step_json.push_back(mb_json);
     }
     batches["steps"].push_back(step_json);
     const auto start = std::chrono::steady_clock::now();
-    const DistributedStepResult r = trainer.Step(plan, documents);  // ends on a host sync
+    // One pipeline running the packed micro-batches; Step ends on a host sync.
+    const DistributedStepResult r = trainer.Step(PlanOf(0, {mbs}), documents);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     double tokens = 0;

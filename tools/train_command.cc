@@ -37,8 +37,9 @@ struct TrainArgs {
   std::string candidates;
   std::string algorithm = "ours";
   std::string log_json;
-  std::string device;     // cpu or cuda; empty: cuda when a GPU is visible, else cpu
-  std::string precision;  // fp32 or bf16; empty: bf16 on cuda, fp32 on cpu
+  std::string device;        // cpu or cuda; empty: cuda when a GPU is visible, else cpu
+  std::string precision;     // fp32 or bf16; empty: bf16 on cuda, fp32 on cpu
+  std::string comm_backend;  // gloo or nccl; empty: nccl on cuda, gloo on cpu
   int nproc = 0;
   int tp = 1;
   int pp = 1;
@@ -143,6 +144,18 @@ int Train(const TrainArgs& a) {
   const ComputeOptions compute = ResolveCompute(a, LocalRank());
   DistributedOptions dist = DistributedOptionsFromEnvironment();
   dist.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
+  dist.device_index = compute.device_index;
+  dist.backend = compute.device == DeviceKind::kCuda ? CommBackend::kNccl : CommBackend::kGloo;
+  if (a.comm_backend == "gloo") {
+    dist.backend = CommBackend::kGloo;
+  } else if (a.comm_backend == "nccl") {
+    if (compute.device != DeviceKind::kCuda) {
+      throw InvalidInput("--comm-backend nccl needs --device cuda");
+    }
+    dist.backend = CommBackend::kNccl;
+  } else if (!a.comm_backend.empty()) {
+    throw InvalidInput("--comm-backend: expected gloo or nccl, got '" + a.comm_backend + "'");
+  }
   if (a.nproc > 0 && dist.world_size != a.nproc) {
     throw InvalidInput("train: WORLD_SIZE " + std::to_string(dist.world_size) + " != --nproc " +
                        std::to_string(a.nproc));
@@ -236,6 +249,9 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_option("--precision", a->precision,
                   "fp32 or bf16 (bf16 compute, fp32 master weights and optimizer state); "
                   "default: bf16 on cuda, fp32 on cpu");
+  cmd->add_option("--comm-backend", a->comm_backend,
+                  "gloo or nccl; default: nccl on cuda (one GPU per rank), gloo on cpu (gloo "
+                  "also runs several ranks on one GPU, through host memory)");
   cmd->add_option("--nproc", a->nproc,
                   "start this many ranks here; without it, join a torchrun/Slurm job (RANK, "
                   "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")

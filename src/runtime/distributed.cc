@@ -388,6 +388,8 @@ std::unique_ptr<CommGroup> MakeCommGroup(const Rendezvous& rendezvous, const std
 #ifdef USE_C10D_NCCL
       device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(o.device_index));
       backend = torch_compat::MakeNcclGroup(store, group_rank, size, o.timeout);
+      // One GPU per rank, said once, so NCCL never guesses the device from the rank.
+      backend->setBoundDeviceId(device);
 #else
       throw InvalidInput("communication backend nccl: this PyTorch was built without NCCL");
 #endif

@@ -467,15 +467,12 @@ std::vector<Strategy> ParseCandidates(const std::string& text) {
 
 // The step plan: the step's micro-batches (kStepSplits) dealt round-robin to the
 // pipelines of candidate `strategy`, so with two pipelines the second gets none in step 2.
-StepPlan PlanFor(int step, int strategy, const std::vector<Strategy>& candidates) {
-  StepPlan plan;
-  plan.strategy = strategy;
+Plan PlanFor(int step, int strategy, const std::vector<Strategy>& candidates) {
   const std::size_t pipelines = candidates[static_cast<std::size_t>(strategy)].pipelines.size();
-  plan.pipelines.resize(pipelines);
+  std::vector<Split> dealt(pipelines);
   const Split& split = kStepSplits[static_cast<std::size_t>(step)];
-  for (std::size_t mb = 0; mb < split.size(); ++mb)
-    plan.pipelines[mb % pipelines].push_back(split[mb]);
-  return plan;
+  for (std::size_t mb = 0; mb < split.size(); ++mb) dealt[mb % pipelines].push_back(split[mb]);
+  return PlanOf(strategy, std::move(dealt));
 }
 
 // Scenario "CANDIDATES/SCHEDULE/EPS[/corrupt]": SCHEDULE lists the candidate of each step
@@ -499,9 +496,9 @@ void TrainerWorker(const std::string& scenario, Outcome& o) {
     const Documents docs =
         RandomDocuments(kGlobalBatchLengths, 100 + static_cast<std::uint64_t>(step),
                         static_cast<int>(c.shape.vocab));
-    StepPlan plan = PlanFor(step, schedule.at(static_cast<std::size_t>(step)), candidates);
+    Plan plan = PlanFor(step, schedule.at(static_cast<std::size_t>(step)), candidates);
     if (corrupt && step == 1 && options.rank == 1)
-      std::swap(plan.pipelines[0][0][0], plan.pipelines[0][1][0]);
+      std::swap(plan.pipelines[0].micro_batches[0][0], plan.pipelines[0].micro_batches[1][0]);
     const DistributedStepResult r = trainer.Step(plan, docs);
     std::int64_t tokens = 0;
     for (const auto& d : docs) tokens += static_cast<std::int64_t>(d.size());

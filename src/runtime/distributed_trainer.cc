@@ -39,14 +39,23 @@ std::string GroupName(const std::vector<int>& members) {
 
 }  // namespace
 
-std::uint64_t StepHash(const StepPlan& plan,
-                       const std::vector<std::vector<std::int64_t>>& documents) {
+Plan PlanOf(int strategy_index, std::vector<MicroBatches> micro_batches) {
+  Plan plan;
+  plan.strategy_index = strategy_index;
+  for (MicroBatches& mbs : micro_batches) {
+    plan.pipelines.emplace_back();
+    plan.pipelines.back().micro_batches = std::move(mbs);
+  }
+  return plan;
+}
+
+std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents) {
   Fnv1a h;
-  h.Add(plan.strategy);
+  h.Add(plan.strategy_index);
   h.Add(static_cast<std::int64_t>(plan.pipelines.size()));
-  for (const auto& pipeline : plan.pipelines) {
-    h.Add(static_cast<std::int64_t>(pipeline.size()));
-    for (const auto& mb : pipeline) {
+  for (const PipelinePlan& pipeline : plan.pipelines) {
+    h.Add(static_cast<std::int64_t>(pipeline.micro_batches.size()));
+    for (const auto& mb : pipeline.micro_batches) {
       h.Add(static_cast<std::int64_t>(mb.size()));
       for (int d : mb) h.Add(d);
     }
@@ -150,21 +159,21 @@ DistributedTrainer::Compute& DistributedTrainer::ComputeFor(int strategy) {
 }
 
 DistributedStepResult DistributedTrainer::Step(
-    const StepPlan& plan, const std::vector<std::vector<std::int64_t>>& documents) {
+    const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents) {
   const auto start = Clock::now();
-  if (plan.strategy < 0 || plan.strategy >= static_cast<int>(candidates_.size())) {
-    throw InvalidInput("step plan: strategy " + std::to_string(plan.strategy) +
+  if (plan.strategy_index < 0 || plan.strategy_index >= static_cast<int>(candidates_.size())) {
+    throw InvalidInput("step plan: strategy " + std::to_string(plan.strategy_index) +
                        " is not a candidate index (0.." + std::to_string(candidates_.size() - 1) +
                        ")");
   }
-  const Strategy& strategy = candidates_[static_cast<std::size_t>(plan.strategy)];
+  const Strategy& strategy = candidates_[static_cast<std::size_t>(plan.strategy_index)];
   if (plan.pipelines.size() != strategy.pipelines.size()) {
     throw InvalidInput("step plan: " + std::to_string(plan.pipelines.size()) +
                        " pipelines for a strategy of " + std::to_string(strategy.pipelines.size()));
   }
   std::vector<int> seen(documents.size(), 0);
-  for (const auto& pipeline : plan.pipelines) {
-    for (const auto& mb : pipeline) {
+  for (const PipelinePlan& pipeline : plan.pipelines) {
+    for (const auto& mb : pipeline.micro_batches) {
       for (int d : mb) {
         if (d < 0 || d >= static_cast<int>(documents.size()) ||
             seen[static_cast<std::size_t>(d)]++) {
@@ -204,7 +213,7 @@ DistributedStepResult DistributedTrainer::Step(
   }
 
   DistributedStepResult result;
-  Compute& compute = ComputeFor(plan.strategy);
+  Compute& compute = ComputeFor(plan.strategy_index);
   result.pipeline = compute.role.pipeline;
   StageResult stage;
   const auto compute_start = Clock::now();
@@ -212,7 +221,8 @@ DistributedStepResult DistributedTrainer::Step(
     const Transformer& model = *compute.model;
     optimizer_->Materialise(model);
     ZeroGradients(model);
-    const auto& mine = plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)];
+    const MicroBatches& mine =
+        plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)].micro_batches;
     // Gradients flow into the optimizer's buffer during backward, and each shard's
     // reduction starts as soon as it is final.
     optimizer_->BeginStep(&model, static_cast<int>(mine.size()));

@@ -102,20 +102,12 @@ Strategy Single(int tp, int pp, int pipelines) {
   return s;
 }
 
-// The documents of step `s` and a plan putting them in two micro-batches of one pipeline.
+// The documents of step `s`, and a plan putting them in two micro-batches of one pipeline.
 Documents StepDocuments(int s, const ModelConfig& c) {
   return RandomDocuments({90, 3, 40, 17, 120, 1, 33, 64}, 100 + static_cast<std::uint64_t>(s),
                          static_cast<int>(c.shape.vocab));
 }
-StepPlan TwoMicroBatches(int pipelines) {
-  StepPlan plan;
-  if (pipelines == 1) {
-    plan.pipelines = {{{0, 1, 2, 3}, {4, 5, 6, 7}}};
-  } else {
-    plan.pipelines = {{{0, 1, 2, 3}}, {{4, 5, 6, 7}}};
-  }
-  return plan;
-}
+Plan TwoMicroBatches() { return PlanOf(0, {{{0, 1, 2, 3}, {4, 5, 6, 7}}}); }
 
 std::vector<double> TrainLosses(const ComputeOptions& compute, CommBackend backend, int steps) {
   const ModelConfig c = Tiny();
@@ -125,7 +117,7 @@ std::vector<double> TrainLosses(const ComputeOptions& compute, CommBackend backe
   DistributedTrainer trainer(c, 11, adam, rendezvous, {Single(1, 1, 1)}, compute);
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) {
-    losses.push_back(trainer.Step(TwoMicroBatches(1), StepDocuments(s, c)).loss);
+    losses.push_back(trainer.Step(TwoMicroBatches(), StepDocuments(s, c)).loss);
   }
   return losses;
 }
@@ -185,7 +177,7 @@ void ExpectTwoRanksOnOneGpuMatchCpu(int tp, int pp, const ComputeOptions& comput
     adam.lr = 3e-3;
     DistributedTrainer trainer(c, 11, adam, rendezvous, {Single(tp, pp, 1)}, compute);
     for (int s = 0; s < 3; ++s) {
-      losses[r].push_back(trainer.Step(TwoMicroBatches(1), StepDocuments(s, c)).loss);
+      losses[r].push_back(trainer.Step(TwoMicroBatches(), StepDocuments(s, c)).loss);
     }
     params[r] = trainer.optimizer().full_parameters().cpu();
     trainer.world().Barrier();

@@ -65,13 +65,10 @@ TrainingStepRecord TrainingJob::RunStep() {
     record.tokens += plan.lengths[i];
     documents.push_back(std::move(doc));
   }
-  StepPlan step_plan;
-  step_plan.strategy = plan.strategy_index;
   for (const PipelinePlan& p : plan.pipelines) {
-    step_plan.pipelines.push_back(p.micro_batches);
     record.micro_batches.push_back(static_cast<int>(p.micro_batches.size()));
   }
-  record.result = trainer_.Step(step_plan, documents);
+  record.result = trainer_.Step(plan, documents);
   ++next_step_;
   if (!options_.checkpoint_dir.empty() &&
       (done() || (options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0))) {

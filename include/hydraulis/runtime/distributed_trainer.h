@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "hydraulis/assign/planner.h"
 #include "hydraulis/runtime/compute.h"
 #include "hydraulis/runtime/model.h"
 #include "hydraulis/runtime/sharded_optimizer.h"
@@ -27,18 +28,18 @@ namespace hydraulis {
 class CommGroup;
 class Rendezvous;
 
-// One step's work: which candidate runs it and, per pipeline of that candidate (in
-// strategy order), its micro-batches in execution order, each a list of indices into the
-// step's documents. Every document appears exactly once.
-struct StepPlan {
-  int strategy = 0;
-  std::vector<std::vector<std::vector<int>>> pipelines;
-};
+// What a step runs is the planner's Plan (assign/planner.h), the one plan type from
+// planner to executor. The trainer reads strategy_index and, per pipeline of that
+// candidate (in strategy order), its micro_batches in execution order, each a list of
+// indices into the step's documents; every document appears exactly once.
 
-// 64-bit FNV-1a of the plan and of the documents' tokens: equal on two ranks only when
-// they would run the same step.
-std::uint64_t StepHash(const StepPlan& plan,
-                       const std::vector<std::vector<std::int64_t>>& documents);
+// A Plan holding only what the trainer reads, for callers that assign documents themselves
+// (tests, benchmarks): candidate `strategy_index`, pipeline p running micro_batches[p].
+Plan PlanOf(int strategy_index, std::vector<MicroBatches> micro_batches);
+
+// 64-bit FNV-1a of the plan's strategy and micro-batches and of the documents' tokens:
+// equal on two ranks only when they would run the same step.
+std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents);
 
 struct DistributedStepResult {
   double loss = 0;              // mean token loss over the global batch
@@ -77,7 +78,7 @@ class DistributedTrainer {
   // One training step (a collective over all ranks). InvalidInput when the plan is
   // malformed (strategy index, pipeline count, a document missing or twice) or the batch
   // has no target; Error when the ranks' plans differ (naming the ranks) or a peer fails.
-  DistributedStepResult Step(const StepPlan& plan,
+  DistributedStepResult Step(const Plan& plan,
                              const std::vector<std::vector<std::int64_t>>& documents);
 
   const ShardedAdamW& optimizer() const { return *optimizer_; }
