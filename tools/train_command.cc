@@ -132,30 +132,36 @@ ComputeOptions ResolveCompute(const TrainArgs& a, int local_rank) {
   return c;
 }
 
+// --comm-backend with its default (NCCL on cuda, Gloo on cpu), checked against the device.
+CommBackend ResolveBackend(const TrainArgs& a, const ComputeOptions& compute) {
+  if (a.comm_backend.empty()) {
+    return compute.device == DeviceKind::kCuda ? CommBackend::kNccl : CommBackend::kGloo;
+  }
+  if (a.comm_backend == "gloo") return CommBackend::kGloo;
+  if (a.comm_backend != "nccl") {
+    throw InvalidInput("--comm-backend: expected gloo or nccl, got '" + a.comm_backend + "'");
+  }
+  if (compute.device != DeviceKind::kCuda) {
+    throw InvalidInput("--comm-backend nccl needs --device cuda");
+  }
+  return CommBackend::kNccl;
+}
+
 int Train(const TrainArgs& a) {
   if (a.nproc > 0 && !IsLaunchedRank()) {
     // One clear line from the launcher, not one per rank: the checks every rank would fail.
-    ResolveCompute(a, 0);
+    ResolveBackend(a, ResolveCompute(a, 0));
     return LaunchSelf(CommandLine(), a.nproc, a.master_port);
   }
   if (!a.candidates.empty() && (a.tp != 1 || a.pp != 1)) {
     throw InvalidInput("train: give --candidates or --tp/--pp, not both");
   }
   const ComputeOptions compute = ResolveCompute(a, LocalRank());
+  const CommBackend backend = ResolveBackend(a, compute);
   DistributedOptions dist = DistributedOptionsFromEnvironment();
   dist.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
   dist.device_index = compute.device_index;
-  dist.backend = compute.device == DeviceKind::kCuda ? CommBackend::kNccl : CommBackend::kGloo;
-  if (a.comm_backend == "gloo") {
-    dist.backend = CommBackend::kGloo;
-  } else if (a.comm_backend == "nccl") {
-    if (compute.device != DeviceKind::kCuda) {
-      throw InvalidInput("--comm-backend nccl needs --device cuda");
-    }
-    dist.backend = CommBackend::kNccl;
-  } else if (!a.comm_backend.empty()) {
-    throw InvalidInput("--comm-backend: expected gloo or nccl, got '" + a.comm_backend + "'");
-  }
+  dist.backend = backend;
   if (a.nproc > 0 && dist.world_size != a.nproc) {
     throw InvalidInput("train: WORLD_SIZE " + std::to_string(dist.world_size) + " != --nproc " +
                        std::to_string(a.nproc));

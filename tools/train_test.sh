@@ -114,6 +114,31 @@ RC=$?
 [[ $RC -ne 0 ]] || fail "exit status 0"
 grep -q -- "--tp 3" "$TMP/bad.err" || fail "stderr: $(tail -c 600 "$TMP/bad.err")"
 
+# Device, precision and backend flags: one line naming the flag, exit 2, before any rank
+# starts (the launcher checks once). "--device cuda" fails only where no GPU is visible.
+bad_flags() {  # bad_flags EXPECTED_TEXT ARGS...
+  local expected=$1
+  shift
+  "$BIN" train "${COMMON[@]}" --steps 1 --nproc 2 "$@" >"$TMP/flag.out" 2>"$TMP/flag.err"
+  RC=$?
+  [[ $RC -eq 2 ]] || fail "$* exited $RC"
+  [[ $(wc -l <"$TMP/flag.err") -eq 1 ]] || fail "$*: not one line: $(head -c 600 "$TMP/flag.err")"
+  grep -q -- "$expected" "$TMP/flag.err" || fail "$*: stderr: $(head -c 600 "$TMP/flag.err")"
+  [[ ! -s $TMP/flag.out ]] || fail "$*: a rank started: $(head -c 300 "$TMP/flag.out")"
+}
+check "bad device, precision and backend flags are one clear error"
+bad_flags "--device: expected cpu or cuda, got 'tpu'" --device tpu
+bad_flags "--precision: expected fp32 or bf16, got 'fp16'" --device cpu --precision fp16
+bad_flags "--comm-backend nccl needs --device cuda" --device cpu --comm-backend nccl
+if ! command -v nvidia-smi >/dev/null; then
+  bad_flags "--device cuda --precision bf16: device cuda: no CUDA GPU is visible" --device cuda
+fi
+
+check "--log-json records carry device and precision"
+grep -q '"device":"cpu"' "$TMP/one.jsonl" || fail "no device field: $(head -c 400 "$TMP/one.jsonl")"
+grep -q '"precision":"fp32"' "$TMP/one.jsonl" || fail "no precision field"
+grep -q '"grad_shards_overlapped":' "$TMP/one.jsonl" || fail "no overlap field"
+
 if [[ $FAILED -gt 0 ]]; then
   echo "$FAILED check(s) failed" >&2
   exit 1
