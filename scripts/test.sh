@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/check-format.sh
 ./scripts/build.sh release
+# The runtime is built only when CMake finds PyTorch; the tests must not pass without it.
+build/release/tools/hydraulis --version | grep -q "built against PyTorch" ||
+  { echo "test.sh: the training runtime was not built (PyTorch not found in .venv)" >&2; exit 1; }
 ctest --preset release -j2
 ./scripts/build.sh asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --preset asan -j2
