@@ -5,7 +5,6 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/distributed.h"
-#include "hydraulis/runtime/trainer.h"
 
 namespace hydraulis {
 
@@ -124,7 +123,8 @@ StageResult RunPipelineStage(const Transformer& model,
       const at::Tensor grad = io.Recv(links.next, op.micro_batch, false, mb.num_tokens());
       f.output.backward(grad);
     }
-    AccumulateMainGradients(model);
+    // No AccumulateMainGradients here: the distributed trainer's optimizer collects every
+    // backward pass's gradients itself, in fp32 (ShardedAdamW::BeginStep).
     if (!first) io.Send(f.input.grad(), links.prev, op.micro_batch, false);
     f = InFlight{};  // frees the activations of this micro-batch
   }
