@@ -1,7 +1,9 @@
 #include "hydraulis/assign/pack.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
+#include <set>
 
 namespace hydraulis {
 namespace {
@@ -65,23 +67,48 @@ std::vector<int> LongestFirst(std::span<const std::int64_t> lengths, std::span<c
   return order;
 }
 
+namespace {
+
+// First fit in O(log bins) per document: a max-tree of the bins' free room over bin
+// indices finds the leftmost bin with room for a document.
+class FirstFitBins {
+ public:
+  explicit FirstFitBins(std::size_t max_bins) {
+    while (size_ < max_bins) size_ *= 2;
+    room_.assign(2 * size_, -1);
+  }
+  // Leftmost bin with room >= s, or -1.
+  int Find(std::int64_t s) const {
+    if (room_[1] < s) return -1;
+    std::size_t node = 1;
+    while (node < size_) node = room_[2 * node] >= s ? 2 * node : 2 * node + 1;
+    return static_cast<int>(node - size_);
+  }
+  void Set(int bin, std::int64_t room) {
+    std::size_t node = size_ + static_cast<std::size_t>(bin);
+    room_[node] = room;
+    for (node /= 2; node >= 1; node /= 2) {
+      room_[node] = std::max(room_[2 * node], room_[2 * node + 1]);
+    }
+  }
+
+ private:
+  std::size_t size_ = 1;
+  std::vector<std::int64_t> room_;
+};
+
+}  // namespace
+
 MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const int> docs,
                           std::int64_t capacity) {
   const std::vector<int> order = LongestFirst(lengths, docs);
-  auto pack = [&](bool best_fit) {
+  auto first_fit = [&] {
     MicroBatches bins;
     std::vector<std::int64_t> room;
+    FirstFitBins tree(std::max<std::size_t>(1, order.size()));
     for (int d : order) {
       const std::int64_t s = lengths[d];
-      int chosen = -1;
-      for (std::size_t b = 0; b < bins.size(); ++b) {
-        if (room[b] < s) continue;
-        if (!best_fit) {
-          chosen = static_cast<int>(b);
-          break;
-        }
-        if (chosen < 0 || room[b] < room[chosen]) chosen = static_cast<int>(b);
-      }
+      int chosen = tree.Find(s);
       if (chosen < 0) {
         bins.emplace_back();
         room.push_back(capacity);
@@ -89,14 +116,38 @@ MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const
       }
       bins[chosen].push_back(d);
       room[chosen] -= s;
+      tree.Set(chosen, room[chosen]);
     }
     return bins;
   };
-  MicroBatches ffd = pack(false);
+  // Best fit: the bin with the least room that still fits, ties to the lowest index.
+  auto best_fit = [&] {
+    MicroBatches bins;
+    std::set<std::pair<std::int64_t, int>> by_room;
+    for (int d : order) {
+      const std::int64_t s = lengths[d];
+      auto it = by_room.lower_bound({s, std::numeric_limits<int>::min()});
+      int chosen;
+      std::int64_t room;
+      if (it == by_room.end()) {
+        bins.emplace_back();
+        chosen = static_cast<int>(bins.size()) - 1;
+        room = capacity;
+      } else {
+        chosen = it->second;
+        room = it->first;
+        by_room.erase(it);
+      }
+      bins[chosen].push_back(d);
+      by_room.insert({room - s, chosen});
+    }
+    return bins;
+  };
+  MicroBatches ffd = first_fit();
   const std::int64_t total = std::accumulate(order.begin(), order.end(), std::int64_t{0},
                                              [&](std::int64_t a, int d) { return a + lengths[d]; });
   if (static_cast<std::int64_t>(ffd.size()) * capacity < total + capacity) return ffd;
-  MicroBatches bfd = pack(true);
+  MicroBatches bfd = best_fit();
   return bfd.size() < ffd.size() ? bfd : ffd;
 }
 
@@ -107,23 +158,44 @@ bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipe,
   std::vector<double> work(v, 0.0);
   std::vector<std::int64_t> tokens(v, 0);
   const std::int64_t cap = pipe.capacity_tokens;
-  for (int d : order) {
-    const std::int64_t s = Len(problem, d);
-    int chosen = -1;
-    for (int b = 0; b < v; ++b) {
-      if (tokens[b] + s > cap) continue;
-      if (chosen < 0 || work[b] < work[chosen]) chosen = b;
+  // Micro-batches by (work, index): the least-loaded one with room is the first that fits.
+  // Where the least-loaded few are all full (tight capacity), the leftmost one with room
+  // (a max-tree of free room) stands in, so a placement never scans every micro-batch.
+  constexpr int kScanned = 16;
+  std::set<std::pair<double, int>> by_work;
+  FirstFitBins room(static_cast<std::size_t>(v));
+  for (int b = 0; b < v; ++b) by_work.insert({0.0, b}), room.Set(b, cap);
+  auto least_loaded_with_room = [&](std::int64_t s, int except) {
+    int scanned = 0;
+    for (auto it = by_work.begin(); it != by_work.end() && scanned < kScanned; ++it, ++scanned) {
+      if (it->second != except && tokens[it->second] + s <= cap) return it->second;
     }
+    const int b = room.Find(s);
+    return b == except ? -1 : b;
+  };
+  auto add = [&](int b, int d, double sign) {
+    by_work.erase({work[b], b});
+    work[b] += sign * pipe.time.DocumentMs(Len(problem, d));
+    tokens[b] += static_cast<std::int64_t>(sign) * Len(problem, d);
+    by_work.insert({work[b], b});
+    room.Set(b, cap - tokens[b]);
+  };
+  for (int d : order) {
+    const int chosen = least_loaded_with_room(Len(problem, d), -1);
     if (chosen < 0) return false;
     out[chosen].push_back(d);
-    work[chosen] += pipe.time.DocumentMs(s);
-    tokens[chosen] += s;
+    add(chosen, d, +1);
   }
   // Local search: move or swap a document out of the slowest micro-batch while that lowers
-  // the larger of the two micro-batches involved.
-  const int max_steps = passes * std::max(1, static_cast<int>(docs.size()));
+  // the larger of the two micro-batches involved. A move goes to the least-loaded
+  // micro-batch with room; swaps look at the few least-loaded micro-batches, each for the
+  // partner (by binary search on length, so on work) that best evens the pair. Both keep
+  // a step O(documents in the slowest micro-batch * log), so large batches stay linear.
+  constexpr int kSwapPartners = 4;
+  const int max_steps = passes * std::min(std::max(1, static_cast<int>(docs.size())), v + 16);
+  std::vector<int> partner_docs;
   for (int step = 0; step < max_steps; ++step) {
-    const int hi = static_cast<int>(std::max_element(work.begin(), work.end()) - work.begin());
+    const int hi = std::prev(by_work.end())->second;
     double best = work[hi] - 1e-9;
     int best_j = -1;
     std::size_t best_i = 0, best_k = 0;
@@ -131,42 +203,57 @@ bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipe,
     for (std::size_t i = 0; i < out[hi].size(); ++i) {
       const int d = out[hi][i];
       const double wd = pipe.time.DocumentMs(Len(problem, d));
-      for (int j = 0; j < v; ++j) {
-        if (j == hi) continue;
-        if (tokens[j] + Len(problem, d) <= cap) {
-          const double m = std::max(work[hi] - wd, work[j] + wd);
-          if (m < best) {
-            best = m, best_j = j, best_i = i, swap = false;
-          }
-        }
-        for (std::size_t k = 0; k < out[j].size(); ++k) {
+      const int j = least_loaded_with_room(Len(problem, d), hi);
+      if (j >= 0) {
+        const double m = std::max(work[hi] - wd, work[j] + wd);
+        if (m < best) best = m, best_j = j, best_i = i, swap = false;
+      }
+    }
+    int partners = 0;
+    for (auto it = by_work.begin(); it != by_work.end() && partners < kSwapPartners; ++it) {
+      const int j = it->second;
+      if (j == hi) continue;
+      ++partners;
+      // out[j]'s positions by length (ties by position), for the binary search.
+      partner_docs.resize(out[j].size());
+      std::iota(partner_docs.begin(), partner_docs.end(), 0);
+      std::sort(partner_docs.begin(), partner_docs.end(), [&](int x, int y) {
+        const auto lx = Len(problem, out[j][x]), ly = Len(problem, out[j][y]);
+        return lx != ly ? lx < ly : x < y;
+      });
+      for (std::size_t i = 0; i < out[hi].size(); ++i) {
+        const int d = out[hi][i];
+        const double wd = pipe.time.DocumentMs(Len(problem, d));
+        // The pair is even when e's work is (work[hi] - work[j]) / 2 below d's.
+        const double target = wd - 0.5 * (work[hi] - work[j]);
+        auto pos = std::partition_point(partner_docs.begin(), partner_docs.end(), [&](int k) {
+          return pipe.time.DocumentMs(Len(problem, out[j][k])) < target;
+        });
+        const auto first = pos - std::min<std::ptrdiff_t>(2, pos - partner_docs.begin());
+        const auto last = pos + std::min<std::ptrdiff_t>(2, partner_docs.end() - pos);
+        for (auto p = first; p != last; ++p) {
+          const std::size_t k = static_cast<std::size_t>(*p);
           const int e = out[j][k];
           const double we = pipe.time.DocumentMs(Len(problem, e));
           if (we >= wd) continue;
           const std::int64_t ds = Len(problem, d) - Len(problem, e);
           if (tokens[j] + ds > cap) continue;
           const double m = std::max(work[hi] - wd + we, work[j] + wd - we);
-          if (m < best) {
-            best = m, best_j = j, best_i = i, best_k = k, swap = true;
-          }
+          if (m < best) best = m, best_j = j, best_i = i, best_k = k, swap = true;
         }
       }
     }
     if (best_j < 0) break;
     const int d = out[hi][best_i];
-    const double wd = pipe.time.DocumentMs(Len(problem, d));
     if (swap) {
       const int e = out[best_j][best_k];
-      const double we = pipe.time.DocumentMs(Len(problem, e));
       std::swap(out[hi][best_i], out[best_j][best_k]);
-      work[hi] += we - wd, work[best_j] += wd - we;
-      tokens[hi] += Len(problem, e) - Len(problem, d);
-      tokens[best_j] += Len(problem, d) - Len(problem, e);
+      add(hi, d, -1), add(hi, e, +1);
+      add(best_j, e, -1), add(best_j, d, +1);
     } else {
       out[hi].erase(out[hi].begin() + static_cast<std::ptrdiff_t>(best_i));
       out[best_j].push_back(d);
-      work[hi] -= wd, work[best_j] += wd;
-      tokens[hi] -= Len(problem, d), tokens[best_j] += Len(problem, d);
+      add(hi, d, -1), add(best_j, d, +1);
     }
   }
   for (const auto& mb : out) {

@@ -68,12 +68,13 @@ RelaxedSchedule RelaxPipeline(int pp, int v, double c, double W, const ScheduleO
   ClpSimplex lp;
   lp.setLogLevel(0);
   lp.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), row_lb.data(), row_ub.data());
-  lp.dual();
+  lp.initialSolve();
   if (!lp.isProvenOptimal()) throw InternalError("1F1B relaxation LP not solved to optimality");
   RelaxedSchedule out;
   const double* sol = lp.primalColumnSolution();
   out.work_ms.assign(sol, sol + v);
   out.makespan_ms = lp.objectiveValue();
+  out.work_price = lp.getRowPrice()[row - 1];
   return out;
 }
 
@@ -84,44 +85,46 @@ namespace {
 constexpr double kSolverSlack = 1e-6;  // relative: keeps bounds valid despite LP tolerances
 }  // namespace
 
-double RelaxationTable::GridR(int k) const { return std::pow(kGridRatio, k); }
-
-int RelaxationTable::GridIndexAbove(double r) const {
-  int k = static_cast<int>(std::ceil(std::log(r) / std::log(kGridRatio)));
-  while (GridR(k) < r) ++k;
-  while (GridR(k - 1) >= r) --k;
-  return k;
+const RelaxationTable::Line& RelaxationTable::LineOf(int pp, int v) {
+  auto it = lines_.find({pp, v});
+  if (it != lines_.end()) return it->second;
+  // Where v is about the best count (v ~ sqrt((pp - 1) r)), so the line is tightest
+  // where it decides the minimum.
+  const double r0 = 2.0 * v * v / std::max(1, pp - 1);
+  const RelaxedSchedule lp = RelaxPipeline(pp, v, 1.0, r0, schedule_);
+  return lines_.emplace(std::make_pair(pp, v), Line{r0, lp.makespan_ms, lp.work_price})
+      .first->second;
 }
 
-const RelaxationTable::Point& RelaxationTable::At(int pp, int k) {
-  auto it = points_.find({pp, k});
-  if (it != points_.end()) return it->second;
-  const double r = GridR(k);
-  Point best{std::numeric_limits<double>::infinity(), 1};
-  // phi_v(r) >= r + v + pp - 1 (every micro-batch pays c = 1 on the last stage, plus
-  // fill and drain) and >= pp * (r / v + 1) (the largest micro-batch's critical path), so
-  // only the v where both bounds are below the best so far need an LP.
-  const int guess = std::max(1, static_cast<int>(std::lround(std::sqrt((pp - 1) * r))));
-  auto consider = [&](int v) {
-    if (r + v + pp - 1 >= best.min_makespan || pp * (r / v + 1) >= best.min_makespan) return;
-    const double m = RelaxPipeline(pp, v, 1.0, r, schedule_).makespan_ms;
-    if (m < best.min_makespan) best = {m, v};
-  };
-  consider(guess);
-  for (int v = 1; r + v + pp - 1 < best.min_makespan; ++v) {
-    if (v != guess) consider(v);
+std::pair<double, int> RelaxationTable::RelaxedMin(int pp, double r) {
+  // Every count above the cap: phi_v(r) >= r + v + pp - 1 (each micro-batch pays c = 1 on
+  // the last stage, plus fill and drain).
+  double best = r + kMaxExactMicroBatches + pp;
+  int best_v = kMaxExactMicroBatches + 1;
+  for (int v = 1; v <= kMaxExactMicroBatches; ++v) {
+    // Cheap bounds first: phi_v(r) >= r + v + pp - 1, and >= pp * (r / v + 1) (the
+    // largest micro-batch's critical path); only counts they cannot exclude need a line.
+    const double cheap = std::max(r + v + pp - 1, pp * (r / v + 1));
+    if (cheap >= best) {
+      if (r + v + pp - 1 >= best) break;  // and so for every larger v
+      continue;
+    }
+    const Line& line = LineOf(pp, v);
+    const double bound =
+        std::max(cheap, (line.at_r0 + line.price * (r - line.r0)) * (1.0 - kSolverSlack));
+    if (bound < best) {
+      best = bound;
+      best_v = v;
+    }
   }
-  return points_.emplace(std::make_pair(pp, k), best).first->second;
+  return {best, best_v};
 }
 
 double RelaxationTable::MinMakespanLowerBound(int pp, double c, double W) {
   if (W <= 0) return 0.0;
   const double trivial = W + pp * c;
   if (pp == 1 || c <= 0) return trivial;
-  const double r = W / c;
-  const int k = GridIndexAbove(r);
-  const double scaled = c * At(pp, k).min_makespan * (r / GridR(k)) * (1.0 - kSolverSlack);
-  return std::max(trivial, scaled);
+  return std::max(trivial, c * RelaxedMin(pp, W / c).first);
 }
 
 // Packing targets need no precision: shapes live on a coarser grid than the bounds, so the
@@ -144,7 +147,7 @@ const std::vector<double>& RelaxationTable::Shape(int pp, int v, double c, doubl
 
 std::pair<int, std::vector<double>> RelaxationTable::BestShape(int pp, double c, double W) {
   const double rk = std::pow(kShapeGridRatio, ShapeGridIndex(c, W));
-  const int v = At(pp, GridIndexAbove(rk)).best_v;
+  const int v = RelaxedMin(pp, rk).second;
   return {v, Shape(pp, v, c, W)};
 }
 

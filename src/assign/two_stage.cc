@@ -93,6 +93,24 @@ class Solver {
       load_[best] = With(best, load_[best], d);
       est_[best] = best_after;
     }
+    for (auto& docs : docs_) std::sort(docs.begin(), docs.end(), ByLength());
+  }
+
+  // Each pipeline's documents stay sorted by (length, index): a document's effect on
+  // both pipelines of a move is monotone in its length, so the best partner is found by
+  // binary search instead of a scan.
+  struct LengthOrder {
+    const std::vector<std::int64_t>* lengths;
+    bool operator()(int x, int y) const {
+      const auto lx = (*lengths)[static_cast<std::size_t>(x)];
+      const auto ly = (*lengths)[static_cast<std::size_t>(y)];
+      return lx != ly ? lx < ly : x < y;
+    }
+  };
+  LengthOrder ByLength() const { return {&problem_.lengths}; }
+  void Insert(int p, int d) {
+    auto& v = docs_[p];
+    v.insert(std::lower_bound(v.begin(), v.end(), d, ByLength()), d);
   }
 
   void Repack(int p) {
@@ -125,40 +143,78 @@ class Solver {
     return Estimate(p, l) + (packed_[p].ms - est_[p]);
   }
 
+  // Positions in [0, end) of `sorted` around where `rising(i)` stops being below
+  // `falling(i)` (rising non-decreasing and falling non-increasing in i, up to the
+  // estimate's rounding): the minimum of their maximum is there.
+  template <typename Rising, typename Falling>
+  static std::pair<int, int> Crossing(int end, const Rising& rising, const Falling& falling) {
+    int lo = 0, hi = end;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (rising(mid) < falling(mid)) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return {std::max(0, lo - 2), std::min(end, lo + 2)};
+  }
+
   void LocalSearch() {
-    for (int step = 0; step < options_.max_local_search_steps; ++step) {
+    // Re-packing is what a step costs; bound it by a multiple of the batch so large
+    // batches stay near-linear (small ones never reach it).
+    const std::int64_t budget =
+        kRepackBudgetPerDocument * static_cast<std::int64_t>(problem_.lengths.size()) +
+        kRepackBudgetBase;
+    std::int64_t repacked = 0;
+    for (int step = 0; step < options_.max_local_search_steps && repacked < budget; ++step) {
       const int crit = Slowest();
       const double limit = packed_[crit].ms;
       if (limit <= options_.stop_below_ms) return;
       std::vector<Move> moves;
       const auto& from = docs_[crit];
-      for (int i = 0; i < static_cast<int>(from.size()); ++i) {
-        const int d = from[static_cast<std::size_t>(i)];
-        const Load crit_without = Without(crit, load_[crit], d);
-        const double crit_after = Corrected(crit, crit_without);
-        if (crit_after >= limit - 1e-9) continue;
-        for (int q = 0; q < P_; ++q) {
-          if (q == crit || !Fits(q, d)) continue;
-          const double q_after = Corrected(q, With(q, load_[q], d));
-          const double score = std::max(crit_after, q_after);
+      const int n_from = static_cast<int>(from.size());
+      auto len = [&](int d) { return problem_.lengths[static_cast<std::size_t>(d)]; };
+      auto capacity_end = [&](const std::vector<int>& sorted, std::int64_t cap) {
+        return static_cast<int>(
+            std::partition_point(sorted.begin(), sorted.end(), [&](int d) { return len(d) <= cap; }) -
+            sorted.begin());
+      };
+      for (int q = 0; q < P_; ++q) {
+        if (q == crit) continue;
+        auto crit_after = [&](int i) { return Corrected(crit, Without(crit, load_[crit], from[i])); };
+        auto q_after = [&](int i) { return Corrected(q, With(q, load_[q], from[i])); };
+        const int end = capacity_end(from, problem_.pipelines[q].capacity_tokens);
+        const auto [first, last] = Crossing(end, q_after, crit_after);
+        for (int i = first; i < last; ++i) {
+          const double ca = crit_after(i);
+          if (ca >= limit - 1e-9) continue;
+          const double score = std::max(ca, q_after(i));
           if (score < limit - 1e-9) moves.push_back({score, i, q, -1});
         }
       }
       if (moves.empty()) {
-        // Swaps: a costlier document out of the slowest pipeline for a cheaper one.
-        for (int i = 0; i < static_cast<int>(from.size()); ++i) {
+        // Swaps: a costlier document out of the slowest pipeline for a cheaper one, for a
+        // spread of the slowest pipeline's documents (at most kSwapSources of them).
+        const int stride = std::max(1, n_from / kSwapSources);
+        for (int i = n_from - 1; i >= 0; i -= stride) {
           const int d = from[static_cast<std::size_t>(i)];
           const Load crit_without = Without(crit, load_[crit], d);
           for (int q = 0; q < P_; ++q) {
             if (q == crit || !Fits(q, d)) continue;
+            const auto& to = docs_[q];
             const Load q_with = With(q, load_[q], d);
-            for (int k = 0; k < static_cast<int>(docs_[q].size()); ++k) {
-              const int e = docs_[q][static_cast<std::size_t>(k)];
-              if (!Fits(crit, e) || Work(crit, e) >= Work(crit, d)) continue;
-              const double crit_after = Corrected(crit, With(crit, crit_without, e));
-              if (crit_after >= limit - 1e-9) continue;
-              const double q_after = Corrected(q, Without(q, q_with, e));
-              const double score = std::max(crit_after, q_after);
+            // Cheaper partners are the shorter ones; they fit the slowest pipeline too.
+            const int end = static_cast<int>(
+                std::partition_point(to.begin(), to.end(), [&](int e) { return len(e) < len(d); }) -
+                to.begin());
+            auto crit_after = [&](int k) { return Corrected(crit, With(crit, crit_without, to[k])); };
+            auto q_after = [&](int k) { return Corrected(q, Without(q, q_with, to[k])); };
+            const auto [first, last] = Crossing(end, crit_after, q_after);
+            for (int k = first; k < last; ++k) {
+              const double ca = crit_after(k);
+              if (ca >= limit - 1e-9) continue;
+              const double score = std::max(ca, q_after(k));
               if (score < limit - 1e-9) moves.push_back({score, i, q, k});
             }
           }
@@ -170,8 +226,10 @@ class Solver {
       bool accepted = false;
       const int tries =
           std::min<int>(options_.moves_verified_per_step, static_cast<int>(moves.size()));
-      for (int t = 0; t < tries && !accepted; ++t) {
-        accepted = TryMove(crit, moves[static_cast<std::size_t>(t)], limit);
+      for (int t = 0; t < tries && !accepted && repacked < budget; ++t) {
+        const Move& m = moves[static_cast<std::size_t>(t)];
+        repacked += RepackCost(crit) + RepackCost(m.to);
+        accepted = TryMove(crit, m, limit);
       }
       if (!accepted) return;
     }
@@ -188,9 +246,9 @@ class Solver {
     if (m.swap_pos >= 0) {
       const int e = docs_[m.to][static_cast<std::size_t>(m.swap_pos)];
       docs_[m.to].erase(docs_[m.to].begin() + m.swap_pos);
-      docs_[crit].push_back(e);
+      Insert(crit, e);
     }
-    docs_[m.to].push_back(d);
+    Insert(m.to, d);
     Repack(crit);
     Repack(m.to);
     if (std::max(packed_[crit].ms, packed_[m.to].ms) < limit - 1e-9) return true;
@@ -200,6 +258,18 @@ class Solver {
     est_[crit] = saved_ec, est_[m.to] = saved_et;
     return false;
   }
+
+  // About what re-packing pipeline p costs, in document placements: pp > 1 pipelines
+  // try several micro-batch counts.
+  std::int64_t RepackCost(int p) const {
+    const int counts =
+        problem_.pipelines[p].scheme.pp > 1 ? 1 + options_.pack.extra_micro_batch_counts : 1;
+    return counts * static_cast<std::int64_t>(docs_[p].size());
+  }
+
+  static constexpr int kSwapSources = 64;
+  static constexpr std::int64_t kRepackBudgetPerDocument = 32;
+  static constexpr std::int64_t kRepackBudgetBase = std::int64_t{1} << 19;
 
   const AssignProblem& problem_;
   const TwoStageOptions& options_;

@@ -17,6 +17,9 @@ namespace hydraulis {
 struct RelaxedSchedule {
   double makespan_ms = 0;
   std::vector<double> work_ms;  // per micro-batch, in execution order, summing to W
+  // The LP's dual price of total work: a subgradient of the makespan in W (it is convex
+  // in W), so makespan(W') >= makespan_ms + work_price * (W' - W) for every W' >= 0.
+  double work_price = 0;
 };
 
 // Solves the linear programme over micro-batch sizes and operation end times (the 1F1B
@@ -24,21 +27,25 @@ struct RelaxedSchedule {
 RelaxedSchedule RelaxPipeline(int pp, int v, double c_ms, double total_work_ms,
                               const ScheduleOptions& schedule = {});
 
-// Memoised relaxations on a geometric grid of r = W / c (ratio kGridRatio), so planning
-// a step costs table look-ups once the grid points it touches are solved. Results depend
-// only on the grid, never on the order of queries, so plans stay deterministic.
+// Memoised relaxations. The bound uses, per micro-batch count v, one supporting line of
+// phi_v (the least makespan with v micro-batches, c = 1, as a function of r = W / c: it is
+// convex in r, and close to affine), taken from one LP at a fixed r0(v); so a bound costs
+// at most one LP per v ever, then line evaluations, and depends only on (pp, v, r), never
+// on the order of queries: plans stay deterministic.
 class RelaxationTable {
  public:
-  static constexpr double kGridRatio = 1.04;
-  // Coarser grid of the packing targets (Shape, BestShape).
+  // Counts above this are bounded without an LP by phi_v(r) >= r + v + pp - 1, which
+  // caps each LP's size (its cost grows about as v^2); the bound loses a little where the
+  // best count would be larger (r / c in the tens of thousands).
+  static constexpr int kMaxExactMicroBatches = 128;
+  // Grid of the packing targets (Shape, BestShape): shapes need no precision, so the
+  // local search's many re-packs with slightly different work reuse a few LPs.
   static constexpr double kShapeGridRatio = 1.25;
 
   explicit RelaxationTable(const ScheduleOptions& schedule = {}) : schedule_(schedule) {}
 
   // A lower bound on the 1F1B makespan of any packing of total document work W into any
-  // number of micro-batches on a pp-stage pipeline with per-micro-batch cost c. Uses that
-  // min_v phi_v(W)/W never rises with W (scaling the sizes by t >= 1 scales the makespan by
-  // at most t), evaluated at the grid point just above W/c.
+  // number of micro-batches on a pp-stage pipeline with per-micro-batch cost c.
   double MinMakespanLowerBound(int pp, double c_ms, double W);
 
   // The micro-batch count minimising the relaxed makespan at the grid point nearest W/c,
@@ -49,17 +56,16 @@ class RelaxationTable {
   const std::vector<double>& Shape(int pp, int v, double c_ms, double W);
 
  private:
-  struct Point {
-    double min_makespan = 0;  // min over v of phi_v(r) with c = 1
-    int best_v = 1;
+  struct Line {  // phi_v(r) >= at_r0 + price * (r - r0), for every r >= 0
+    double r0 = 0, at_r0 = 0, price = 0;
   };
-  const Point& At(int pp, int k);
-  double GridR(int k) const;
-  int GridIndexAbove(double r) const;
+  // min over v of the lower bounds on phi_v(r) (c = 1), and the v attaining it.
+  std::pair<double, int> RelaxedMin(int pp, double r);
+  const Line& LineOf(int pp, int v);
   int ShapeGridIndex(double c_ms, double W) const;
 
   ScheduleOptions schedule_;
-  std::map<std::pair<int, int>, Point> points_;
+  std::map<std::pair<int, int>, Line> lines_;
   std::map<std::tuple<int, int, int>, std::vector<double>> shapes_;
 };
 
