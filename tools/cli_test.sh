@@ -540,6 +540,21 @@ hyd preptok preprocess --input "$TMP/corpus.jsonl" --output-prefix "$TMP/x" --to
 expect_input_error preptok "--tokenizer" "nope"
 [[ ! -e $TMP/x.bin ]] || fail "x.bin written"
 
+# --- Numeric flags: never a NaN, an infinity or a wrapped negative ----------------------
+check "numeric flags reject NaN, infinity, negatives and overflow, naming the flag"
+n=0
+for bad in "--backward-to-forward nan" "--backward-to-forward inf" "--backward-to-forward -1" \
+  "--backward-to-forward 1e400" "--seed -1" "--seed nan" "--steps 0" "--max-len -5" \
+  "--tokens-per-batch nan"; do
+  n=$((n + 1))
+  # shellcheck disable=SC2086  # $bad is a flag and its value
+  hyd "num$n" "${PLAN[@]}" --lengths "$LENGTHS" $bad
+  expect_input_error "num$n" "${bad%% *}"
+done
+hyd numsim simulate --profile "$PROFILE" --candidates "$CANDS" --lengths "$DATASET" \
+  --steps 1 --nvlink-gbytes-per-s nan
+expect_input_error numsim "--nvlink-gbytes-per-s" "finite"
+
 if [[ $HAVE_PYTHON -eq 0 ]]; then echo "note: python3 absent; JSON checked by grep only"; fi
 if [[ $FAILED -ne 0 ]]; then
   echo "cli_test: $FAILED failure(s) in $CHECKS checks" >&2

@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 
 #include "commands.h"
+#include "number_flags.h"
 #include "hydraulis/spec/spec_io.h"
 
 namespace hydraulis::tools {
@@ -18,13 +19,13 @@ Command AddImportProfileCommand(CLI::App& app) {
   cmd->add_option("--name", args->shape.name, "model name")->required();
   cmd->add_option("--ffn", args->shape.ffn, "MLP hidden size")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("--heads", args->shape.heads, "attention heads")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("--kv-heads", args->shape.kv_heads, "key/value heads")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("-o,--output", args->output, "output file (stdout when absent)");
   return [args] {
     Profile p = ImportA800Profile(args->input, args->shape);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "number_flags.h"
 #include "hydraulis/base/error.h"
 #ifdef HYDRAULIS_HAVE_RUNTIME
 #include "hydraulis/runtime/compute.h"
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
   add(hydraulis::tools::AddTrainCommand);
   add(hydraulis::tools::AddProfileCommand);
 #endif
+  hydraulis::tools::CheckEveryNumber(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "number_flags.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
@@ -95,20 +96,20 @@ Command AddPlanCommand(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "seed of the sampler and the randomised baselines")
       ->capture_default_str();
   cmd->add_option("--steps", a->steps, "batches to sample with --dataset")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--tokens-per-batch", a->tokens_per_batch, "token budget of a sampled batch")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--max-len", a->max_len,
                   "context length: sampled documents are cut to it; static-fixed bin size")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_flag("--reject-overlong", a->reject_overlong,
                 "fail on a document longer than every capacity instead of truncating it");
   cmd->add_option("--backward-to-forward", a->backward_to_forward,
                   "backward:forward time ratio of the 1F1B model")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   a->source.AddTo(cmd);
   cmd->add_flag("--pretty", a->pretty, "indent the JSON (single-batch mode)");

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "number_flags.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/cost/capacity.h"
@@ -337,27 +338,27 @@ Command AddProfileCommand(CLI::App& app) {
   cmd->add_option("--nproc", a->nproc,
                   "start this many ranks here (>= the largest tp); without it, join a "
                   "torchrun/Slurm job, or run alone when every tp is 1")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("--max-len", a->max_len, "longest document and largest micro-batch timed")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--min-len", a->min_len, "shortest single document timed")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--packed", a->packed, "packed micro-batches timed (besides single documents)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--lengths", a->lengths, "document lengths the packed micro-batches draw from")
       ->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "untimed passes before timing")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "timed passes; each sample is their median")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--memory-bytes", a->memory_bytes,
                   "memory per rank the profile's capacities are computed for")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "model initialisation, token ids and packed lengths")
       ->capture_default_str();
@@ -366,7 +367,7 @@ Command AddProfileCommand(CLI::App& app) {
   cmd->add_option("--timeout-s", a->timeout_s,
                   "a rank that died or hangs fails the others after this long (idle ranks wait "
                   "at a barrier while a scheme runs, so it must exceed the longest scheme)")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   return [a] { return RunProfile(*a); };
 }

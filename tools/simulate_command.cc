@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "number_flags.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/data/length_source.h"
@@ -131,15 +132,15 @@ Command AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--lengths", a->lengths, "length dataset to sample the global batches from")
       ->required();
   cmd->add_option("--steps", o.steps, "global batches to simulate")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--tokens-per-batch", o.sampler.tokens_per_batch,
                   "token budget of a global batch")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--max-len", o.sampler.max_len,
                   "context length: documents are cut to it; static bin and padding size")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--system", a->system,
                   "padding, static-fixed, static-balanced, published or ours")

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "number_flags.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
@@ -261,43 +262,43 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_option("--nproc", a->nproc,
                   "start this many ranks here; without it, join a torchrun/Slurm job (RANK, "
                   "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("--tp", a->tp, "tensor-parallel degree of every pipeline")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--pp", a->pp, "pipeline stages of every pipeline")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option(
       "--candidates", a->candidates,
       "candidate strategies JSON (heterogeneous, chosen per step) instead of --tp/--pp");
   cmd->add_option("--steps", a->steps, "training steps")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--tokens-per-batch", a->tokens_per_batch, "tokens per global batch")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--max-len", a->max_len,
                   "documents are cut to this many tokens; static-fixed packs bins of it")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "model initialisation and data order")->capture_default_str();
   cmd->add_option("--plan-algorithm", a->algorithm, "ours or static-fixed")->capture_default_str();
   cmd->add_option("--log-json", a->log_json, "one JSON object per step (rank 0)");
   cmd->add_option("--lr", a->lr, "AdamW learning rate")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--master-port", a->master_port, "rendezvous port with --nproc (0: a free one)")
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--timeout-s", a->timeout_s,
                   "a rank that died or hangs fails the others after this long")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir,
                   "save checkpoints here (at the end, and every --checkpoint-every steps)");
   cmd->add_option("--checkpoint-every", a->checkpoint_every,
                   "steps between checkpoints (0: end only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeNumber());
   cmd->add_flag("--resume", a->resume,
                 "continue from the newest checkpoint in --checkpoint-dir (if any); --steps is "
                 "the total");

@@ -2,8 +2,10 @@
 // of these, with a message a user can act on (which file, which field, which value).
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace hydraulis {
 
@@ -31,5 +33,10 @@ class InternalError : public Error {
  public:
   explicit InternalError(const std::string& message) : Error(message) {}
 };
+
+// `value` as it may appear inside an error message: in single quotes, at most `max_chars`
+// characters of it (then "...(N bytes)"), non-printable bytes escaped as \xHH, so echoing
+// a user's input never floods the terminal or breaks the one-line message.
+std::string QuoteForMessage(std::string_view value, std::size_t max_chars = 60);
 
 }  // namespace hydraulis

@@ -1,0 +1,18 @@
+// Checks on numeric flags, so a value the program would misread (NaN, infinity, a
+// negative count wrapped to a huge unsigned one) is rejected naming the flag, not used.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace hydraulis::tools {
+
+// A finite number > 0 (replaces CLI::PositiveNumber, whose message prints DBL_MAX).
+CLI::Validator PositiveNumber();
+// A finite number >= 0.
+CLI::Validator NonNegativeNumber();
+
+// Adds to every option of `app` and its subcommands, by the type CLI11 parsed it as: a
+// floating-point value must be finite; an unsigned one must not be written negative.
+void CheckEveryNumber(CLI::App& app);
+
+}  // namespace hydraulis::tools
