@@ -41,8 +41,7 @@ int Run(int argc, char** argv) {
   app.add_option("--candidates", candidates_path)->required();
   app.add_option("--dataset", dataset_path)->required();
   app.add_option("--sizes", sizes, "documents per batch")->capture_default_str();
-  app.add_option("--warm-batches", warm_batches)->capture_default_str()->check(
-      CLI::Range(0, 1000));
+  app.add_option("--warm-batches", warm_batches)->capture_default_str()->check(CLI::Range(0, 1000));
   app.add_option("--seed", seed)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -57,9 +56,10 @@ int Run(int argc, char** argv) {
     return batch;
   };
 
-  fmt::print("| documents | tokens | cold ms | warm ms (median of {}) | strategy | gap to bound | "
-             "peak RSS MiB |\n",
-             warm_batches);
+  fmt::print(
+      "| documents | tokens | cold ms | warm ms (median of {}) | strategy | gap to bound | "
+      "peak RSS MiB |\n",
+      warm_batches);
   fmt::print("|---:|---:|---:|---:|---|---:|---:|\n");
   for (std::int64_t n : sizes) {
     if (n < 1) throw InvalidInput("--sizes: every size must be >= 1, got " + std::to_string(n));

@@ -1,8 +1,8 @@
 #include <fmt/core.h>
 
 #include "commands.h"
-#include "number_flags.h"
 #include "hydraulis/spec/spec_io.h"
+#include "number_flags.h"
 
 namespace hydraulis::tools {
 
@@ -17,9 +17,7 @@ Command AddImportProfileCommand(CLI::App& app) {
   cmd->add_option("--a800", args->input, "published profile (shared/reference/a800-profiles)")
       ->required();
   cmd->add_option("--name", args->shape.name, "model name")->required();
-  cmd->add_option("--ffn", args->shape.ffn, "MLP hidden size")
-      ->required()
-      ->check(PositiveNumber());
+  cmd->add_option("--ffn", args->shape.ffn, "MLP hidden size")->required()->check(PositiveNumber());
   cmd->add_option("--heads", args->shape.heads, "attention heads")
       ->required()
       ->check(PositiveNumber());

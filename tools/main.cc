@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "number_flags.h"
 #include "hydraulis/base/error.h"
+#include "number_flags.h"
 #ifdef HYDRAULIS_HAVE_RUNTIME
 #include "hydraulis/runtime/compute.h"
 #endif

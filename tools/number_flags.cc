@@ -26,13 +26,19 @@ std::string CheckNumber(const std::string& text, const Ok& ok, const char* expec
 
 CLI::Validator PositiveNumber() {
   return CLI::Validator(
-      [](std::string& text) { return CheckNumber(text, [](double v) { return v > 0; }, "> 0"); },
+      [](std::string& text) {
+        return CheckNumber(
+            text, [](double v) { return v > 0; }, "> 0");
+      },
       "POSITIVE");
 }
 
 CLI::Validator NonNegativeNumber() {
   return CLI::Validator(
-      [](std::string& text) { return CheckNumber(text, [](double v) { return v >= 0; }, ">= 0"); },
+      [](std::string& text) {
+        return CheckNumber(
+            text, [](double v) { return v >= 0; }, ">= 0");
+      },
       "NONNEGATIVE");
 }
 
@@ -41,7 +47,10 @@ void CheckEveryNumber(CLI::App& app) {
     const std::string type = opt->get_type_name();
     if (type == "FLOAT") {
       opt->check(CLI::Validator(
-          [](std::string& text) { return CheckNumber(text, [](double) { return true; }, ""); },
+          [](std::string& text) {
+            return CheckNumber(
+                text, [](double) { return true; }, "");
+          },
           ""));
     } else if (type == "UINT") {
       opt->check(CLI::Validator(

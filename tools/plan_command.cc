@@ -3,7 +3,6 @@
 #include <memory>
 
 #include "commands.h"
-#include "number_flags.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
@@ -11,6 +10,7 @@
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/spec/spec_io.h"
 #include "length_flags.h"
+#include "number_flags.h"
 
 namespace hydraulis::tools {
 namespace {

@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "commands.h"
-#include "number_flags.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/cost/capacity.h"
@@ -39,6 +38,7 @@
 #include "hydraulis/spec/placement.h"
 #include "hydraulis/spec/spec_io.h"
 #include "launcher.h"
+#include "number_flags.h"
 
 namespace hydraulis::tools {
 namespace {

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "commands.h"
-#include "number_flags.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/data/length_source.h"
@@ -18,6 +17,7 @@
 #include "hydraulis/sim/trace.h"
 #include "hydraulis/spec/spec_io.h"
 #include "length_flags.h"
+#include "number_flags.h"
 
 namespace hydraulis::tools {
 namespace {

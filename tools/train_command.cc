@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "commands.h"
-#include "number_flags.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
@@ -27,6 +26,7 @@
 #include "hydraulis/runtime/training_job.h"
 #include "hydraulis/spec/spec_io.h"
 #include "launcher.h"
+#include "number_flags.h"
 
 namespace hydraulis::tools {
 namespace {

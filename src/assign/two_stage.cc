@@ -176,13 +176,15 @@ class Solver {
       const int n_from = static_cast<int>(from.size());
       auto len = [&](int d) { return problem_.lengths[static_cast<std::size_t>(d)]; };
       auto capacity_end = [&](const std::vector<int>& sorted, std::int64_t cap) {
-        return static_cast<int>(
-            std::partition_point(sorted.begin(), sorted.end(), [&](int d) { return len(d) <= cap; }) -
-            sorted.begin());
+        return static_cast<int>(std::partition_point(sorted.begin(), sorted.end(),
+                                                     [&](int d) { return len(d) <= cap; }) -
+                                sorted.begin());
       };
       for (int q = 0; q < P_; ++q) {
         if (q == crit) continue;
-        auto crit_after = [&](int i) { return Corrected(crit, Without(crit, load_[crit], from[i])); };
+        auto crit_after = [&](int i) {
+          return Corrected(crit, Without(crit, load_[crit], from[i]));
+        };
         auto q_after = [&](int i) { return Corrected(q, With(q, load_[q], from[i])); };
         const int end = capacity_end(from, problem_.pipelines[q].capacity_tokens);
         const auto [first, last] = Crossing(end, q_after, crit_after);
@@ -208,7 +210,9 @@ class Solver {
             const int end = static_cast<int>(
                 std::partition_point(to.begin(), to.end(), [&](int e) { return len(e) < len(d); }) -
                 to.begin());
-            auto crit_after = [&](int k) { return Corrected(crit, With(crit, crit_without, to[k])); };
+            auto crit_after = [&](int k) {
+              return Corrected(crit, With(crit, crit_without, to[k]));
+            };
             auto q_after = [&](int k) { return Corrected(q, Without(q, q_with, to[k])); };
             const auto [first, last] = Crossing(end, crit_after, q_after);
             for (int k = first; k < last; ++k) {
