@@ -31,6 +31,10 @@ struct Group {
   double lambda = 0.0;
   double c_per_token = 0.0;  // 0: c / capacity
   double scale = 1.0;
+  // pp > 1: charge each token its share of the micro-batch constant instead of kappa (a
+  // pipeline runs >= tokens / capacity micro-batches, each paying c on the last stage);
+  // what binds when batches hold many more micro-batches than the relaxation's best count.
+  bool charge_c = false;
 };
 
 // At step time theta a pp = 1 pipeline with v micro-batches holds tau <= v * capacity
@@ -76,7 +80,11 @@ double Unit(const Group& g, std::int64_t s, double theta) {
   if (!Eligible(p, s, theta)) return kInf;
   // pp > 1: the pipeline's time is at least kappa times its document work (see
   // RelaxationTable); the micro-batch constant is inside that bound.
-  if (p.scheme.pp > 1) return g.kappa * p.time.DocumentMs(s);
+  if (p.scheme.pp > 1) {
+    return g.charge_c ? p.time.DocumentMs(s) + p.time.c_ms * static_cast<double>(s) /
+                                                  static_cast<double>(p.capacity_tokens)
+                      : g.kappa * p.time.DocumentMs(s);
+  }
   const double per_token =
       g.c_per_token > 0 ? g.c_per_token : 1.0 / static_cast<double>(p.capacity_tokens);
   return g.scale * (p.time.DocumentMs(s) + p.time.c_ms * static_cast<double>(s) * per_token);
@@ -421,19 +429,30 @@ LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* rela
     }
     lb.fractional_ms = std::max(thresholds[lo], fractional(thresholds[lo], false));
   }
-  if (deep && fractional(lb.fractional_ms, true) > lb.fractional_ms) {
-    // kappa >= 1 only raises LP, so the relaxed fixed point lies above the plain one, and
-    // kappa varies continuously: bisect, keeping `lo` where LP(lo) > lo (so T* > lo).
-    double lo = lb.fractional_ms, hi = lo;
+  // Raises lb.fractional_ms to the least theta with eval(theta) <= theta when eval (LP
+  // with a tighter unit, never lower than the plain one) exceeds it there: eval varies
+  // continuously, so bisect, keeping `lo` where eval(lo) > lo (so T* > lo).
+  auto raise = [&](const auto& eval) {
+    double lo = lb.fractional_ms;
+    if (eval(lo) <= lo) return;
+    double hi = lo;
     do {
       lo = hi;
       hi *= 1.25;
-    } while (fractional(hi, true) > hi);
+    } while (eval(hi) > hi);
     for (int i = 0; i < kBisectionSteps && hi - lo > 1e-7 * hi; ++i) {
       const double mid = 0.5 * (lo + hi);
-      (fractional(mid, true) <= mid ? hi : lo) = mid;
+      (eval(mid) <= mid ? hi : lo) = mid;
     }
     lb.fractional_ms = lo;
+  };
+  if (deep) raise([&](double theta) { return fractional(theta, true); });
+  bool any_deep = false;
+  for (const auto& g : groups) any_deep = any_deep || g.model.scheme.pp > 1;
+  if (any_deep) {
+    for (auto& g : groups) g.charge_c = g.model.scheme.pp > 1;
+    raise([&](double theta) { return fractional(theta, false); });
+    for (auto& g : groups) g.charge_c = false;
   }
   // The integrality cut, for each nonempty choice of pp = 1 groups to apply it to (only
   // where the LP is the closed-form sweep: Clp per choice would cost too much). The cut's
@@ -447,18 +466,7 @@ LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* rela
       for (std::size_t k = 0; k < flat.size(); ++k) {
         groups[flat[k]].lambda = (mask >> k) & 1u ? 1.0 : 0.0;
       }
-      double lo = lb.fractional_ms;
-      if (fractional(lo, deep) <= lo) continue;
-      double hi = lo;
-      do {
-        lo = hi;
-        hi *= 1.25;
-      } while (fractional(hi, deep) > hi);
-      for (int i = 0; i < kBisectionSteps && hi - lo > 1e-7 * hi; ++i) {
-        const double mid = 0.5 * (lo + hi);
-        (fractional(mid, deep) <= mid ? hi : lo) = mid;
-      }
-      lb.fractional_ms = lo;
+      raise([&](double theta) { return fractional(theta, deep); });
     }
     for (auto& g : groups) g.lambda = 0.0;
   }

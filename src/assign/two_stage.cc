@@ -272,7 +272,7 @@ class Solver {
   }
 
   static constexpr int kSwapSources = 64;
-  static constexpr std::int64_t kRepackBudgetPerDocument = 32;
+  static constexpr std::int64_t kRepackBudgetPerDocument = 4;
   static constexpr std::int64_t kRepackBudgetBase = std::int64_t{1} << 19;
 
   const AssignProblem& problem_;
