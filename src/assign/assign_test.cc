@@ -317,6 +317,78 @@ TEST(RelaxationTest, TableBoundIsBelowEveryRandomPackingsExactTime) {
   }
 }
 
+TEST(RelaxationTest, WorkPriceGivesALineBelowTheLpEverywhere) {
+  // The table bounds phi_v(r) by one supporting line per v: it must never exceed the LP.
+  for (int pp : {2, 3, 4}) {
+    for (int v : {2, 7, 25}) {
+      const RelaxedSchedule at = RelaxPipeline(pp, v, 1.0, 2.0 * v * v);
+      for (double r : {0.5, 10.0, 300.0, 5'000.0, 60'000.0}) {
+        const double line = at.makespan_ms + at.work_price * (r - 2.0 * v * v);
+        EXPECT_LE(line, RelaxPipeline(pp, v, 1.0, r).makespan_ms * (1 + 1e-9) + 1e-9)
+            << "pp=" << pp << " v=" << v << " r=" << r;
+      }
+    }
+  }
+}
+
+TEST(RelaxationTest, BoundDependsOnlyOnItsArgumentsNotOnQueryOrder) {
+  const std::vector<double> works = {50, 4'000, 300, 9'000, 1'200, 20};
+  RelaxationTable forward, backward;
+  std::vector<double> a, b(works.size());
+  for (double w : works) a.push_back(forward.MinMakespanLowerBound(3, 2.0, w));
+  for (std::size_t i = works.size(); i-- > 0;) {
+    b[i] = backward.MinMakespanLowerBound(3, 2.0, works[i]);
+  }
+  EXPECT_EQ(a, b);
+  // And it is below the LP's optimum over every count (checked where counts stay small).
+  for (double w : {50.0, 300.0}) {
+    double best = 1e300;
+    for (int v = 1; v <= 40; ++v) best = std::min(best, RelaxPipeline(3, v, 2.0, w).makespan_ms);
+    EXPECT_LE(forward.MinMakespanLowerBound(3, 2.0, w), best * (1 + 1e-9));
+    EXPECT_GE(forward.MinMakespanLowerBound(3, 2.0, w), best * (1 - 1e-3));
+  }
+}
+
+TEST(PackTest, LargeBatchesPackInNearLinearTimeAndStayValid) {
+  // 60,000 documents on one deep pipeline: before the packers were O(n log n) this took
+  // minutes. Every document lands once, within capacity, in one of >= fewest bins.
+  AssignProblem p;
+  Rng rng(5);
+  for (int i = 0; i < 60'000; ++i)
+    p.lengths.push_back(1 + static_cast<std::int64_t>(rng.Below(4'000)));
+  p.pipelines = {{{1, 2, 2}, {1e-7, 0.01, 5}, 32'768}};
+  std::vector<int> docs(p.lengths.size());
+  std::iota(docs.begin(), docs.end(), 0);
+  const MicroBatches fewest = MinCountPack(p.lengths, docs, 32'768);
+  std::int64_t total = 0;
+  for (auto s : p.lengths) total += s;
+  EXPECT_LE(static_cast<std::int64_t>(fewest.size()), total / 32'768 + 2);
+  const PackResult r = PackPipeline(p, p.pipelines[0], docs);
+  std::vector<int> seen(p.lengths.size(), 0);
+  for (const auto& mb : r.micro_batches) {
+    std::int64_t tokens = 0;
+    for (int d : mb)
+      tokens += p.lengths[static_cast<std::size_t>(d)], ++seen[static_cast<std::size_t>(d)];
+    EXPECT_LE(tokens, 32'768);
+  }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }));
+  EXPECT_GE(r.micro_batches.size(), fewest.size());
+  EXPECT_NEAR(r.ms, PipelineMs(p, p.pipelines[0], r.micro_batches), 1e-6 * r.ms);
+}
+
+TEST(PlannerTest, ManyShortDocumentsPlanCloseToTheBound) {
+  // An instruction-tuning shape: 20,000 documents of 100..500 tokens in one batch.
+  CaseStudy cs;
+  Planner planner(cs.profile, cs.candidates, {});
+  Rng rng(3);
+  std::vector<std::int64_t> batch;
+  for (int i = 0; i < 20'000; ++i) batch.push_back(100 + static_cast<std::int64_t>(rng.Below(401)));
+  const Plan plan = planner.PlanBatch(batch);
+  EXPECT_EQ(CheckAssignment(planner.Problem(plan.lengths, plan.strategy_index), ToAssignment(plan)),
+            "");
+  EXPECT_LE(plan.estimated_step_ms, plan.lower_bound_ms * 1.03);
+}
+
 TEST(LowerBoundTest, RelaxationOnlyTightensAndStaysBelowOurPlans) {
   CaseStudy cs;
   Planner planner(cs.profile, cs.candidates, {});
