@@ -555,6 +555,18 @@ hyd numsim simulate --profile "$PROFILE" --candidates "$CANDS" --lengths "$DATAS
   --steps 1 --nvlink-gbytes-per-s nan
 expect_input_error numsim "--nvlink-gbytes-per-s" "finite"
 
+# --- JSON inputs: bounded nesting, no duplicate keys, no whole values echoed ------------
+check "deeply nested JSON is one clear error, not a crash"
+head -c 100000 /dev/zero | tr '\0' '[' >"$TMP/deep.json"
+hyd deep "${PLAN[@]}" --lengths "$TMP/deep.json"
+expect_input_error deep "deep.json" "nesting deeper than 64"
+printf '{"length": 5, "length": 7}\n' >"$TMP/dup.jsonl"
+hyd dupjl stats --lengths "$TMP/dup.jsonl"
+expect_input_error dupjl "dup.jsonl:1" "duplicate key 'length'"
+sed 's/"gpus": 64,/"gpus": 64, "gpus": 32,/' "$CANDS" >"$TMP/dupkey.json"
+hyd dupkey "${PLAN[@]/$CANDS/$TMP/dupkey.json}" --lengths "$LENGTHS"
+expect_input_error dupkey "dupkey.json" "duplicate key 'gpus'"
+
 if [[ $HAVE_PYTHON -eq 0 ]]; then echo "note: python3 absent; JSON checked by grep only"; fi
 if [[ $FAILED -ne 0 ]]; then
   echo "cli_test: $FAILED failure(s) in $CHECKS checks" >&2

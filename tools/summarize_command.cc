@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "hydraulis/base/json_text.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -30,12 +31,7 @@ int RunSummarize(const std::string& path) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     const std::string where = path + ":" + std::to_string(step + 1);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InvalidInput(where + ": invalid JSON: " + e.what());
-    }
+    const nlohmann::json j = ParseJson(line, where);
     const double est = Num(j, "estimated_step_ms", where), lb = Num(j, "lower_bound_ms", where);
     const double plan_ms = j.contains("planning_ms") ? Num(j, "planning_ms", where) : 0.0;
     const std::string name = j.at("strategy").at("name").get<std::string>() + " " +

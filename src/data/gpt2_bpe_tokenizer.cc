@@ -9,6 +9,7 @@
 #include "gpt2_pretokenizer.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "hydraulis/base/json_text.h"
 
 namespace hydraulis {
 namespace {
@@ -57,12 +58,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
                                    const std::string& merges_txt_path)
     : byte_symbols_(ByteSymbols()) {
   // vocab.json: {"symbol": id, ...}.
-  nlohmann::json vocab;
-  try {
-    vocab = nlohmann::json::parse(ReadFileText(vocab_json_path));
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(vocab_json_path + ": invalid JSON: " + e.what());
-  }
+  const nlohmann::json vocab = ParseJson(ReadFileText(vocab_json_path), vocab_json_path);
   if (!vocab.is_object()) {
     throw InvalidInput(vocab_json_path + ": expected a JSON object of symbol -> id, got " +
                        std::string(vocab.type_name()));
@@ -77,7 +73,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
              static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) ||
         value.get<std::int64_t>() < 0) {
       throw InvalidInput(where + "the id must be an integer from 0 to 2^31 - 1, got " +
-                         value.dump());
+                         JsonForMessage(value));
     }
     const auto id = value.get<std::int64_t>();
     if (const auto [it, added] = symbol_of_id.emplace(id, symbol); !added) {

@@ -6,6 +6,7 @@
 
 #include "ascii_text.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/json_text.h"
 
 namespace hydraulis {
 namespace {
@@ -23,11 +24,13 @@ std::int64_t LengthValue(const nlohmann::json& v, std::int64_t min_len, Fail fai
       (v.is_number_unsigned() &&
        v.get<std::uint64_t>() >
            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))) {
-    fail("a length must be an integer >= " + std::to_string(min_len) + ", got " + v.dump());
+    fail("a length must be an integer >= " + std::to_string(min_len) + ", got " +
+         JsonForMessage(v));
   }
   const auto len = v.get<std::int64_t>();
   if (len < min_len) {
-    fail("a length must be an integer >= " + std::to_string(min_len) + ", got " + v.dump());
+    fail("a length must be an integer >= " + std::to_string(min_len) + ", got " +
+         JsonForMessage(v));
   }
   return len;
 }
@@ -69,12 +72,7 @@ std::vector<std::int64_t> ParseJsonLinesLengths(std::string_view text, const std
     auto fail = [&](const std::string& problem) {
       throw InvalidInput(where + "field '" + field + "': " + problem);
     };
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InvalidInput(where + "invalid JSON: " + e.what());
-    }
+    const nlohmann::json j = ParseJson(line, source + ":" + std::to_string(line_no));
     if (!j.is_object()) throw InvalidInput(where + "expected a JSON object, got " + TypeName(j));
     const auto it = j.find(field);
     if (it == j.end()) throw InvalidInput(where + "missing field '" + field + "'");

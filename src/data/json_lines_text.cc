@@ -8,6 +8,7 @@
 
 #include "ascii_text.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/json_text.h"
 
 namespace hydraulis {
 namespace {
@@ -29,12 +30,7 @@ bool JsonLinesTextReader::Next(std::string& text) {
     const std::string_view line = Trim(buffer_);
     if (line.empty()) continue;
     const std::string where = path_ + ":" + std::to_string(line_) + ": ";
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InvalidInput(where + "invalid JSON: " + e.what());
-    }
+    nlohmann::json j = ParseJson(line, path_ + ":" + std::to_string(line_));
     if (!j.is_object()) {
       throw InvalidInput(where + "expected a JSON object, got " + std::string(j.type_name()));
     }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/json_text.h"
 #include "hydraulis/data/length_source.h"
 
 namespace hydraulis {
@@ -13,16 +14,11 @@ std::vector<std::int64_t> ParseLengths(const std::string& text, const std::strin
   std::vector<std::int64_t> out;
   std::size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[') {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InvalidInput(source + ": invalid JSON: " + e.what());
-    }
+    const nlohmann::json j = ParseJson(text, source);
     for (std::size_t i = 0; i < j.size(); ++i) {
       if (!j[i].is_number_integer() || j[i].get<std::int64_t>() < 1) {
         throw InvalidInput(source + ": [" + std::to_string(i) +
-                           "]: a length must be an integer >= 1, got " + j[i].dump());
+                           "]: a length must be an integer >= 1, got " + JsonForMessage(j[i]));
       }
       out.push_back(j[i].get<std::int64_t>());
     }
@@ -44,7 +40,7 @@ std::vector<std::int64_t> ParseLengths(const std::string& text, const std::strin
         auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
         if (ec != std::errc() || ptr != line.data() + line.size() || v < 1) {
           throw InvalidInput(source + ":" + std::to_string(line_no) +
-                             ": a length must be an integer >= 1, got '" + std::string(line) + "'");
+                             ": a length must be an integer >= 1, got " + QuoteForMessage(line));
         }
         out.push_back(v);
       }

@@ -9,6 +9,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "hydraulis/base/json_text.h"
 #include "hydraulis/runtime/distributed.h"
 
 namespace hydraulis {
@@ -101,12 +102,7 @@ std::optional<std::string> LatestCheckpoint(const std::string& dir) {
 
 CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) {
   const std::string meta_path = path + "/meta.json";
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ReadFileText(meta_path));
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(meta_path + ": not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = ParseJson(ReadFileText(meta_path), meta_path);
   CheckpointMeta meta;
   try {
     if (j.at("format").get<std::string>() != kFormat) {

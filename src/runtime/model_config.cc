@@ -2,6 +2,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "hydraulis/base/json_text.h"
 #include "spec/json_reader.h"
 
 namespace hydraulis {
@@ -38,7 +39,7 @@ void ValidateModelConfig(const ModelConfig& config, const std::string& source_na
 }
 
 ModelConfig ParseModelConfig(const std::string& json_text, const std::string& source_name) {
-  nlohmann::json doc = ParseJsonText(json_text, source_name);
+  nlohmann::json doc = ParseJson(json_text, source_name);
   JsonObjectReader r(doc, source_name, "");
   ModelConfig c;
   c.shape.name = r.String("name");
@@ -50,7 +51,8 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
   c.shape.vocab = static_cast<int>(r.Int("vocab", 1));
   if (r.Has("tie_embeddings")) {
     const nlohmann::json& v = r.Value("tie_embeddings");
-    if (!v.is_boolean()) r.Fail("tie_embeddings", "expected true or false, got " + v.dump());
+    if (!v.is_boolean())
+      r.Fail("tie_embeddings", "expected true or false, got " + JsonForMessage(v));
     c.tie_embeddings = v.get<bool>();
   }
   c.rope_theta = r.NumberOr("rope_theta", c.rope_theta, 0.0);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/json_text.h"
 
 namespace hydraulis {
 
@@ -42,10 +43,13 @@ std::int64_t JsonObjectReader::Int(const std::string& key, std::int64_t min_valu
              std::abs(v.get<double>()) < 9e15) {
     x = static_cast<std::int64_t>(v.get<double>());
   } else {
-    Fail(key, "expected an integer, got " + v.dump());
+    Fail(key, "expected an integer, got " + JsonForMessage(v));
   }
-  if (x < min_value) Fail(key, "must be >= " + std::to_string(min_value) + ", got " + v.dump());
-  if (x > max_value) Fail(key, "must be <= " + std::to_string(max_value) + ", got " + v.dump());
+  if (x < min_value)
+    Fail(key, "must be >= " + std::to_string(min_value) + ", got " + JsonForMessage(v));
+  if (x > max_value) {
+    Fail(key, "must be <= " + std::to_string(max_value) + ", got " + JsonForMessage(v));
+  }
   return x;
 }
 
@@ -56,11 +60,11 @@ std::int64_t JsonObjectReader::IntOr(const std::string& key, std::int64_t fallba
 
 double JsonObjectReader::Number(const std::string& key, double min_value) {
   const auto& v = Get(key);
-  if (!v.is_number()) Fail(key, "expected a number, got " + v.dump());
+  if (!v.is_number()) Fail(key, "expected a number, got " + JsonForMessage(v));
   double x = v.get<double>();
   if (!std::isfinite(x) || x < min_value) {
-    Fail(key,
-         "must be a finite number >= " + nlohmann::json(min_value).dump() + ", got " + v.dump());
+    Fail(key, "must be a finite number >= " + nlohmann::json(min_value).dump() + ", got " +
+                  JsonForMessage(v));
   }
   return x;
 }
@@ -71,7 +75,7 @@ double JsonObjectReader::NumberOr(const std::string& key, double fallback, doubl
 
 std::string JsonObjectReader::String(const std::string& key) {
   const auto& v = Get(key);
-  if (!v.is_string()) Fail(key, "expected a string, got " + v.dump());
+  if (!v.is_string()) Fail(key, "expected a string, got " + JsonForMessage(v));
   return v.get<std::string>();
 }
 
@@ -102,14 +106,6 @@ JsonObjectReader JsonObjectReader::Element(const std::string& key, const nlohman
 void JsonObjectReader::RejectUnknown() const {
   for (auto it = object_.begin(); it != object_.end(); ++it) {
     if (!used_.count(it.key())) Fail(it.key(), "unknown field");
-  }
-}
-
-nlohmann::json ParseJsonText(const std::string& text, const std::string& source) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InvalidInput(source + ": invalid JSON: " + e.what());
   }
 }
 

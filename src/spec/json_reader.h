@@ -53,7 +53,4 @@ class JsonObjectReader {
   std::set<std::string> used_;
 };
 
-// Parses JSON text; InvalidInput naming the source and the parser's position on error.
-nlohmann::json ParseJsonText(const std::string& text, const std::string& source);
-
 }  // namespace hydraulis

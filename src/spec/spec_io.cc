@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/json_text.h"
 #include "json_reader.h"
 
 namespace hydraulis {
@@ -62,7 +63,7 @@ Scheme ReadScheme(JsonObjectReader& r) {
 }  // namespace
 
 Profile ParseProfile(const std::string& json_text, const std::string& source) {
-  nlohmann::json doc = ParseJsonText(json_text, source);
+  nlohmann::json doc = ParseJson(json_text, source);
   JsonObjectReader root(doc, source, "");
   CheckFormat(root, kProfileFormat);
   Profile p;
@@ -131,7 +132,7 @@ Profile LoadProfile(const std::string& path) { return ParseProfile(ReadFileText(
 
 CandidateSet ParseCandidates(const std::string& json_text, const std::string& source,
                              const Profile& profile) {
-  nlohmann::json doc = ParseJsonText(json_text, source);
+  nlohmann::json doc = ParseJson(json_text, source);
   JsonObjectReader root(doc, source, "");
   CheckFormat(root, kCandidatesFormat);
   CandidateSet set;
@@ -154,6 +155,12 @@ CandidateSet ParseCandidates(const std::string& json_text, const std::string& so
     JsonObjectReader s = root.Element("strategies", strategies, i);
     Strategy st;
     st.name = s.StringOr("name", "S" + std::to_string(i));
+    // Plans, logs and --only-strategy name strategies: two of one name are ambiguous.
+    for (const Strategy& earlier : set.strategies) {
+      if (earlier.name == st.name) {
+        s.Fail("name", "strategy name " + QuoteForMessage(st.name) + " is used twice");
+      }
+    }
     const auto& pipes = s.Array("pipelines");
     if (pipes.empty()) s.Fail("pipelines", "must list at least one pipeline");
     std::int64_t gpus = 0;
@@ -254,7 +261,7 @@ std::string CandidatesToJson(const CandidateSet& set) {
 }
 
 Profile ImportA800Profile(const std::string& path, const ModelShape& shape) {
-  nlohmann::json doc = ParseJsonText(ReadFileText(path), path);
+  nlohmann::json doc = ParseJson(ReadFileText(path), path);
   JsonObjectReader root(doc, path, "");
   Profile p;
   JsonObjectReader mc = root.Object("model_config");

@@ -128,6 +128,22 @@ TEST(SpecIoTest, ShippedProfile32bValues) {
   EXPECT_EQ(p.Find(S(1, 16, 2)), nullptr);
 }
 
+TEST(SpecIoTest, DuplicateKeysAndDeepNestingAreErrors) {
+  // nlohmann would keep the last of two equal keys; a profile must not change silently.
+  const std::string text = ReadFileText(ProfilePath("32b"));
+  const std::size_t brace = text.find('{');
+  const std::string dup =
+      text.substr(0, brace + 1) + R"("format": "hydraulis.profile/1", )" + text.substr(brace + 1);
+  std::string msg;
+  try {
+    ParseProfile(dup, "p.json");
+  } catch (const InvalidInput& e) {
+    msg = e.what();
+  }
+  EXPECT_EQ(msg, "p.json: invalid JSON: duplicate key 'format' in one object");
+  EXPECT_THROW(ParseProfile(std::string(100'000, '['), "p.json"), InvalidInput);
+}
+
 TEST(SpecIoTest, ShippedCandidates64Gpus) {
   const CandidateSet c = LoadCandidates(CandidatesPath(64), Profile32b());
   EXPECT_EQ(c.gpus, 64);
@@ -608,6 +624,8 @@ TEST(SpecIoTest, CandidateValidationErrors) {
          j["strategies"][6]["pipelines"][0] = {{"cp", 3}, {"tp", 4}};
        },
        "strategies[6].pipelines[0].tp", "does not divide"},
+      {"duplicate strategy name", [](Json& j) { j["strategies"][2]["name"] = "S0"; },
+       "strategies[2].name", "'S0' is used twice"},
       // One scheme larger than the cluster.
       {"scheme larger than cluster",
        [](Json& j) {

@@ -1,0 +1,69 @@
+#include "hydraulis/base/json_text.h"
+
+#include <set>
+#include <vector>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+namespace {
+
+constexpr std::size_t kMessageChars = 200;
+
+// Thrown from the parser's callback (nlohmann lets it propagate), caught below.
+struct Rejected {
+  std::string message;
+};
+
+}  // namespace
+
+nlohmann::json ParseJson(std::string_view text, const std::string& source) {
+  using Event = nlohmann::json::parse_event_t;
+  std::vector<std::set<std::string>> keys;  // per open object, its keys so far
+  std::string last_key;
+  auto check = [&](int depth, Event event, nlohmann::json& parsed) {
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        if (depth >= kMaxJsonDepth) {
+          throw Rejected{"nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
+        }
+        if (event == Event::object_start) keys.emplace_back();
+        break;
+      case Event::key:
+        last_key = parsed.get<std::string>();
+        if (!keys.empty() && !keys.back().insert(last_key).second) {
+          throw Rejected{"duplicate key " + QuoteForMessage(last_key) + " in one object"};
+        }
+        break;
+      case Event::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), check);
+  } catch (const Rejected& r) {
+    throw InvalidInput(source + ": invalid JSON: " + r.message);
+  } catch (const nlohmann::json::parse_error& e) {
+    // The parser's message may echo a long token ("last read: ..."): bound it.
+    std::string what = QuoteForMessage(e.what(), kMessageChars);
+    what = what.substr(1);
+    const auto close = what.rfind('\'');
+    if (close != std::string::npos) what.erase(close, 1);
+    throw InvalidInput(source + ": invalid JSON: " + what);
+  }
+}
+
+std::string JsonForMessage(const nlohmann::json& value) {
+  if (value.is_array()) return "an array of " + std::to_string(value.size()) + " element(s)";
+  if (value.is_object()) return "an object of " + std::to_string(value.size()) + " field(s)";
+  const std::string text = value.dump();
+  if (text.size() <= 60) return text;
+  return text.substr(0, 60) + "...(" + std::to_string(text.size()) + " bytes)";
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,71 @@
+#include "hydraulis/base/json_text.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+namespace {
+
+std::string ErrorOf(const std::string& text) {
+  try {
+    ParseJson(text, "in.json");
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JsonTextTest, ParsesOrdinaryDocuments) {
+  const auto j = ParseJson(R"({"a": [1, 2, {"b": null}], "c": "x"})", "in.json");
+  EXPECT_EQ(j["a"][2]["b"], nullptr);
+  EXPECT_EQ(j["c"], "x");
+}
+
+TEST(JsonTextTest, DeepNestingIsAnErrorNotACrash) {
+  for (const char* open : {"[", "{\"k\":"}) {
+    std::string text;
+    for (int i = 0; i < 100'000; ++i) text += open;
+    const std::string err = ErrorOf(text);
+    EXPECT_NE(err.find("in.json: invalid JSON: nesting deeper than 64 levels"), std::string::npos)
+        << err;
+  }
+  // Exactly the limit parses.
+  std::string ok(kMaxJsonDepth, '[');
+  ok += std::string(kMaxJsonDepth, ']');
+  EXPECT_NO_THROW(ParseJson(ok, "in.json"));
+  EXPECT_NE(ErrorOf("[" + ok + "]").find("nesting"), std::string::npos);
+}
+
+TEST(JsonTextTest, DuplicateKeysAreRejectedAtAnyDepth) {
+  EXPECT_NE(ErrorOf(R"({"a": 1, "a": 2})").find("duplicate key 'a'"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"x": [{"tp": 1, "pp": 2, "tp": 4}]})").find("duplicate key 'tp'"),
+            std::string::npos);
+  // The same key in sibling objects is fine.
+  EXPECT_NO_THROW(ParseJson(R"([{"a": 1}, {"a": 2}, {"b": {"a": 3}}])", "in.json"));
+}
+
+TEST(JsonTextTest, SyntaxErrorsAreOneBoundedLine) {
+  const std::string huge = "[\"" + std::string(1'000'000, 'x');  // unterminated string
+  const std::string err = ErrorOf(huge);
+  EXPECT_NE(err.find("in.json: invalid JSON"), std::string::npos);
+  EXPECT_LT(err.size(), 400u);
+  EXPECT_EQ(err.find('\n'), std::string::npos);
+  EXPECT_NE(ErrorOf("{\"a\": \x01}").find("invalid JSON"), std::string::npos);
+}
+
+TEST(JsonTextTest, MessagesDescribeContainersAndCutScalars) {
+  nlohmann::json deep = nlohmann::json::array();
+  for (int i = 0; i < 10; ++i) deep = nlohmann::json::array({deep});
+  EXPECT_EQ(JsonForMessage(deep), "an array of 1 element(s)");
+  EXPECT_EQ(JsonForMessage(nlohmann::json::object()), "an object of 0 field(s)");
+  EXPECT_EQ(JsonForMessage(3.5), "3.5");
+  const std::string cut = JsonForMessage(std::string(500, 'y'));
+  EXPECT_LT(cut.size(), 90u);
+  EXPECT_NE(cut.find("(502 bytes)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hydraulis
