@@ -567,6 +567,37 @@ sed 's/"gpus": 64,/"gpus": 64, "gpus": 32,/' "$CANDS" >"$TMP/dupkey.json"
 hyd dupkey "${PLAN[@]/$CANDS/$TMP/dupkey.json}" --lengths "$LENGTHS"
 expect_input_error dupkey "dupkey.json" "duplicate key 'gpus'"
 
+# --- Output: lost writes fail; what is not a regular file is never replaced -------------
+check "a plan written to a full device or a closed stdout fails with the reason"
+"$BIN" "${PLAN[@]}" --lengths "$LENGTHS" >/dev/full 2>"$TMP/full.err"
+RC=$?
+expect_rc full 1
+expect_stderr_has full "stdout: write failed"
+"$BIN" "${PLAN[@]}" --lengths "$LENGTHS" >&- 2>"$TMP/closed.err"
+RC=$?
+expect_rc closed 1
+expect_stderr_has closed "stdout: write failed"
+
+check "-o through a symbolic link replaces its target and keeps the link"
+echo old >"$TMP/target.json"
+ln -s "$TMP/target.json" "$TMP/link.json"
+hyd olink "${PLAN[@]}" --lengths "$LENGTHS" -o "$TMP/link.json"
+expect_rc olink 0
+[[ -L $TMP/link.json ]] || fail "the link was replaced"
+grep -q '"estimated_step_ms"' "$TMP/target.json" || fail "the link's target holds no plan"
+
+check "-o into a FIFO writes into it; -o on a directory is refused"
+mkfifo "$TMP/plan.fifo"
+cat "$TMP/plan.fifo" >"$TMP/fifo.out" &
+hyd ofifo "${PLAN[@]}" --lengths "$LENGTHS" -o "$TMP/plan.fifo"
+wait
+expect_rc ofifo 0
+[[ -p $TMP/plan.fifo ]] || fail "the FIFO was replaced"
+grep -q '"estimated_step_ms"' "$TMP/fifo.out" || fail "nothing came through the FIFO"
+mkdir "$TMP/adir"
+hyd odir "${PLAN[@]}" --lengths "$LENGTHS" -o "$TMP/adir"
+expect_input_error odir "adir" "not a regular file"
+
 if [[ $HAVE_PYTHON -eq 0 ]]; then echo "note: python3 absent; JSON checked by grep only"; fi
 if [[ $FAILED -ne 0 ]]; then
   echo "cli_test: $FAILED failure(s) in $CHECKS checks" >&2

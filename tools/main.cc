@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
 #include "number_flags.h"
 #ifdef HYDRAULIS_HAVE_RUNTIME
 #include "hydraulis/runtime/compute.h"
@@ -86,7 +87,10 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto& [sub, run] : commands) {
-      if (sub->parsed()) return run();
+      if (!sub->parsed()) continue;
+      const int status = run();
+      hydraulis::FlushStdout();  // output lost (closed stdout, full disk) is a failure
+      return status;
     }
   } catch (const hydraulis::InvalidInput& e) {
     fmt::print(stderr, "hydraulis: error: {}\n", e.what());
@@ -94,6 +98,15 @@ int main(int argc, char** argv) {
   } catch (const hydraulis::Infeasible& e) {
     fmt::print(stderr, "hydraulis: error: {}\n", e.what());
     return 2;
+  } catch (const hydraulis::IoError& e) {
+    fmt::print(stderr, "hydraulis: error: {}\n", e.what());
+    return 1;
+  } catch (const hydraulis::InternalError& e) {
+    fmt::print(stderr, "hydraulis: internal error: {}\n", e.what());
+    return 1;
+  } catch (const hydraulis::Error& e) {  // e.g. training stopped at a non-finite loss
+    fmt::print(stderr, "hydraulis: error: {}\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "hydraulis: internal error: {}\n", e.what());
     return 1;

@@ -54,6 +54,8 @@ struct TrainArgs {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   bool resume = false;
+  bool skip_nonfinite_steps = false;
+  int poison_step = -1;  // testing: NaN parameters for this step's computation
   // Fault injection for the launcher tests: this rank exits with status 3 before this step.
   int fail_rank = -1;
   int fail_step = 0;
@@ -203,6 +205,8 @@ int Train(const TrainArgs& a) {
   job_options.seed = a.seed;
   job_options.checkpoint_dir = a.checkpoint_dir;
   job_options.checkpoint_every = a.checkpoint_every;
+  job_options.skip_nonfinite_steps = a.skip_nonfinite_steps;
+  job_options.poison_step = a.poison_step;
   TrainingJob job(planner, sampler, dataset, trainer, job_options);
   if (a.resume) {
     if (a.checkpoint_dir.empty()) throw InvalidInput("train: --resume needs --checkpoint-dir");
@@ -227,15 +231,26 @@ int Train(const TrainArgs& a) {
     if (!chief) continue;
     fmt::print(
         "step {:>4}  loss {:.4f}  tokens {:>7}  strategy {}{}  step {:.1f} ms  predicted {:.1f} "
-        "ms\n",
+        "ms{}{}\n",
         r.step, r.result.loss, r.tokens, r.strategy, r.switched ? " (switched)" : "",
-        r.result.step_ms, r.predicted_step_ms);
+        r.result.step_ms, r.predicted_step_ms,
+        r.cut_documents > 0
+            ? fmt::format("  cut {} doc(s), {} token(s)", r.cut_documents, r.cut_tokens)
+            : "",
+        r.skipped ? "  SKIPPED (non-finite)" : "");
     std::fflush(stdout);
     // One complete line per step, flushed, so a log read during or after a failed run
     // never holds half a record.
     if (log.is_open()) log << StepLogLine(r, compute) << '\n' << std::flush;
   }
   trainer.world().Barrier();  // rank 0 hosts the store: no rank may still need it
+  if (chief) {
+    const TrainingJob::Totals& t = job.totals();
+    fmt::print("done: {} document(s) cut to the context length or capacity ({} token(s) lost)",
+               t.cut_documents, t.cut_tokens);
+    if (a.skip_nonfinite_steps) fmt::print("; {} step(s) skipped (non-finite)", t.skipped_steps);
+    fmt::print("\n");
+  }
   return 0;
 }
 
@@ -302,6 +317,11 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_flag("--resume", a->resume,
                 "continue from the newest checkpoint in --checkpoint-dir (if any); --steps is "
                 "the total");
+  cmd->add_flag("--skip-nonfinite-steps", a->skip_nonfinite_steps,
+                "skip (and count) a step whose loss or gradient norm is not finite, instead of "
+                "stopping with an error before its update");
+  cmd->add_option("--poison-step", a->poison_step, "testing: NaN parameters during this step")
+      ->group("");
   cmd->add_option("--fail-rank", a->fail_rank, "testing: this rank exits with status 3")->group("");
   cmd->add_option("--fail-step", a->fail_step, "testing: the step before which it exits")
       ->group("");

@@ -139,6 +139,29 @@ grep -q '"device":"cpu"' "$TMP/one.jsonl" || fail "no device field: $(head -c 40
 grep -q '"precision":"fp32"' "$TMP/one.jsonl" || fail "no precision field"
 grep -q '"grad_shards_overlapped":' "$TMP/one.jsonl" || fail "no overlap field"
 
+check "a non-finite loss stops the run before its update, naming the step"
+mkdir -p "$TMP/nan-ckpt"
+"$BIN" train "${COMMON[@]}" --steps 4 --nproc 2 --poison-step 2 --checkpoint-dir "$TMP/nan-ckpt" \
+  --checkpoint-every 1 >"$TMP/nan.out" 2>"$TMP/nan.err"
+RC=$?
+[[ $RC -ne 0 ]] || fail "exit status 0"
+grep -q "step 2: the loss is nan; stopped before the update" "$TMP/nan.err" ||
+  fail "stderr: $(tail -c 600 "$TMP/nan.err")"
+grep -q "step    1" "$TMP/nan.out" || fail "steps before it did not run: $(cat "$TMP/nan.out")"
+[[ -e $TMP/nan-ckpt/step-00000003 ]] && fail "a checkpoint after the bad step was written: $(ls "$TMP/nan-ckpt")"
+
+check "--skip-nonfinite-steps skips and counts it, and training goes on"
+STEPS=4 train skip --nproc 2 --poison-step 2 --skip-nonfinite-steps
+grep -q "SKIPPED" "$TMP/skip.out" || fail "no SKIPPED line: $(cat "$TMP/skip.out")"
+grep -q "1 step(s) skipped" "$TMP/skip.out" || fail "no total: $(tail -2 "$TMP/skip.out")"
+grep -q '"skipped":true' "$TMP/skip.jsonl" || fail "log lacks skipped"
+[[ $(grep -c '"loss":null' "$TMP/skip.jsonl") -eq 1 ]] || fail "expected one null loss"
+tail -1 "$TMP/skip.jsonl" | grep -q '"loss":[0-9]' || fail "the step after it is not finite"
+
+check "documents cut to the context length are reported per step and in total"
+grep -q '"cut_documents":' "$TMP/one.jsonl" || fail "log lacks cut_documents"
+grep -q "document(s) cut to the context length" "$TMP/one.out" || fail "no total line"
+
 if [[ $FAILED -gt 0 ]]; then
   echo "$FAILED check(s) failed" >&2
   exit 1

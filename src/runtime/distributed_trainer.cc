@@ -1,6 +1,7 @@
 #include "hydraulis/runtime/distributed_trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <string>
 
 #include "hydraulis/base/error.h"
@@ -240,12 +241,9 @@ DistributedStepResult DistributedTrainer::Step(
   result.compute_ms = MsSince(compute_start);
 
   const auto sync_start = Clock::now();
-  optimizer_->Step(compute.model.get());
-  result.grad_shards = optimizer_->overlap_stats().shards;
-  result.grad_shards_overlapped = optimizer_->overlap_stats().shards_started_in_backward;
-  result.grad_reduce_wait_ms = optimizer_->overlap_stats().reduce_wait_ms;
   // Loss from the last stages and tokens from the first stages, each counted on tp rank 0
-  // only, so every pipeline contributes once.
+  // only, so every pipeline contributes once. Summed before the update, so a non-finite
+  // loss stops it on every rank alike.
   const bool tp0 = compute.model != nullptr && compute.model->tp_rank() == 0;
   const bool first = tp0 && compute.links.stage == 0;
   const bool last = tp0 && compute.links.stage == compute.links.pp - 1;
@@ -253,7 +251,6 @@ DistributedStepResult DistributedTrainer::Step(
                                 first ? double(stage.tokens) : 0.0},
                                at::kDouble);
   world_->AllReduceSum(sums);
-  result.sync_ms = MsSince(sync_start);
   result.targets = static_cast<std::int64_t>(sums[1].item<double>());
   if (result.targets != global_targets) {
     throw InternalError("step: the pipelines' last stages covered " +
@@ -261,6 +258,14 @@ DistributedStepResult DistributedTrainer::Step(
                         std::to_string(global_targets));
   }
   result.loss = sums[0].item<double>() / static_cast<double>(global_targets);
+  const ShardedAdamW::StepOutcome outcome =
+      optimizer_->Step(compute.model.get(), std::isfinite(result.loss));
+  result.grad_norm = outcome.grad_norm;
+  result.applied = outcome.applied;
+  result.grad_shards = optimizer_->overlap_stats().shards;
+  result.grad_shards_overlapped = optimizer_->overlap_stats().shards_started_in_backward;
+  result.grad_reduce_wait_ms = optimizer_->overlap_stats().reduce_wait_ms;
+  result.sync_ms = MsSince(sync_start);
   result.tokens_run = static_cast<std::int64_t>(sums[2].item<double>());
   std::int64_t batch_tokens = 0;
   for (const auto& doc : documents) batch_tokens += static_cast<std::int64_t>(doc.size());

@@ -3,8 +3,11 @@
 // training; and bf16 mixed precision against fp32 on the CPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include <functional>
 #include <string>
@@ -172,6 +175,47 @@ TEST(FakeCommTest, ShardedOptimizerOverTwoRanksMatchesOneProcess) {
     worst = std::max(worst, RelativeError(RegionOf(results[0], layout, p, 1, 0), expected[i]));
   }
   EXPECT_LT(worst, 1e-5);
+}
+
+// A NaN gradient on one rank: every rank sees the same non-finite norm and skips the
+// update, leaving master weights, moments and the step count as they were; a finite step
+// then applies and reports the norm both ranks agree on.
+TEST(FakeCommTest, NonFiniteGradientSkipsTheUpdateOnEveryRank) {
+  const ModelConfig c = Tiny();
+  const Documents docs = RandomDocuments(kLengths, 4, static_cast<int>(c.shape.vocab));
+  std::int64_t targets = 0;
+  for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+  FakeCommWorld world(2);
+  std::vector<ShardedAdamW::StepOutcome> poisoned(2), clean(2);
+  std::vector<bool> unchanged(2, false);
+  OnThreads(2, [&](int r) {
+    auto everyone = world.Group(r, "world");
+    ShardedAdamW optimizer(Transformer(c, 11), *everyone, AdamWOptions{});
+    Transformer model(c, 11);
+    const at::Tensor before = optimizer.full_parameters().clone();
+    optimizer.Materialise(model);
+    ZeroGradients(model);
+    ForwardBackward(model, {PackDocuments(docs, c.shape.vocab)}, targets);
+    if (r == 1) {
+      at::NoGradGuard no_grad;
+      GradientOf(model.named_parameters().front()).view({-1})[0] = std::nan("");
+    }
+    poisoned[static_cast<std::size_t>(r)] = optimizer.Step(&model);
+    unchanged[static_cast<std::size_t>(r)] =
+        at::equal(before, optimizer.full_parameters()) && optimizer.steps() == 0;
+    optimizer.Materialise(model);
+    ZeroGradients(model);
+    ForwardBackward(model, {PackDocuments(docs, c.shape.vocab)}, targets);
+    clean[static_cast<std::size_t>(r)] = optimizer.Step(&model);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(poisoned[static_cast<std::size_t>(r)].applied) << "rank " << r;
+    EXPECT_FALSE(std::isfinite(poisoned[static_cast<std::size_t>(r)].grad_norm));
+    EXPECT_TRUE(unchanged[static_cast<std::size_t>(r)]) << "rank " << r;
+    EXPECT_TRUE(clean[static_cast<std::size_t>(r)].applied);
+    EXPECT_GT(clean[static_cast<std::size_t>(r)].grad_norm, 0.0);
+  }
+  EXPECT_EQ(clean[0].grad_norm, clean[1].grad_norm);
 }
 
 // The overlapped reduction (gradients collected by hooks during backward, shards reduced as

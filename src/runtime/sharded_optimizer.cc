@@ -175,7 +175,7 @@ void ShardedAdamW::IssueReadyShards() {
   }
 }
 
-void ShardedAdamW::Step(const Transformer* model) {
+ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool apply) {
   at::NoGradGuard no_grad;
   if (!begun_) {
     // No BeginStep: collect the accumulated gradients now, then reduce every shard.
@@ -205,11 +205,19 @@ void ShardedAdamW::Step(const Transformer* model) {
   for (auto& work : pending_) work->Wait();
   stats_.reduce_wait_ms = MsSince(wait_start);
   pending_.clear();
+  // This rank's shard of the sum is in place in its slice of the buffer. One small
+  // collective gives every rank the global norm, so all of them decide alike.
+  at::Tensor norm_sq = Shard(grad_).to(at::kDouble).square().sum().reshape({1}).cpu();
+  world_.AllReduceSum(norm_sq);
+  StepOutcome outcome;
+  outcome.grad_norm = std::sqrt(norm_sq.item<double>());
+  if (!apply || !std::isfinite(outcome.grad_norm)) return outcome;
   ++steps_;
-  // This rank's shard of the sum is in place in its slice of the buffer.
   const at::Tensor master = Shard(full_).clone();
   AdamWUpdate(master, Shard(grad_), exp_avg_, exp_avg_sq_, steps_, options_);
   world_.AllGather(master, full_);
+  outcome.applied = true;
+  return outcome;
 }
 
 ShardedAdamW::ShardState ShardedAdamW::shard_state() const {

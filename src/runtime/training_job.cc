@@ -1,12 +1,25 @@
 #include "hydraulis/runtime/training_job.h"
 
 #include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/checkpoint.h"
 
 namespace hydraulis {
+namespace {
+
+// "nan", "inf" or the value (std::to_string prints "-nan" for some NaNs).
+std::string NumberText(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return std::to_string(x);
+}
+
+}  // namespace
 
 TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
                          const MegatronDataset& dataset, DistributedTrainer& trainer,
@@ -61,6 +74,10 @@ TrainingStepRecord TrainingJob::RunStep() {
   for (std::size_t i = 0; i < plan.lengths.size(); ++i) {
     std::vector<std::int64_t> doc =
         dataset_.Document(static_cast<std::size_t>(batch.dataset_indices[i]));
+    if (static_cast<std::int64_t>(doc.size()) > plan.lengths[i]) {
+      ++record.cut_documents;
+      record.cut_tokens += static_cast<std::int64_t>(doc.size()) - plan.lengths[i];
+    }
     doc.resize(static_cast<std::size_t>(plan.lengths[i]));  // the sampler's and planner's cuts
     record.tokens += plan.lengths[i];
     documents.push_back(std::move(doc));
@@ -68,7 +85,30 @@ TrainingStepRecord TrainingJob::RunStep() {
   for (const PipelinePlan& p : plan.pipelines) {
     record.micro_batches.push_back(static_cast<int>(p.micro_batches.size()));
   }
-  record.result = trainer_.Step(plan, documents);
+  if (record.step == options_.poison_step) {
+    at::Tensor full = trainer_.optimizer().full_parameters();
+    const at::Tensor saved = full.clone();
+    full.fill_(std::numeric_limits<float>::quiet_NaN());
+    record.result = trainer_.Step(plan, documents);
+    full.copy_(saved);
+  } else {
+    record.result = trainer_.Step(plan, documents);
+  }
+  if (!record.result.applied) {
+    if (!options_.skip_nonfinite_steps) {
+      const bool loss_bad = !std::isfinite(record.result.loss);
+      throw Error("step " + std::to_string(record.step) + ": the " +
+                  (loss_bad ? "loss is " + NumberText(record.result.loss)
+                            : "gradient norm is " + NumberText(record.result.grad_norm)) +
+                  "; stopped before the update, so the parameters are those after step " +
+                  std::to_string(record.step - 1) +
+                  " (--skip-nonfinite-steps skips such steps instead, counting them)");
+    }
+    record.skipped = true;
+    ++totals_.skipped_steps;
+  }
+  totals_.cut_documents += static_cast<std::int64_t>(record.cut_documents);
+  totals_.cut_tokens += record.cut_tokens;
   ++next_step_;
   if (!options_.checkpoint_dir.empty() &&
       (done() || (options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0))) {
@@ -89,7 +129,8 @@ TrainingStepRecord TrainingJob::RunStep() {
 std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compute) {
   nlohmann::json j;
   j["step"] = r.step;
-  j["loss"] = r.result.loss;
+  j["loss"] =
+      std::isfinite(r.result.loss) ? nlohmann::json(r.result.loss) : nlohmann::json(nullptr);
   j["tokens"] = r.tokens;
   j["targets"] = r.result.targets;
   j["documents"] = r.documents;
@@ -107,6 +148,12 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["grad_reduce_wait_ms"] = r.result.grad_reduce_wait_ms;
   j["micro_batches"] = r.micro_batches;
   j["truncated"] = r.truncated;
+  j["cut_documents"] = r.cut_documents;
+  j["cut_tokens"] = r.cut_tokens;
+  // JSON has no NaN: a non-finite value is logged as null, next to "skipped".
+  j["grad_norm"] = std::isfinite(r.result.grad_norm) ? nlohmann::json(r.result.grad_norm)
+                                                     : nlohmann::json(nullptr);
+  j["skipped"] = r.skipped;
   j["device"] = ToString(compute.device);
   j["precision"] = ToString(compute.precision);
   return j.dump();

@@ -28,6 +28,13 @@ class Infeasible : public Error {
   explicit Infeasible(const std::string& message) : Error(message) {}
 };
 
+// Reading or writing failed for a reason outside the input's content (a full disk, a
+// closed stdout, an unreachable peer). The CLI exits with status 1 and the reason.
+class IoError : public Error {
+ public:
+  explicit IoError(const std::string& message) : Error(message) {}
+};
+
 // A broken internal invariant (a bug), detected by a checker.
 class InternalError : public Error {
  public:

@@ -42,7 +42,11 @@ Plan PlanOf(int strategy_index, std::vector<MicroBatches> micro_batches);
 std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents);
 
 struct DistributedStepResult {
-  double loss = 0;              // mean token loss over the global batch
+  double loss = 0;       // mean token loss over the global batch
+  double grad_norm = 0;  // global L2 norm of the summed gradients
+  // Whether the optimizer updated the parameters: false when the loss or the gradient
+  // norm was not finite (then nothing changed, on every rank).
+  bool applied = false;
   std::int64_t targets = 0;     // target tokens of the global batch
   std::int64_t tokens_run = 0;  // tokens run by first stages, summed over all pipelines
   // Tokens this rank's pipeline ran (0 on an idle rank), its pipeline index (-1 idle).

@@ -75,10 +75,20 @@ class ShardedAdamW {
   void Attach(const Transformer& model);
   void BeginStep(const Transformer* model, int micro_batches);
 
+  // What Step did: the global gradient norm (L2 over every parameter, fp32 sums in double)
+  // and whether AdamW was applied.
+  struct StepOutcome {
+    double grad_norm = 0;
+    bool applied = false;
+  };
+
   // A collective over the world: sums the gradients of `model` (nullptr on a rank that holds
-  // no compute parameters this step) into the owned shards, applies AdamW, and gathers the
-  // updated parameters. Every rank must call it once per step.
-  void Step(const Transformer* model);
+  // no compute parameters this step) into the owned shards, computes the global gradient
+  // norm, and, when `apply` is true on every rank and the norm is finite, applies AdamW and
+  // gathers the updated parameters. Otherwise nothing changes (master weights, moments and
+  // step count stay), as Megatron skips a step whose gradients overflowed. Every rank must
+  // call it once per step, with the same `apply`.
+  StepOutcome Step(const Transformer* model, bool apply = true);
 
   // Of the last step: the shard reductions, how many started while this rank's backward
   // still had gradients to produce (hidden behind its computation), and how long Step

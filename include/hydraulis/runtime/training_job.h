@@ -21,6 +21,13 @@ struct TrainingJobOptions {
   std::uint64_t seed = 1;      // recorded in checkpoints: resuming under another seed is refused
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every = 0;    // steps between checkpoints (>= 0; 0: at the end only)
+  // A step whose loss or gradient norm is not finite: false stops the run with an error
+  // naming the step, before the update (the default); true skips the update and goes on,
+  // counting it, as Megatron does.
+  bool skip_nonfinite_steps = false;
+  // Testing: at this step the parameters are NaN for the step's computation only (then put
+  // back), so the non-finite path runs end to end. -1: never.
+  int poison_step = -1;
 };
 
 // What one step did, for the console line and the JSON log.
@@ -30,7 +37,11 @@ struct TrainingStepRecord {
   std::int64_t tokens = 0;  // tokens of the global batch after the planner's cuts
   std::size_t documents = 0;
   std::size_t truncated = 0;  // documents the long-document rule cut
-  std::string strategy;       // the candidate's name, or its description
+  // Documents cut by the context length or the long-document rule, and the tokens lost.
+  std::size_t cut_documents = 0;
+  std::int64_t cut_tokens = 0;
+  bool skipped = false;  // not applied: non-finite loss or gradient norm, skipping allowed
+  std::string strategy;  // the candidate's name, or its description
   int strategy_index = 0;
   bool switched = false;  // another candidate than the previous step's
   double predicted_step_ms = 0;
@@ -53,8 +64,18 @@ class TrainingJob {
   bool done() const { return next_step_ >= options_.steps; }
 
   // Runs step next_step() (a collective over all ranks) and saves a checkpoint when the
-  // cadence or the end says so.
+  // cadence or the end says so. A non-finite loss or gradient norm without
+  // skip_nonfinite_steps throws Error naming the step, before any update or checkpoint
+  // (the same on every rank).
   TrainingStepRecord RunStep();
+
+  // Totals over the steps this process ran (a resumed run counts from its resume).
+  struct Totals {
+    int skipped_steps = 0;
+    std::int64_t cut_documents = 0;
+    std::int64_t cut_tokens = 0;
+  };
+  const Totals& totals() const { return totals_; }
 
  private:
   void Save(int steps_done);
@@ -66,12 +87,14 @@ class TrainingJob {
   TrainingJobOptions options_;
   int next_step_ = 0;
   int previous_strategy_ = -1;
+  Totals totals_;
 };
 
 // One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
 // documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
 // compute_ms, wait_ms, sync_ms, grad_shards, grad_shards_overlapped, grad_reduce_wait_ms,
-// micro_batches, truncated, device, precision.
+// micro_batches, truncated, cut_documents, cut_tokens, grad_norm, skipped, device,
+// precision.
 std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute);
 
 }  // namespace hydraulis
