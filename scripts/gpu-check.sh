@@ -64,7 +64,7 @@ if [ -z "$prefer_prebuilt" ] && command -v cmake > /dev/null && command -v g++ >
   stage "build (against $PY's torch)" "$OUT/build.txt" bash -c "
     cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DHYDRAULIS_PYTHON=$PY \
       -DHYDRAULIS_WERROR=OFF &&
-    cmake --build build/gpu -j\$(nproc) --target gpu_test runtime_test gpu_train_bench hydraulis"
+    cmake --build build/gpu -j\$(nproc) --target gpu_test runtime_test gpu_train_bench hydraulis hydraulis-runtime"
   [ -x build/gpu/src/runtime/gpu_test ] && bin=build/gpu
 fi
 if [ -z "$bin" ] && [ -x "$PREBUILT/gpu_test" ]; then

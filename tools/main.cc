@@ -4,8 +4,10 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -42,7 +44,37 @@ void KeepFreedMemoryInTheHeap(int argc, char** argv) {
 }  // namespace
 #endif
 
+#ifdef HYDRAULIS_RUNTIME_SIBLING
+namespace {
+// Commands that need libtorch run in the sibling binary next to this one, with the same
+// arguments; this binary never loads libtorch, so planning commands start at once.
+bool NeedsRuntime(int argc, char** argv) {
+  if (argc < 2) return false;
+  const std::string first = argv[1];
+  return first == "train" || first == "profile" || first == "--version";
+}
+
+[[noreturn]] void RunSibling(char** argv) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  std::string path = HYDRAULIS_RUNTIME_SIBLING;
+  if (n > 0) {
+    const std::string self(exe, static_cast<std::size_t>(n));
+    path = self.substr(0, self.rfind('/') + 1) + HYDRAULIS_RUNTIME_SIBLING;
+  }
+  argv[0] = path.data();
+  execv(path.c_str(), argv);
+  fmt::print(stderr, "hydraulis: error: cannot run {}: {} (it holds train and profile)\n", path,
+             std::strerror(errno));
+  std::exit(1);
+}
+}  // namespace
+#endif
+
 int main(int argc, char** argv) {
+#ifdef HYDRAULIS_RUNTIME_SIBLING
+  if (NeedsRuntime(argc, argv)) RunSibling(argv);
+#endif
 #ifdef HYDRAULIS_HAVE_RUNTIME
   KeepFreedMemoryInTheHeap(argc, argv);
 #endif
@@ -71,6 +103,12 @@ int main(int argc, char** argv) {
 #ifdef HYDRAULIS_HAVE_RUNTIME
   add(hydraulis::tools::AddTrainCommand);
   add(hydraulis::tools::AddProfileCommand);
+#elif defined(HYDRAULIS_RUNTIME_SIBLING)
+  // Listed for --help only: main() hands these to the sibling before parsing.
+  app.add_subcommand(
+      "train", "Train a model with per-step plans (libtorch runtime; runs hydraulis-runtime)");
+  app.add_subcommand("profile",
+                     "Fit the cost model on the libtorch engine (runs hydraulis-runtime)");
 #endif
   hydraulis::tools::CheckEveryNumber(app);
   try {

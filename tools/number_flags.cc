@@ -1,7 +1,10 @@
 #include "number_flags.h"
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "hydraulis/base/error.h"
 
@@ -42,9 +45,34 @@ CLI::Validator NonNegativeNumber() {
       "NONNEGATIVE");
 }
 
+namespace {
+
+// An integer flag's text: not empty, all of it an integer in range of the option's type
+// (CLI11 would otherwise read "" as 0 and saturate an overflow to the type's maximum).
+template <typename Int>
+std::string CheckInteger(const std::string& text) {
+  Int value{};
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  if (first != last && *first == '+') ++first;
+  const auto [ptr, ec] = std::from_chars(first, last, value);
+  if (text.empty() || ec == std::errc::invalid_argument || ptr != last) {
+    return "expected an integer" + std::string(std::is_signed_v<Int> ? "" : " >= 0") + ", got " +
+           QuoteForMessage(text);
+  }
+  if (ec == std::errc::result_out_of_range) {
+    return "out of range: " + QuoteForMessage(text);
+  }
+  return {};
+}
+
+}  // namespace
+
 void CheckEveryNumber(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
-    const std::string type = opt->get_type_name();
+    // CLI11 appends validators' names ("INT:POSITIVE"): the parsed type comes first.
+    const std::string full_type = opt->get_type_name();
+    const std::string type = full_type.substr(0, full_type.find(':'));
     if (type == "FLOAT") {
       opt->check(CLI::Validator(
           [](std::string& text) {
@@ -52,12 +80,15 @@ void CheckEveryNumber(CLI::App& app) {
                 text, [](double) { return true; }, "");
           },
           ""));
+    } else if (type == "INT") {
+      opt->check(
+          CLI::Validator([](std::string& text) { return CheckInteger<std::int64_t>(text); }, ""));
     } else if (type == "UINT") {
       opt->check(CLI::Validator(
           [](std::string& text) {
-            return text.find('-') == std::string::npos
-                       ? std::string()
-                       : "expected a number >= 0, got " + QuoteForMessage(text);
+            return text.find('-') != std::string::npos
+                       ? "expected an integer >= 0, got " + QuoteForMessage(text)
+                       : CheckInteger<std::uint64_t>(text);
           },
           ""));
     }

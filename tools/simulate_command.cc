@@ -177,7 +177,8 @@ Command AddSimulateCommand(CLI::App& app) {
                 "every communication term takes 0 ms (the planner's view)");
   cmd->add_option("--optimizer-ms", o.optimizer.fixed_ms,
                   "fixed optimizer-step time, ms (default: from parameters per GPU and HBM "
-                  "bandwidth)");
+                  "bandwidth)")
+      ->check(NonNegativeNumber());
   cmd->add_option("--hbm-gbytes-per-s", o.optimizer.hbm_gbytes_per_s,
                   "effective HBM bandwidth per GPU for the optimizer step, GB/s")
       ->capture_default_str();

@@ -15,6 +15,8 @@ namespace hydraulis {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// About 30 years: no real micro-batch takes longer; beyond it sums could overflow.
+constexpr double kMaxMicroBatchMs = 1e12;
 
 bool Homogeneous(const Strategy& s) {
   return std::all_of(s.pipelines.begin(), s.pipelines.end(),
@@ -93,6 +95,19 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
       }
       PipelineModel m{scheme, TimeModel::From(*sp),
                       CapacityTokens(profile, scheme, candidates_.optimizer_layout)};
+      // Every estimate and bound sums such times: a full micro-batch must cost a finite,
+      // sane time, or plans would carry infinities (null in JSON) with exit status 0.
+      const double full_ms =
+          m.time.DocumentMs(std::max<std::int64_t>(m.capacity_tokens, 1)) + m.time.c_ms;
+      if (!std::isfinite(full_ms) || full_ms > kMaxMicroBatchMs) {
+        throw InvalidInput(
+            "profile: scheme " + SchemeName(scheme) +
+            ": its time model gives a full micro-batch (" + std::to_string(m.capacity_tokens) +
+            " tokens) " +
+            (std::isfinite(full_ms) ? std::to_string(full_ms) + " ms" : "an infinite time") +
+            ", more than " + std::to_string(kMaxMicroBatchMs) +
+            " ms; its coefficients are out of range");
+      }
       if (m.capacity_tokens <= 0) {
         throw InvalidInput("strategy '" + st.name + "': scheme " + SchemeName(scheme) +
                            " cannot hold even " + std::to_string(kTokenAlignment) +

@@ -28,6 +28,26 @@ BatchSampler::BatchSampler(std::span<const std::int64_t> dataset, const SamplerO
   if (options_.max_len < 1) {
     throw InvalidInput("max-len must be >= 1, got " + std::to_string(options_.max_len));
   }
+  if (options_.documents_per_batch == 0) {
+    // A batch may span epochs, but a budget that needs tens of millions of documents per
+    // batch (a huge budget, or --max-len 1) would take the planner hours and the sampler
+    // gigabytes: refuse it with the arithmetic instead of spinning.
+    double mean = 0;
+    for (std::int64_t s : dataset_) mean += static_cast<double>(std::min(s, options_.max_len));
+    mean /= static_cast<double>(dataset_.size());
+    const double documents = static_cast<double>(options_.tokens_per_batch) / mean;
+    if (documents > static_cast<double>(kMaxDocumentsPerBatch)) {
+      throw InvalidInput("tokens-per-batch " + std::to_string(options_.tokens_per_batch) +
+                         " with documents of " + std::to_string(mean) +
+                         " tokens on average (cut to max-len " + std::to_string(options_.max_len) +
+                         ") means about " + std::to_string(static_cast<std::int64_t>(documents)) +
+                         " documents per batch, more than " +
+                         std::to_string(kMaxDocumentsPerBatch) + " (planning time grows with it)");
+    }
+  } else if (options_.documents_per_batch > kMaxDocumentsPerBatch) {
+    throw InvalidInput("documents-per-batch " + std::to_string(options_.documents_per_batch) +
+                       " is more than " + std::to_string(kMaxDocumentsPerBatch));
+  }
   Reshuffle();
 }
 

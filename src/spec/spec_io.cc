@@ -116,6 +116,16 @@ Profile ParseProfile(const std::string& json_text, const std::string& source) {
     if (sp.a_ms_per_token2 == 0 && sp.b_ms_per_token == 0) {
       s.Fail("b_ms_per_token", "a and b are both zero: documents would cost nothing");
     }
+    // Times are summed over millions of documents: a coefficient that makes one
+    // million-token document take longer than ~30 years is a mistake, and would overflow.
+    constexpr double kReferenceTokens = 1 << 20, kMaxMs = 1e12;
+    if (sp.a_ms_per_token2 * kReferenceTokens * kReferenceTokens > kMaxMs) {
+      s.Fail("a_ms_per_token2", "out of range: a 2^20-token document would take more than 1e12 ms");
+    }
+    if (sp.b_ms_per_token * kReferenceTokens > kMaxMs) {
+      s.Fail("b_ms_per_token", "out of range: a 2^20-token document would take more than 1e12 ms");
+    }
+    if (sp.c_ms > kMaxMs) s.Fail("c_ms", "out of range: more than 1e12 ms per micro-batch");
     s.RejectUnknown();
     if (p.Find(sp.scheme)) s.Fail("tp", "duplicate scheme " + SchemeName(sp.scheme));
     if (!p.memory.activation_bytes_by_tp.count(sp.scheme.tp)) {

@@ -35,8 +35,13 @@ struct SampledBatch {
 // epoch e is seeded with (seed, e), so a restored position sees the same data.
 class BatchSampler {
  public:
+  // Most documents one batch may hold (ten times the largest batch the planner's scaling
+  // benchmark plans, docs/benchmarks.md); options implying more are InvalidInput.
+  static constexpr std::int64_t kMaxDocumentsPerBatch = 10'000'000;
+
   // `dataset` (lengths >= 1, at least one) must outlive the sampler. InvalidInput on an
-  // empty dataset, a length < 1 or invalid options.
+  // empty dataset, a length < 1 or invalid options (including a budget that would mean
+  // more than kMaxDocumentsPerBatch documents per batch).
   BatchSampler(std::span<const std::int64_t> dataset, const SamplerOptions& options);
 
   // The next global batch; never empty.

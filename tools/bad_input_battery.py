@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""Bad-input battery: hundreds of malformed inputs across the CLI's subcommands.
+
+Usage: bad_input_battery.py HYDRAULIS_BINARY SOURCE_DIR [--report FILE] [--list]
+
+Every case is an input hydraulis must refuse. Each run is classified:
+  clear   exit status 2 (input) or 1 (I/O), one line on stderr starting "hydraulis: error:",
+          at most 400 characters, nothing on stdout, no file left behind
+  unclear refused, but the message is not one bounded line, or stdout is not empty
+  crash   killed by a signal, an "internal error", or an exit status other than 1 or 2
+  hang    still running after the time limit
+  silent  exit status 0: the bad input was accepted
+Exits 1 unless every case is "clear". With --report, writes the counts as a markdown
+table (docs/benchmarks.md records it). Cases are generated deterministically: the same
+binary gives the same table.
+"""
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+TIME_LIMIT_S = 20
+
+
+class Battery:
+    def __init__(self, binary, src, tmp):
+        self.bin = binary
+        self.src = src
+        self.tmp = tmp
+        self.cases = []  # (family, name, argv, stdin_bytes, expect_rc)
+        self.counter = 0
+
+    def file(self, name, data):
+        self.counter += 1
+        path = os.path.join(self.tmp, f"{self.counter:04d}-{name}")
+        with open(path, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        return path
+
+    def add(self, family, name, argv, stdin=None, expect_rc=(2,)):
+        self.cases.append((family, name, argv, stdin, expect_rc))
+
+
+def invalid_json_variants(text, rng, count):
+    """Deterministically invalid versions of a valid JSON document."""
+    out = []
+    n = len(text)
+    # Prefixes cut before the final closing brace are never valid JSON.
+    last = text.rstrip().rfind("}")
+    for k in range(count):
+        cut = (k * 7919 + 13) % max(1, last)
+        out.append(("prefix", text[:cut]))
+    # A structural character replaced by '#' breaks the syntax.
+    positions = [i for i, c in enumerate(text) if c in "{}[]:,\""]
+    for k in range(count):
+        i = positions[(k * 104729 + 7) % len(positions)]
+        out.append(("flip", text[:i] + "#" + text[i + 1:]))
+    return out
+
+
+def set_path(doc, path, value):
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+def numeric_paths(doc, prefix=()):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from numeric_paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from numeric_paths(v, prefix + (i,))
+    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        yield prefix
+
+
+def build(b):
+    src = b.src
+    profile = os.path.join(src, "configs/profiles/llama-32b-a800.json")
+    cands = os.path.join(src, "configs/candidates/llama-32b-64gpu.json")
+    lengths = b.file("lengths.txt", "\n".join(str(100 + (i * 7919) % 20000) for i in range(300)))
+    dataset = b.file("dataset.txt", "\n".join(str(1 + (i * 104729) % 9000) for i in range(3000)))
+    plan = ["plan", "--profile", profile, "--candidates", cands]
+    rng = random.Random(12)
+
+    # 1. Numeric flags of every subcommand: values no flag accepts.
+    bad_numbers = ["nan", "inf", "-inf", "1e400", "abc", "", "99999999999999999999999", "-1"]
+    # Flags taking a real number: 1e23 is a finite number there, legitimately accepted.
+    float_flags = {"--backward-to-forward", "--nvlink-gbytes-per-s", "--network-gbits-per-node",
+                   "--p2p-latency-us", "--collective-latency-us", "--grad-bytes-per-param",
+                   "--optimizer-ms", "--hbm-gbytes-per-s"}
+    flag_sets = {
+        "plan": (plan + ["--lengths", lengths],
+                 ["--seed", "--backward-to-forward"]),
+        "plan-dataset": (plan + ["--dataset", dataset],
+                         ["--steps", "--tokens-per-batch", "--max-len"]),
+        "simulate": (["simulate", "--profile", profile, "--candidates", cands, "--lengths", dataset,
+                      "--steps", "1", "-q"],
+                     ["--tokens-per-batch", "--max-len", "--seed", "--backward-to-forward",
+                      "--nvlink-gbytes-per-s", "--network-gbits-per-node", "--p2p-latency-us",
+                      "--collective-latency-us", "--grad-bytes-per-param", "--optimizer-ms",
+                      "--hbm-gbytes-per-s", "--trace-steps"]),
+        "propose": (["propose", "--profile", profile, "--lengths", dataset, "--quiet"],
+                    ["--gpus", "--max-len", "--resolution", "--tokens-per-batch",
+                     "--max-strategies"]),
+        "stats": (["stats", "--lengths", dataset], ["--max-len", "--resolution"]),
+    }
+    for sub, (base, flags) in flag_sets.items():
+        for flag in flags:
+            for value in bad_numbers:
+                if flag in float_flags and value == "99999999999999999999999":
+                    continue
+                argv = list(base)
+                if sub == "propose" and flag != "--gpus":
+                    argv += ["--gpus", "64"]
+                b.add("numeric flags", f"{sub} {flag} {value!r}", argv + [flag, value])
+
+    # 2. Length files.
+    bad_lengths = {
+        "empty": "", "only comments": "# nothing\n", "zero": "0\n", "negative": "5\n-3\n",
+        "float": "12.5\n", "text": "12\nabc\n", "int64 overflow": "99999999999999999999\n",
+        "hex": "0x10\n", "json float": "[1, 2.5]", "json string": "[1, \"2\"]",
+        "json negative": "[4, -4]", "json nested": "[[1]]", "json object": "[{\"a\": 1}]",
+        "json unterminated": "[1, 2", "json trailing": "[1, 2]]", "deep": "[" * 100000,
+        "binary": "\x00\x01\x02\xff", "json null": "[null]", "json bool": "[true]",
+        "json empty": "[]", "spaces inside": "1 2\n", "plus sign": "+5\n",
+    }
+    for name, text in bad_lengths.items():
+        path = b.file("bad-lengths.txt", text)
+        b.add("length files", f"plan --lengths {name}", plan + ["--lengths", path])
+        b.add("length files", f"stats --lengths {name}", ["stats", "--lengths", path])
+    b.add("length files", "plan --lengths missing file",
+          plan + ["--lengths", os.path.join(b.tmp, "absent.txt")])
+    b.add("length files", "plan --lengths a directory", plan + ["--lengths", b.tmp])
+
+    # 3. JSON lines.
+    bad_jsonl = {
+        "not json": "{\"length\": 5}\nnope\n", "no field": "{\"size\": 5}\n",
+        "string length": "{\"length\": \"5\"}\n", "zero length": "{\"length\": 0}\n",
+        "float length": "{\"length\": 2.5}\n", "duplicate key": "{\"length\": 5, \"length\": 6}\n",
+        "array line": "[5]\n", "deep": "{\"length\": 5, \"x\": " + "[" * 5000 + "\n",
+        "truncated": "{\"length\": 5}\n{\"length\": ", "huge": "{\"length\": 1e300}\n",
+    }
+    for name, text in bad_jsonl.items():
+        path = b.file("bad.jsonl", text)
+        b.add("JSON lines", f"stats {name}", ["stats", "--lengths", path])
+        b.add("JSON lines", f"plan {name}", plan[:1] + plan[1:] + ["--lengths", path])
+
+    # 4. Profiles and candidate sets: invalid JSON, bad values, missing fields.
+    for label, path, role in (("profile", profile, "--profile"), ("candidates", cands,
+                                                                 "--candidates")):
+        text = open(path).read()
+        for kind, bad in invalid_json_variants(text, rng, 20):
+            p = b.file(f"bad-{label}.json", bad)
+            argv = [x if x != path else p for x in plan] + ["--lengths", lengths]
+            b.add(f"{label} JSON", f"{kind}", argv)
+        doc = json.loads(text)
+        paths = list(numeric_paths(doc))
+        for value_name, value in (("negative", -5), ("string", "7"), ("null", None),
+                                  ("object", {}), ("huge", 1e308 if label == "profile" else 10**12)):
+            for path_ in paths[:: max(1, len(paths) // 8)]:
+                mutated = json.loads(text)
+                set_path(mutated, path_, value)
+                p = b.file(f"bad-{label}.json", json.dumps(mutated))
+                argv = [x if x != path else p for x in plan] + ["--lengths", lengths]
+                b.add(f"{label} values", f"{'.'.join(map(str, path_))} = {value_name}", argv)
+        optional = {"utilization_tokens"}
+        for key in [k for k in doc.keys() if k not in optional]:
+            mutated = json.loads(text)
+            del mutated[key]
+            p = b.file(f"bad-{label}.json", json.dumps(mutated))
+            argv = [x if x != path else p for x in plan] + ["--lengths", lengths]
+            b.add(f"{label} values", f"without {key}", argv)
+        dup = text.replace("{", "{\"format\": \"x\", ", 1)
+        p = b.file(f"dup-{label}.json", dup)
+        b.add(f"{label} values", "duplicate key",
+              [x if x != path else p for x in plan] + ["--lengths", lengths])
+
+    # 5. Plans for `summarize`.
+    out = subprocess.run([b.bin] + plan + ["--dataset", dataset, "--steps", "2", "--no-timing"],
+                         capture_output=True, check=True).stdout.decode()
+    good = [json.loads(line) for line in out.splitlines() if line.strip()]
+    plan_mutations = {
+        "wrong format": lambda j: j.update(format="hydraulis.plan/9"),
+        "no format": lambda j: j.pop("format"),
+        "negative documents": lambda j: j.update(num_documents=-3),
+        "negative tokens": lambda j: j.update(num_tokens=-1),
+        "float documents": lambda j: j.update(num_documents=2.5),
+        "empty pipelines": lambda j: j.update(pipelines=[]),
+        "pipelines not a list": lambda j: j.update(pipelines={}),
+        "string estimate": lambda j: j.update(estimated_step_ms="fast"),
+        "negative estimate": lambda j: j.update(estimated_step_ms=-1.0),
+        "bound above estimate": lambda j: j.update(lower_bound_ms=j["estimated_step_ms"] * 2),
+        "no strategy": lambda j: j.pop("strategy"),
+        "strategy not an object": lambda j: j.update(strategy=3),
+        "no name": lambda j: j["strategy"].pop("name"),
+        "negative planning": lambda j: j.update(planning_ms=-2.0),
+        "array line": None, "truncated line": None, "empty file": None,
+    }
+    for name, mutate in plan_mutations.items():
+        if name == "array line":
+            text = json.dumps(good[0]) + "\n[1, 2]\n"
+        elif name == "truncated line":
+            text = json.dumps(good[0]) + "\n" + json.dumps(good[1])[:50] + "\n"
+        elif name == "empty file":
+            text = ""
+        else:
+            bad = json.loads(json.dumps(good[1]))
+            mutate(bad)
+            text = json.dumps(good[0]) + "\n" + json.dumps(bad) + "\n"
+        b.add("summarize", name, ["summarize", b.file("plans.jsonl", text)])
+
+    # 6. Megatron .idx files: every kind of damage to the header and the arrays.
+    def idx(n_docs, version=1, dtype=8, magic=b"MMIDIDX\x00\x00", sizes=None, docs=None):
+        sizes = sizes if sizes is not None else [10] * n_docs
+        docs = docs if docs is not None else list(range(n_docs + 1))
+        data = magic + struct.pack("<Q", version) + struct.pack("<B", dtype)
+        data += struct.pack("<Q", len(sizes)) + struct.pack("<Q", len(docs))
+        data += struct.pack(f"<{len(sizes)}i", *sizes)
+        data += struct.pack(f"<{len(sizes)}q", *[10 * i * 2 for i in range(len(sizes))])
+        data += struct.pack(f"<{len(docs)}q", *docs)
+        return data
+    good_idx = idx(5)
+    idx_cases = {"bad magic": idx(5, magic=b"NOTMAGIC\x00"), "version 2": idx(5, version=2),
+                 "dtype 99": idx(5, dtype=99), "negative size": idx(3, sizes=[10, -4, 10]),
+                 "zero size": idx(3, sizes=[10, 0, 10]),
+                 "doc index backwards": idx(3, docs=[0, 2, 1, 3]),
+                 "doc index past sizes": idx(3, docs=[0, 1, 9, 3]),
+                 "no documents": idx(0, docs=[0])}
+    for cut in range(0, len(good_idx) - 1, max(1, len(good_idx) // 12)):
+        idx_cases[f"prefix {cut}"] = good_idx[:cut]
+    for name, data in idx_cases.items():
+        p = b.file("bad.idx", data)
+        b.add("Megatron .idx", name, ["stats", "--lengths", p])
+
+    # 7. Output targets.
+    os.makedirs(os.path.join(b.tmp, "out-dir"), exist_ok=True)
+    b.add("output", "-o a directory", plan + ["--lengths", lengths, "-o",
+                                              os.path.join(b.tmp, "out-dir")])
+    b.add("output", "-o in a missing folder",
+          plan + ["--lengths", lengths, "-o", os.path.join(b.tmp, "no/such/plan.json")])
+    b.add("output", "stdout on a full device", plan + ["--lengths", lengths], expect_rc=(1,))
+    b.add("output", "propose -o a directory",
+          ["propose", "--profile", profile, "--lengths", dataset, "--gpus", "64", "--quiet", "-o",
+           os.path.join(b.tmp, "out-dir")])
+
+    # 8. Flags themselves: unknown, missing values, conflicting.
+    for argv in (["plan"], ["plan", "--profile"], plan, plan + ["--lengths", lengths, "--bogus"],
+                 plan + ["--lengths", lengths, "--algorithm", "best"],
+                 plan + ["--lengths", lengths, "--dataset", dataset],
+                 ["stats"], ["summarize"], ["simulate", "--profile", profile],
+                 ["propose", "--profile", profile, "--lengths", dataset],
+                 ["preprocess", "--input", os.path.join(b.tmp, "absent.jsonl"),
+                  "--output-prefix", os.path.join(b.tmp, "x")],
+                 ["nosuchcommand"], ["stats", "--lengths", dataset, "--format", "csv"],
+                 ["stats", "--lengths", dataset, "--tokenizer", "sentencepiece"]):
+        b.add("flags", " ".join(argv[:1] + [a for a in argv[1:] if a.startswith("--")]), argv)
+
+
+def classify(b, case):
+    family, name, argv, stdin, expect_rc = case
+    before = set(os.listdir(b.tmp))
+    stdout_target = subprocess.PIPE
+    full = None
+    if name == "stdout on a full device":
+        full = open("/dev/full", "wb")
+        stdout_target = full
+    try:
+        r = subprocess.run([b.bin] + argv, input=stdin, stdout=stdout_target,
+                           stderr=subprocess.PIPE, timeout=TIME_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        return "hang", ""
+    finally:
+        if full:
+            full.close()
+    err = r.stderr.decode(errors="replace")
+    out = r.stdout.decode(errors="replace") if r.stdout else ""
+    left = [f for f in set(os.listdir(b.tmp)) - before if ".tmp" in f]
+    if r.returncode == 0:
+        return "silent", out[:200]
+    if r.returncode < 0 or r.returncode not in (1, 2) or "internal error" in err:
+        return "crash", err[:300]
+    lines = err.rstrip("\n").split("\n")
+    if (r.returncode not in expect_rc or len(lines) != 1 or len(lines[0]) > 400
+            or not lines[0].startswith("hydraulis: error:") or out or left):
+        return "unclear", err[:300]
+    return "clear", lines[0]
+
+
+def main():
+    args = sys.argv[1:]
+    report = None
+    if "--report" in args:
+        report = args[args.index("--report") + 1]
+        del args[args.index("--report"):args.index("--report") + 2]
+    listing = "--list" in args
+    if listing:
+        args.remove("--list")
+    if len(args) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    tmp = tempfile.mkdtemp(prefix="battery-")
+    try:
+        b = Battery(os.path.abspath(args[0]), os.path.abspath(args[1]), tmp)
+        build(b)
+        counts, by_family, bad = {}, {}, []
+        for case in b.cases:
+            outcome, detail = classify(b, case)
+            counts[outcome] = counts.get(outcome, 0) + 1
+            fam = by_family.setdefault(case[0], {})
+            fam[outcome] = fam.get(outcome, 0) + 1
+            if listing:
+                print(f"{outcome:8} {case[0]}: {case[1]}: {detail}")
+            if outcome != "clear":
+                bad.append(f"{outcome}: {case[0]}: {case[1]}: {detail}")
+        outcomes = ["clear", "unclear", "crash", "hang", "silent"]
+        table = ["| family | cases | " + " | ".join(outcomes) + " |",
+                 "|---|---:|" + "---:|" * len(outcomes)]
+        for fam, c in by_family.items():
+            table.append(f"| {fam} | {sum(c.values())} | " +
+                         " | ".join(str(c.get(o, 0)) for o in outcomes) + " |")
+        table.append(f"| all | {len(b.cases)} | " +
+                     " | ".join(str(counts.get(o, 0)) for o in outcomes) + " |")
+        print("\n".join(table))
+        if report:
+            with open(report, "w") as f:
+                f.write("\n".join(table) + "\n")
+        for line in bad:
+            print("NOT CLEAR: " + line, file=sys.stderr)
+        return 1 if bad else 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
