@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "bench_main.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
@@ -118,10 +119,5 @@ int Run(int argc, char** argv) {
 }  // namespace hydraulis
 
 int main(int argc, char** argv) {
-  try {
-    return hydraulis::Run(argc, argv);
-  } catch (const hydraulis::Error& e) {
-    fmt::print(stderr, "plan_quality: error: {}\n", e.what());
-    return 2;
-  }
+  return hydraulis::BenchMain("plan_quality", hydraulis::Run, argc, argv);
 }

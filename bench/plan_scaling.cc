@@ -11,6 +11,7 @@
 #include <chrono>
 #include <vector>
 
+#include "bench_main.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
@@ -89,10 +90,5 @@ int Run(int argc, char** argv) {
 }  // namespace hydraulis
 
 int main(int argc, char** argv) {
-  try {
-    return hydraulis::Run(argc, argv);
-  } catch (const hydraulis::Error& e) {
-    fmt::print(stderr, "plan_scaling: {}\n", e.what());
-    return 2;
-  }
+  return hydraulis::BenchMain("plan_scaling", hydraulis::Run, argc, argv);
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
@@ -162,10 +163,5 @@ int Run(int argc, char** argv) {
 }  // namespace hydraulis
 
 int main(int argc, char** argv) {
-  try {
-    return hydraulis::Run(argc, argv);
-  } catch (const hydraulis::Error& e) {
-    fmt::print(stderr, "propose_bench: error: {}\n", e.what());
-    return 2;
-  }
+  return hydraulis::BenchMain("propose_bench", hydraulis::Run, argc, argv);
 }

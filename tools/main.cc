@@ -130,21 +130,16 @@ int main(int argc, char** argv) {
       hydraulis::FlushStdout();  // output lost (closed stdout, full disk) is a failure
       return status;
     }
-  } catch (const hydraulis::InvalidInput& e) {
-    fmt::print(stderr, "hydraulis: error: {}\n", e.what());
-    return 2;
-  } catch (const hydraulis::Infeasible& e) {
-    fmt::print(stderr, "hydraulis: error: {}\n", e.what());
-    return 2;
-  } catch (const hydraulis::IoError& e) {
-    fmt::print(stderr, "hydraulis: error: {}\n", e.what());
-    return 1;
   } catch (const hydraulis::InternalError& e) {
     fmt::print(stderr, "hydraulis: internal error: {}\n", e.what());
     return 1;
-  } catch (const hydraulis::Error& e) {  // e.g. training stopped at a non-finite loss
+  } catch (const hydraulis::Error& e) {
+    // The user's input (or a batch no candidate can run): 2. A lost write, or training
+    // stopped at a non-finite loss: 1.
     fmt::print(stderr, "hydraulis: error: {}\n", e.what());
-    return 1;
+    const bool input = dynamic_cast<const hydraulis::InvalidInput*>(&e) != nullptr ||
+                       dynamic_cast<const hydraulis::Infeasible*>(&e) != nullptr;
+    return input ? 2 : 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "hydraulis: internal error: {}\n", e.what());
     return 1;
