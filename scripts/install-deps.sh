@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential cmake g++ pkg-config clang-format python3 python3-venv
           libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev libgloo-dev)
+          nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev libgloo-dev
+          libxxhash-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -53,6 +53,7 @@ struct TrainArgs {
   double timeout_s = 60;
   std::string checkpoint_dir;
   int checkpoint_every = 0;
+  int keep_checkpoints = 0;
   bool resume = false;
   bool skip_nonfinite_steps = false;
   int poison_step = -1;  // testing: NaN parameters for this step's computation
@@ -205,9 +206,11 @@ int Train(const TrainArgs& a) {
   job_options.seed = a.seed;
   job_options.checkpoint_dir = a.checkpoint_dir;
   job_options.checkpoint_every = a.checkpoint_every;
+  job_options.keep_checkpoints = a.keep_checkpoints;
   job_options.skip_nonfinite_steps = a.skip_nonfinite_steps;
   job_options.poison_step = a.poison_step;
   TrainingJob job(planner, sampler, dataset, trainer, job_options);
+  if (!a.resume) job.RequireNoCheckpoints();
   if (a.resume) {
     if (a.checkpoint_dir.empty()) throw InvalidInput("train: --resume needs --checkpoint-dir");
     const std::optional<std::string> path = job.Resume();
@@ -314,6 +317,10 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_option("--checkpoint-every", a->checkpoint_every,
                   "steps between checkpoints (0: end only)")
       ->check(NonNegativeNumber());
+  cmd->add_option("--keep-checkpoints", a->keep_checkpoints,
+                  "keep only the newest K complete checkpoints (0: all)")
+      ->check(NonNegativeNumber())
+      ->capture_default_str();
   cmd->add_flag("--resume", a->resume,
                 "continue from the newest checkpoint in --checkpoint-dir (if any); --steps is "
                 "the total");

@@ -139,6 +139,20 @@ grep -q '"device":"cpu"' "$TMP/one.jsonl" || fail "no device field: $(head -c 40
 grep -q '"precision":"fp32"' "$TMP/one.jsonl" || fail "no precision field"
 grep -q '"grad_shards_overlapped":' "$TMP/one.jsonl" || fail "no overlap field"
 
+check "a run that does not resume refuses a directory holding checkpoints"
+"$BIN" train "${COMMON[@]}" --steps 1 --nproc 2 --checkpoint-dir "$TMP/ckpt" >"$TMP/again.out" \
+  2>"$TMP/again.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "exit status $RC"
+grep -q "holds checkpoints already; pass --resume" "$TMP/again.err" ||
+  fail "stderr: $(tail -c 600 "$TMP/again.err")"
+
+check "--keep-checkpoints 2 keeps the newest two"
+STEPS=4 train keep --nproc 2 --checkpoint-dir "$TMP/keep" --checkpoint-every 1 --keep-checkpoints 2
+[[ $(ls -d "$TMP"/keep/step-* | wc -l) -eq 2 ]] || fail "kept: $(ls "$TMP/keep")"
+[[ -e $TMP/keep/step-00000004/meta.json && -e $TMP/keep/step-00000003/meta.json ]] ||
+  fail "kept: $(ls "$TMP/keep")"
+
 check "a non-finite loss stops the run before its update, naming the step"
 mkdir -p "$TMP/nan-ckpt"
 "$BIN" train "${COMMON[@]}" --steps 4 --nproc 2 --poison-step 2 --checkpoint-dir "$TMP/nan-ckpt" \

@@ -1,5 +1,10 @@
 #include "hydraulis/runtime/checkpoint.h"
 
+#define XXH_INLINE_ALL  // header-only xxHash (Debian's libxxhash-dev)
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,7 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'H', 'Y', 'D', 'C', 'K', 'P', 'T', '1'};
-constexpr char kFormat[] = "hydraulis.checkpoint/1";
+constexpr char kFormat[] = "hydraulis.checkpoint/2";
+// Written before checksums; still loaded, unverified.
+constexpr char kFormatWithoutChecksums[] = "hydraulis.checkpoint/1";
 
 std::string Padded(std::int64_t value, int width) {
   std::string text = std::to_string(value);
@@ -37,41 +44,137 @@ struct ShardHeader {
   std::int64_t world_size, rank, parameters, shard_numel, steps;
 };
 
-void WriteShard(const std::string& path, const ShardHeader& header,
-                const ShardedAdamW::ShardState& state) {
+std::string Hex(std::uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+// What writing a shard gave: its size and XXH3-64 hash, or the reason it failed.
+struct WrittenShard {
+  bool ok = false;
+  std::int64_t bytes = 0;
+  std::uint64_t hash = 0;
+  std::string error;
+};
+
+// Writes the shard to `path` + ".tmp" hashing every byte, then renames it; on failure
+// removes the temporary and says why (a full disk must not leave a half shard behind).
+WrittenShard WriteShard(const std::string& path, const ShardHeader& header,
+                        const ShardedAdamW::ShardState& state) {
+  WrittenShard w;
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(kMagic, sizeof(kMagic));
-    out.write(reinterpret_cast<const char*>(&header), sizeof(header));
-    for (const at::Tensor* t : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
-      const at::Tensor c = t->contiguous();
-      out.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
-                static_cast<std::streamsize>(c.numel() * static_cast<std::int64_t>(sizeof(float))));
-    }
-    out.flush();
-    if (!out) throw Error("checkpoint: cannot write " + tmp);
+  std::FILE* out = std::fopen(tmp.c_str(), "wb");
+  if (out == nullptr) {
+    w.error = tmp + ": cannot create: " + std::strerror(errno);
+    return w;
+  }
+  XXH3_state_t* hasher = XXH3_createState();
+  XXH3_64bits_reset(hasher);
+  bool ok = true;
+  auto put = [&](const void* data, std::size_t size) {
+    if (!ok) return;
+    ok = std::fwrite(data, 1, size, out) == size;
+    XXH3_64bits_update(hasher, data, size);
+    w.bytes += static_cast<std::int64_t>(size);
+  };
+  put(kMagic, sizeof(kMagic));
+  put(&header, sizeof(header));
+  for (const at::Tensor* t : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
+    const at::Tensor c = t->contiguous().cpu();
+    put(c.data_ptr<float>(), static_cast<std::size_t>(c.numel()) * sizeof(float));
+  }
+  const int write_errno = errno;
+  ok = ok && std::fflush(out) == 0;
+  ok = (std::fclose(out) == 0) && ok;
+  w.hash = XXH3_64bits_digest(hasher);
+  XXH3_freeState(hasher);
+  if (!ok) {
+    w.error = tmp + ": write failed: " + std::strerror(write_errno != 0 ? write_errno : errno);
+    std::remove(tmp.c_str());
+    return w;
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) throw Error("checkpoint: cannot rename " + tmp + " to " + path + ": " + ec.message());
+  if (ec) {
+    w.error = "cannot rename " + tmp + " to " + path + ": " + ec.message();
+    std::remove(tmp.c_str());
+    return w;
+  }
+  w.ok = true;
+  return w;
+}
+
+// XXH3-64 of a whole file, streamed.
+std::uint64_t HashFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  XXH3_state_t* hasher = XXH3_createState();
+  XXH3_64bits_reset(hasher);
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    XXH3_64bits_update(hasher, buffer.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  const std::uint64_t hash = XXH3_64bits_digest(hasher);
+  XXH3_freeState(hasher);
+  return hash;
+}
+
+// The checksum meta.json carries over its own other fields (compact, keys sorted).
+std::string MetaChecksum(nlohmann::json j) {
+  j.erase("checksum");
+  const std::string text = j.dump();
+  return Hex(XXH3_64bits(text.data(), text.size()));
+}
+
+std::string StepDirName(std::int64_t step) { return "step-" + Padded(step, 8); }
+
+// Complete checkpoints (a meta.json inside) under `dir`, oldest first.
+std::vector<std::string> CompleteCheckpoints(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && fs::exists(entry.path() / "meta.json")) {
+      names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace
 
 void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAdamW& optimizer,
-                    CommGroup& world) {
-  const std::string name = "step-" + Padded(meta.step, 8);
+                    CommGroup& world, int keep_last) {
+  const std::string name = StepDirName(meta.step);
   const std::string step_dir = dir + "/" + name;
   std::error_code ec;
   fs::create_directories(step_dir, ec);
-  if (ec) throw Error("checkpoint: cannot create " + step_dir + ": " + ec.message());
   const ShardedAdamW::ShardState state = optimizer.shard_state();
   const ShardHeader header{world.size(), world.rank(), optimizer.layout().numel,
                            optimizer.shard_numel(), state.steps};
-  WriteShard(ShardPath(step_dir, world.rank()), header, state);
-  // meta.json and `latest` only once every shard is in place.
-  world.Barrier();
+  WrittenShard mine;
+  if (ec) {
+    mine.error = "cannot create " + step_dir + ": " + ec.message();
+  } else {
+    mine = WriteShard(ShardPath(step_dir, world.rank()), header, state);
+  }
+  // Every rank learns every shard's outcome, size and hash, so all stop alike on a failed
+  // write and rank 0 can record the checksums.
+  at::Tensor gathered = at::empty({3 * world.size()}, at::kLong);
+  world.AllGather(at::tensor({static_cast<std::int64_t>(mine.ok), mine.bytes,
+                              static_cast<std::int64_t>(mine.hash)},
+                             at::kLong),
+                  gathered);
+  for (int r = 0; r < world.size(); ++r) {
+    if (gathered[3 * r].item<std::int64_t>() != 0) continue;
+    if (world.rank() == 0) fs::remove_all(step_dir, ec);  // an incomplete checkpoint
+    throw IoError("checkpoint " + step_dir + ": " +
+                  (r == world.rank() ? mine.error
+                                     : "rank " + std::to_string(r) + " could not write its shard") +
+                  "; the previous checkpoint stays the newest");
+  }
   if (world.rank() == 0) {
     meta.world_size = world.size();
     meta.parameters = optimizer.layout().numel;
@@ -82,20 +185,43 @@ void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAd
     j["seed"] = meta.seed;
     j["world_size"] = meta.world_size;
     j["parameters"] = meta.parameters;
+    j["shards"] = nlohmann::json::array();
+    for (int r = 0; r < world.size(); ++r) {
+      j["shards"].push_back(
+          {{"bytes", gathered[3 * r + 1].item<std::int64_t>()},
+           {"xxh3_64", Hex(static_cast<std::uint64_t>(gathered[3 * r + 2].item<std::int64_t>()))}});
+    }
+    j["checksum"] = MetaChecksum(j);
     WriteFileAtomically(step_dir + "/meta.json", j.dump(2) + "\n");
     WriteFileAtomically(dir + "/latest", name + "\n");
+    if (keep_last > 0) {
+      const std::vector<std::string> complete = CompleteCheckpoints(dir);
+      for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < complete.size(); ++i) {
+        if (complete[i] != name) fs::remove_all(dir + "/" + complete[i], ec);
+      }
+    }
   }
   world.Barrier();
 }
 
 std::optional<std::string> LatestCheckpoint(const std::string& dir) {
   const std::string latest = dir + "/latest";
-  if (!fs::exists(latest)) return std::nullopt;
+  if (!fs::exists(latest)) {
+    const std::vector<std::string> complete = CompleteCheckpoints(dir);
+    if (!complete.empty()) {
+      throw InvalidInput(latest + ": missing, but " + std::to_string(complete.size()) +
+                         " complete checkpoint(s) exist (newest " + complete.back() +
+                         "); restore it (echo " + complete.back() + " > " + latest +
+                         ") or use another --checkpoint-dir to start from scratch");
+    }
+    return std::nullopt;
+  }
   std::string name = ReadFileText(latest);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   const std::string path = dir + "/" + name;
   if (name.empty() || !fs::exists(path + "/meta.json")) {
-    throw InvalidInput(latest + ": names '" + name + "', which is not a complete checkpoint");
+    throw InvalidInput(latest + ": names " + QuoteForMessage(name) +
+                       ", which is not a complete checkpoint");
   }
   return path;
 }
@@ -104,9 +230,16 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
   const std::string meta_path = path + "/meta.json";
   const nlohmann::json j = ParseJson(ReadFileText(meta_path), meta_path);
   CheckpointMeta meta;
+  bool checked = false;
   try {
-    if (j.at("format").get<std::string>() != kFormat) {
+    const std::string format = j.at("format").get<std::string>();
+    if (format != kFormat && format != kFormatWithoutChecksums) {
       throw InvalidInput(meta_path + ": format: expected " + std::string(kFormat));
+    }
+    checked = format == kFormat;
+    if (checked && j.at("checksum").get<std::string>() != MetaChecksum(j)) {
+      throw InvalidInput(meta_path +
+                         ": checksum mismatch: the file was edited or damaged since it was saved");
     }
     meta.step = j.at("step").get<std::int64_t>();
     meta.sampler_epoch = j.at("sampler").at("epoch").get<std::int64_t>();
@@ -116,6 +249,14 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
     meta.parameters = j.at("parameters").get<std::int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(meta_path + ": " + e.what());
+  }
+  const std::string dir_name = fs::path(path).filename().string();
+  if (meta.step < 0 || dir_name != StepDirName(meta.step)) {
+    throw InvalidInput(meta_path + ": step: " + std::to_string(meta.step) +
+                       " does not match the checkpoint's directory " + dir_name);
+  }
+  if (meta.sampler_epoch < 0 || meta.sampler_offset < 0) {
+    throw InvalidInput(meta_path + ": sampler: epoch and offset must be >= 0");
   }
   if (meta.parameters != optimizer.layout().numel) {
     throw InvalidInput(meta_path + ": parameters: the checkpoint holds " +
@@ -130,6 +271,23 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
     const std::string file = ShardPath(path, r);
     std::ifstream in(file, std::ios::binary);
     if (!in) throw InvalidInput(file + ": cannot open (checkpoint shard missing)");
+    if (checked) {
+      const nlohmann::json& shards = j.at("shards");
+      if (!shards.is_array() || shards.size() != static_cast<std::size_t>(meta.world_size)) {
+        throw InvalidInput(meta_path + ": shards: expected one entry per rank");
+      }
+      const auto bytes = shards[static_cast<std::size_t>(r)].at("bytes").get<std::int64_t>();
+      const auto hash = shards[static_cast<std::size_t>(r)].at("xxh3_64").get<std::string>();
+      std::error_code ec;
+      if (static_cast<std::int64_t>(fs::file_size(file, ec)) != bytes) {
+        throw InvalidInput(file + ": " + std::to_string(fs::file_size(file, ec)) +
+                           " bytes, meta.json recorded " + std::to_string(bytes) +
+                           " (truncated or damaged shard)");
+      }
+      if (Hex(HashFile(file)) != hash) {
+        throw InvalidInput(file + ": checksum mismatch (damaged shard)");
+      }
+    }
     char magic[sizeof(kMagic)];
     ShardHeader h{};
     in.read(magic, sizeof(magic));
@@ -138,7 +296,8 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
       throw InvalidInput(file + ": not a hydraulis checkpoint shard (bad header)");
     }
     if (h.world_size != meta.world_size || h.rank != r || h.parameters != meta.parameters ||
-        h.shard_numel * h.world_size < h.parameters || (steps >= 0 && h.steps != steps)) {
+        h.shard_numel * h.world_size < h.parameters || (steps >= 0 && h.steps != steps) ||
+        h.steps < 0 || h.steps > meta.step) {
       throw InvalidInput(file +
                          ": header does not match meta.json (world_size, rank, "
                          "parameters or steps)");

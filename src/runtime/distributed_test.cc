@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/checkpoint.h"
 #include "hydraulis/runtime/distributed.h"
@@ -695,14 +696,67 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find("meta.json: parameters"), std::string::npos) << e.what();
   }
+  auto load_error = [&](const std::string& checkpoint) {
+    try {
+      LoadCheckpoint(checkpoint, b);
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
   const std::string shard = *path + "/rank-00000.bin";
-  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 4);
+  const std::string meta_path = *path + "/meta.json";
+  const std::string pristine_shard = ReadFileText(shard), pristine_meta = ReadFileText(meta_path);
+  // One flipped bit anywhere in the shard: the checksum names it.
+  for (std::size_t at : {std::size_t{3}, pristine_shard.size() / 2, pristine_shard.size() - 1}) {
+    std::string damaged = pristine_shard;
+    damaged[at] = static_cast<char>(damaged[at] ^ 0x10);
+    WriteFileAtomically(shard, damaged);
+    EXPECT_EQ(load_error(*path), shard + ": checksum mismatch (damaged shard)") << "byte " << at;
+  }
+  WriteFileAtomically(shard, pristine_shard.substr(0, pristine_shard.size() - 4));
+  EXPECT_NE(load_error(*path).find(shard + ": " + std::to_string(pristine_shard.size() - 4) +
+                                   " bytes, meta.json recorded"),
+            std::string::npos);
+  WriteFileAtomically(shard, pristine_shard);
+  // meta.json edited (a step of 1000, or -4): its own checksum catches it.
+  for (const char* step : {"1000", "-4"}) {
+    std::string edited = pristine_meta;
+    const std::size_t pos = edited.find("\"step\": 7");
+    ASSERT_NE(pos, std::string::npos) << edited;
+    edited.replace(pos, 9, std::string("\"step\": ") + step);
+    WriteFileAtomically(meta_path, edited);
+    EXPECT_NE(load_error(*path).find("meta.json: checksum mismatch"), std::string::npos);
+  }
+  WriteFileAtomically(meta_path, pristine_meta);
+  EXPECT_EQ(load_error(*path), "no error");
+
+  // `latest` deleted while a complete checkpoint exists: never a silent fresh start.
+  std::filesystem::remove(dir + "/latest");
   try {
-    LoadCheckpoint(*path, b);
+    LatestCheckpoint(dir);
     ADD_FAILURE() << "no error";
   } catch (const InvalidInput& e) {
-    EXPECT_EQ(std::string(e.what()), shard + ": truncated");
+    EXPECT_NE(std::string(e.what()).find("missing, but 1 complete checkpoint(s) exist (newest "
+                                         "step-00000007)"),
+              std::string::npos)
+        << e.what();
   }
+  // Keeping the newest 2: after steps 8 and 9, step 7 is gone.
+  for (std::int64_t step : {8, 9}) {
+    meta.step = step;
+    SaveCheckpoint(dir, meta, a, world, 2);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000007"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000008/meta.json"));
+  EXPECT_EQ(*LatestCheckpoint(dir), dir + "/step-00000009");
+  // A shard that cannot be written (its name taken by a directory) fails the save on every
+  // rank, removes the incomplete checkpoint and leaves `latest` as it was.
+  std::filesystem::create_directories(dir + "/step-00000010/rank-00000.bin.tmp");
+  meta.step = 10;
+  EXPECT_THROW(SaveCheckpoint(dir, meta, a, world, 2), IoError);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000010"));
+  EXPECT_EQ(*LatestCheckpoint(dir), dir + "/step-00000009");
   std::filesystem::remove_all(dir);
   EXPECT_FALSE(LatestCheckpoint(dir).has_value());
 }

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -32,6 +33,10 @@ TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
   if (options_.steps < 1) {
     throw InvalidInput("training job: steps must be >= 1, got " + std::to_string(options_.steps));
   }
+  if (options_.keep_checkpoints < 0) {
+    throw InvalidInput("training job: keep_checkpoints must be >= 0, got " +
+                       std::to_string(options_.keep_checkpoints));
+  }
   if (options_.checkpoint_every < 0) {
     throw InvalidInput("training job: checkpoint_every must be >= 0, got " +
                        std::to_string(options_.checkpoint_every));
@@ -55,13 +60,31 @@ std::optional<std::string> TrainingJob::Resume() {
   return path;
 }
 
+void TrainingJob::RequireNoCheckpoints() const {
+  if (options_.checkpoint_dir.empty()) return;
+  bool exists = std::filesystem::exists(options_.checkpoint_dir + "/latest");
+  if (!exists) {
+    try {
+      exists = LatestCheckpoint(options_.checkpoint_dir).has_value();
+    } catch (const InvalidInput&) {  // complete checkpoints without `latest`
+      exists = true;
+    }
+  }
+  if (exists) {
+    throw InvalidInput("--checkpoint-dir " + options_.checkpoint_dir +
+                       ": holds checkpoints already; pass --resume to continue that run, or "
+                       "choose an empty directory");
+  }
+}
+
 void TrainingJob::Save(int steps_done) {
   CheckpointMeta meta;
   meta.step = steps_done;
   meta.sampler_epoch = sampler_.position().epoch;
   meta.sampler_offset = sampler_.position().offset;
   meta.seed = options_.seed;
-  SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.world());
+  SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.world(),
+                 options_.keep_checkpoints);
 }
 
 TrainingStepRecord TrainingJob::RunStep() {

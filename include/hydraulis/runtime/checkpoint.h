@@ -32,16 +32,22 @@ struct CheckpointMeta {
 };
 
 // Saves a checkpoint of `optimizer` as step `meta.step` under `dir` (created if needed): a
-// collective over `world`. Error naming the path when a file cannot be written.
+// collective over `world`. meta.json records each shard's size and XXH3-64 hash and a
+// checksum of itself. When any rank cannot write its shard (a full disk), every rank throws
+// IoError, the incomplete checkpoint is removed and `latest` still names the previous one.
+// keep_last > 0 then removes all but the newest keep_last complete checkpoints.
 void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAdamW& optimizer,
-                    CommGroup& world);
+                    CommGroup& world, int keep_last = 0);
 
 // The directory of the newest complete checkpoint under `dir`, or nullopt when there is none.
+// InvalidInput when `latest` is missing but complete checkpoints exist (never silently
+// start from scratch) or names something that is not a complete checkpoint.
 std::optional<std::string> LatestCheckpoint(const std::string& dir);
 
 // Loads the checkpoint directory `path` (as LatestCheckpoint returns) into `optimizer` and
 // returns its meta. Not a collective: every rank reads every shard. InvalidInput naming the
-// file on a missing, truncated or inconsistent shard, or a model of another size.
+// file on a missing, truncated, damaged (checksum) or inconsistent shard, an edited
+// meta.json (its checksum, a step that is not its directory's), or a model of another size.
 CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer);
 
 }  // namespace hydraulis

@@ -21,6 +21,7 @@ struct TrainingJobOptions {
   std::uint64_t seed = 1;      // recorded in checkpoints: resuming under another seed is refused
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every = 0;    // steps between checkpoints (>= 0; 0: at the end only)
+  int keep_checkpoints = 0;    // keep the newest K complete checkpoints (>= 0; 0: all)
   // A step whose loss or gradient norm is not finite: false stops the run with an error
   // naming the step, before the update (the default); true skips the update and goes on,
   // counting it, as Megatron does.
@@ -59,6 +60,10 @@ class TrainingJob {
   // sampler; returns its path, or nullopt when there is none (the job starts at step 0).
   // InvalidInput without a checkpoint_dir, or when the checkpoint's seed differs.
   std::optional<std::string> Resume();
+
+  // InvalidInput when options.checkpoint_dir already holds checkpoints: a run that does
+  // not resume must not overwrite another run's (call it before the first step).
+  void RequireNoCheckpoints() const;
 
   int next_step() const { return next_step_; }
   bool done() const { return next_step_ >= options_.steps; }
