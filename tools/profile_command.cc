@@ -182,6 +182,27 @@ int RunProfile(const ProfileArgs& a) {
                        " cannot run tp = " + std::to_string(max_tp) + " (it needs at least " +
                        std::to_string(max_tp) + " ranks)");
   }
+  if (a.memory_bytes <= 0) throw InvalidInput("--memory-bytes: must be > 0");
+  {
+    // Before minutes of timing: a budget that cannot hold one aligned micro-batch beside
+    // the parameters and optimizer state would write a profile of capacity 0.
+    const char* env_world = std::getenv("WORLD_SIZE");
+    const int ranks = a.nproc > 0 ? a.nproc : (env_world != nullptr ? std::atoi(env_world) : 1);
+    Profile probe;
+    probe.model = model.shape;
+    probe.cluster.gpus_per_node = std::max(1, ranks);
+    probe.cluster.gpu_memory_bytes = a.memory_bytes;
+    probe.memory = EngineMemoryModel(model, std::vector<int>(tps.begin(), tps.end()));
+    for (const Scheme& s : schemes) {
+      if (CapacityTokens(probe, s, OptimizerLayout{std::max(1, ranks), 1, 1}) <= 0) {
+        throw InvalidInput("--memory-bytes " + std::to_string(a.memory_bytes) + ": scheme " +
+                           SchemeName(s) + " cannot hold a micro-batch of " +
+                           std::to_string(kTokenAlignment) +
+                           " tokens beside the model's parameters and optimizer state; give "
+                           "more memory");
+      }
+    }
+  }
   if (a.nproc > 0 && !IsLaunchedRank()) {
     SetTimingEnvironment();  // the ranks inherit it
     return LaunchSelf(CommandLine(), a.nproc, a.master_port);

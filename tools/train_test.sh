@@ -153,6 +153,15 @@ STEPS=4 train keep --nproc 2 --checkpoint-dir "$TMP/keep" --checkpoint-every 1 -
 [[ -e $TMP/keep/step-00000004/meta.json && -e $TMP/keep/step-00000003/meta.json ]] ||
   fail "kept: $(ls "$TMP/keep")"
 
+check "profile refuses a memory budget that holds no micro-batch, before any timing"
+"$BIN" profile --model "$MODEL" --memory-bytes 100000 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
+  --output "$TMP/p.json" >"$TMP/prof.out" 2>"$TMP/prof.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "exit status $RC"
+grep -q "memory-bytes 100000: scheme TP1 cannot hold a micro-batch of 128 tokens" "$TMP/prof.err" ||
+  fail "stderr: $(tail -c 600 "$TMP/prof.err")"
+[[ ! -e $TMP/p.json ]] || fail "a profile was written"
+
 check "a non-finite loss stops the run before its update, naming the step"
 mkdir -p "$TMP/nan-ckpt"
 "$BIN" train "${COMMON[@]}" --steps 4 --nproc 2 --poison-step 2 --checkpoint-dir "$TMP/nan-ckpt" \
