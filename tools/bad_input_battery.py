@@ -262,6 +262,31 @@ def build(b):
                  ["stats", "--lengths", dataset, "--tokenizer", "sentencepiece"]):
         b.add("flags", " ".join(argv[:1] + [a for a in argv[1:] if a.startswith("--")]), argv)
 
+    # 9. train (the runtime binary, over a second per call: a few cases only), where this
+    # build has it (the ASan build has no libtorch runtime).
+    if os.path.exists(os.path.join(os.path.dirname(b.bin), "hydraulis-runtime")):
+        add_train_cases(b, src, profile)
+
+
+def add_train_cases(b, src, profile):
+    model = os.path.join(src, "configs/models/tiny.json")
+    tiny = os.path.join(src, "configs/profiles/tiny-cpu.json")
+    # Under the launcher (--nproc): every check must happen before a rank starts, as one line.
+    train = ["train", "--nproc", "2", "--model", model, "--profile", tiny, "--steps", "1",
+             "--timeout-s", "20"]
+    for extra in (["--lr", "nan"], ["--steps", "0"], ["--tp", "0"], ["--keep-checkpoints", "-1"],
+                  ["--checkpoint-every", "-1"], ["--resume"], ["--device", "tpu"],
+                  ["--precision", "fp8"], ["--timeout-s", "inf"], ["--max-len", ""],
+                  ["--data", os.path.join(b.tmp, "no-such-corpus")],
+                  ["--plan-algorithm", "kk"]):
+        b.add("train flags", " ".join(extra), train + extra)
+    b.add("train flags", "--model missing",
+          ["train", "--nproc", "2", "--model", os.path.join(b.tmp, "absent.json"), "--profile", tiny])
+    b.add("train flags", "--profile of another model",
+          ["train", "--nproc", "2", "--model", model, "--profile", profile])
+    b.add("train flags", "--tokens-per-batch beyond 10^7 documents",
+          train + ["--tokens-per-batch", "9000000000000"])
+
 
 def classify(b, case):
     family, name, argv, stdin, expect_rc = case

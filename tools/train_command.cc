@@ -151,14 +151,58 @@ CommBackend ResolveBackend(const TrainArgs& a, const ComputeOptions& compute) {
   return CommBackend::kNccl;
 }
 
+// Everything a rank needs besides its peers, loaded and checked: the launcher runs this
+// before starting any rank, so an input error is one line, not one per rank.
+struct TrainInputs {
+  ModelConfig model;
+  Profile profile;
+  CandidateSet candidates;
+  std::unique_ptr<MegatronDataset> dataset;
+  std::vector<std::int64_t> lengths;
+  PlannerOptions options;
+};
+
+TrainInputs LoadTrainInputs(const TrainArgs& a, int world_size) {
+  if (!a.candidates.empty() && (a.tp != 1 || a.pp != 1)) {
+    throw InvalidInput("train: give --candidates or --tp/--pp, not both");
+  }
+  if (a.resume && a.checkpoint_dir.empty()) {
+    throw InvalidInput("train: --resume needs --checkpoint-dir");
+  }
+  if (!a.resume) RequireNoCheckpoints(a.checkpoint_dir);
+  TrainInputs in;
+  in.model = LoadModelConfig(a.model);
+  in.profile = LoadProfile(a.profile);
+  if (in.profile.model.layers != in.model.shape.layers ||
+      in.profile.model.hidden != in.model.shape.hidden) {
+    throw InvalidInput(
+        a.profile + ": model: profiled for " + std::to_string(in.profile.model.layers) +
+        " layers of hidden " + std::to_string(in.profile.model.hidden) + ", " + a.model + " has " +
+        std::to_string(in.model.shape.layers) + " of " + std::to_string(in.model.shape.hidden));
+  }
+  in.candidates = Candidates(a, in.profile, world_size);
+  in.dataset = std::make_unique<MegatronDataset>(a.data.empty() ? DefaultCorpusPrefix() : a.data);
+  for (std::size_t i = 0; i < in.dataset->num_documents(); ++i) {
+    in.lengths.push_back(in.dataset->DocumentLength(i));
+  }
+  in.options.algorithm = ParseAlgorithm(a.algorithm);
+  if (in.options.algorithm != Algorithm::kOurs && in.options.algorithm != Algorithm::kStaticFixed) {
+    throw InvalidInput("train: --plan-algorithm must be ours or static-fixed, got " + a.algorithm);
+  }
+  in.options.context_tokens = a.max_len;
+  in.options.seed = a.seed;
+  // Both check the candidates against the profile and the budget against the data.
+  const Planner planner(in.profile, in.candidates, in.options);
+  const BatchSampler sampler(in.lengths, {a.tokens_per_batch, a.max_len, a.seed});
+  return in;
+}
+
 int Train(const TrainArgs& a) {
   if (a.nproc > 0 && !IsLaunchedRank()) {
     // One clear line from the launcher, not one per rank: the checks every rank would fail.
     ResolveBackend(a, ResolveCompute(a, 0));
+    LoadTrainInputs(a, a.nproc);
     return LaunchSelf(CommandLine(), a.nproc, a.master_port);
-  }
-  if (!a.candidates.empty() && (a.tp != 1 || a.pp != 1)) {
-    throw InvalidInput("train: give --candidates or --tp/--pp, not both");
   }
   const ComputeOptions compute = ResolveCompute(a, LocalRank());
   const CommBackend backend = ResolveBackend(a, compute);
@@ -170,31 +214,12 @@ int Train(const TrainArgs& a) {
     throw InvalidInput("train: WORLD_SIZE " + std::to_string(dist.world_size) + " != --nproc " +
                        std::to_string(a.nproc));
   }
-  const ModelConfig model = LoadModelConfig(a.model);
-  const Profile profile = LoadProfile(a.profile);
-  if (profile.model.layers != model.shape.layers || profile.model.hidden != model.shape.hidden) {
-    throw InvalidInput(a.profile + ": model: profiled for " + std::to_string(profile.model.layers) +
-                       " layers of hidden " + std::to_string(profile.model.hidden) + ", " +
-                       a.model + " has " + std::to_string(model.shape.layers) + " of " +
-                       std::to_string(model.shape.hidden));
-  }
-  const CandidateSet candidates = Candidates(a, profile, dist.world_size);
-  const std::string prefix = a.data.empty() ? DefaultCorpusPrefix() : a.data;
-  const MegatronDataset dataset(prefix);
-  std::vector<std::int64_t> lengths;
-  for (std::size_t i = 0; i < dataset.num_documents(); ++i) {
-    lengths.push_back(dataset.DocumentLength(i));
-  }
-
-  PlannerOptions options;
-  options.algorithm = ParseAlgorithm(a.algorithm);
-  if (options.algorithm != Algorithm::kOurs && options.algorithm != Algorithm::kStaticFixed) {
-    throw InvalidInput("train: --plan-algorithm must be ours or static-fixed, got " + a.algorithm);
-  }
-  options.context_tokens = a.max_len;
-  options.seed = a.seed;
-  const Planner planner(profile, candidates, options);
-  BatchSampler sampler(lengths, {a.tokens_per_batch, a.max_len, a.seed});
+  const TrainInputs in = LoadTrainInputs(a, dist.world_size);
+  const ModelConfig& model = in.model;
+  const CandidateSet& candidates = in.candidates;
+  const MegatronDataset& dataset = *in.dataset;
+  const Planner planner(in.profile, candidates, in.options);
+  BatchSampler sampler(in.lengths, {a.tokens_per_batch, a.max_len, a.seed});
 
   Rendezvous rendezvous(dist);
   AdamWOptions adam;
@@ -210,9 +235,7 @@ int Train(const TrainArgs& a) {
   job_options.skip_nonfinite_steps = a.skip_nonfinite_steps;
   job_options.poison_step = a.poison_step;
   TrainingJob job(planner, sampler, dataset, trainer, job_options);
-  if (!a.resume) job.RequireNoCheckpoints();
   if (a.resume) {
-    if (a.checkpoint_dir.empty()) throw InvalidInput("train: --resume needs --checkpoint-dir");
     const std::optional<std::string> path = job.Resume();
     if (chief && path) fmt::print("resumed from {} at step {}\n", *path, job.next_step());
     if (chief && !path) fmt::print("no checkpoint in {}; starting from step 0\n", a.checkpoint_dir);

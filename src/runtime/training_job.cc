@@ -60,18 +60,18 @@ std::optional<std::string> TrainingJob::Resume() {
   return path;
 }
 
-void TrainingJob::RequireNoCheckpoints() const {
-  if (options_.checkpoint_dir.empty()) return;
-  bool exists = std::filesystem::exists(options_.checkpoint_dir + "/latest");
+void RequireNoCheckpoints(const std::string& checkpoint_dir) {
+  if (checkpoint_dir.empty()) return;
+  bool exists = std::filesystem::exists(checkpoint_dir + "/latest");
   if (!exists) {
     try {
-      exists = LatestCheckpoint(options_.checkpoint_dir).has_value();
+      exists = LatestCheckpoint(checkpoint_dir).has_value();
     } catch (const InvalidInput&) {  // complete checkpoints without `latest`
       exists = true;
     }
   }
   if (exists) {
-    throw InvalidInput("--checkpoint-dir " + options_.checkpoint_dir +
+    throw InvalidInput("--checkpoint-dir " + checkpoint_dir +
                        ": holds checkpoints already; pass --resume to continue that run, or "
                        "choose an empty directory");
   }

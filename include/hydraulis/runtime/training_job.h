@@ -61,10 +61,6 @@ class TrainingJob {
   // InvalidInput without a checkpoint_dir, or when the checkpoint's seed differs.
   std::optional<std::string> Resume();
 
-  // InvalidInput when options.checkpoint_dir already holds checkpoints: a run that does
-  // not resume must not overwrite another run's (call it before the first step).
-  void RequireNoCheckpoints() const;
-
   int next_step() const { return next_step_; }
   bool done() const { return next_step_ >= options_.steps; }
 
@@ -94,6 +90,10 @@ class TrainingJob {
   int previous_strategy_ = -1;
   Totals totals_;
 };
+
+// InvalidInput when `checkpoint_dir` (may be empty: no checkpoints) already holds
+// checkpoints: a run that does not resume must not overwrite another run's.
+void RequireNoCheckpoints(const std::string& checkpoint_dir);
 
 // One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
 // documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
