@@ -1,67 +1,23 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <utility>
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/base/json_text.h"
+#include "hydraulis/spec/json_reader.h"
 
 namespace hydraulis::tools {
 namespace {
 
 constexpr const char* kPlanFormat = "hydraulis.plan/1";
-
-// Field checks for one plan line; every failure names the line and the field.
-class PlanLine {
- public:
-  PlanLine(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {
-    if (!j_.is_object()) Fail("", "expected a JSON object (a plan), got " + JsonForMessage(j_));
-  }
-  [[noreturn]] void Fail(const std::string& field, const std::string& problem) const {
-    throw InvalidInput(where_ + ": " + (field.empty() ? "" : field + ": ") + problem);
-  }
-  const nlohmann::json& Get(const nlohmann::json& obj, const std::string& field,
-                            const std::string& path) const {
-    if (!obj.is_object() || !obj.contains(field)) Fail(path, "missing field");
-    return obj.at(field);
-  }
-  double Number(const std::string& field, double min_value) const {
-    const nlohmann::json& v = Get(j_, field, field);
-    if (!v.is_number()) Fail(field, "expected a number, got " + JsonForMessage(v));
-    const double x = v.get<double>();
-    if (!std::isfinite(x) || x < min_value) {
-      Fail(field, "expected a finite number >= " + fmt::format("{}", min_value) + ", got " +
-                      JsonForMessage(v));
-    }
-    return x;
-  }
-  std::int64_t Count(const std::string& field) const {
-    const nlohmann::json& v = Get(j_, field, field);
-    if (!v.is_number_integer() || v.get<std::int64_t>() < 0) {
-      Fail(field, "expected an integer >= 0, got " + JsonForMessage(v));
-    }
-    return v.get<std::int64_t>();
-  }
-  std::string String(const nlohmann::json& obj, const std::string& field,
-                     const std::string& path) const {
-    const nlohmann::json& v = Get(obj, field, path);
-    if (!v.is_string()) Fail(path, "expected a string, got " + JsonForMessage(v));
-    return v.get<std::string>();
-  }
-  const nlohmann::json& json() const { return j_; }
-
- private:
-  const nlohmann::json& j_;
-  std::string where_;
-};
 
 int RunSummarize(const std::string& path) {
   std::istringstream in(ReadFileText(path));
@@ -77,8 +33,12 @@ int RunSummarize(const std::string& path) {
     if (line.empty()) continue;
     const std::string where = path + ":" + std::to_string(step + 1);
     const nlohmann::json j = ParseJson(line, where);
-    const PlanLine p(j, where);
-    if (p.String(j, "format", "format") != kPlanFormat) {
+    if (!j.is_object()) {
+      throw InvalidInput(where + ": expected a JSON object (a plan), got " + JsonForMessage(j));
+    }
+    // Keys this reader does not know are ignored (docs/plan-format.md): no RejectUnknown.
+    JsonObjectReader p(j, where, "");
+    if (p.String("format") != kPlanFormat) {
       p.Fail("format", "expected \"" + std::string(kPlanFormat) + "\", got " +
                            JsonForMessage(j.at("format")));
     }
@@ -87,15 +47,13 @@ int RunSummarize(const std::string& path) {
       p.Fail("lower_bound_ms", "a lower bound above the plan's own estimated_step_ms (" +
                                    fmt::format("{} > {}", lb, est) + ")");
     }
-    const double plan_ms = j.contains("planning_ms") ? p.Number("planning_ms", 0) : 0.0;
-    const nlohmann::json& strategy = p.Get(j, "strategy", "strategy");
-    const std::string name = p.String(strategy, "name", "strategy.name") + " " +
-                             p.String(strategy, "description", "strategy.description");
-    const std::int64_t docs = p.Count("num_documents"), tokens = p.Count("num_tokens");
-    const nlohmann::json& pipelines = p.Get(j, "pipelines", "pipelines");
-    if (!pipelines.is_array() || pipelines.empty()) {
-      p.Fail("pipelines", "expected a non-empty array, got " + JsonForMessage(pipelines));
-    }
+    const double plan_ms = p.Has("planning_ms") ? p.Number("planning_ms", 0) : 0.0;
+    JsonObjectReader strategy = p.Object("strategy");
+    const std::string name = strategy.String("name") + " " + strategy.String("description");
+    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+    const std::int64_t docs = p.Int("num_documents", 0, kMax);
+    const std::int64_t tokens = p.Int("num_tokens", 0, kMax);
+    if (p.Array("pipelines").empty()) p.Fail("pipelines", "must list at least one pipeline");
     out +=
         fmt::format("{:>5} {:<24.24} {:>5} {:>8} {:>11.1f} {:>11.1f} {:>6.2f}% {:>9.2f}\n", step,
                     name, docs, tokens, est, lb, lb > 0 ? 100.0 * (est / lb - 1.0) : 0.0, plan_ms);

@@ -20,7 +20,6 @@ struct Rejected {
 nlohmann::json ParseJson(std::string_view text, const std::string& source) {
   using Event = nlohmann::json::parse_event_t;
   std::vector<std::set<std::string>> keys;  // per open object, its keys so far
-  std::string last_key;
   auto check = [&](int depth, Event event, nlohmann::json& parsed) {
     switch (event) {
       case Event::object_start:
@@ -31,9 +30,9 @@ nlohmann::json ParseJson(std::string_view text, const std::string& source) {
         if (event == Event::object_start) keys.emplace_back();
         break;
       case Event::key:
-        last_key = parsed.get<std::string>();
-        if (!keys.empty() && !keys.back().insert(last_key).second) {
-          throw Rejected{"duplicate key " + QuoteForMessage(last_key) + " in one object"};
+        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second) {
+          throw Rejected{"duplicate key " + QuoteForMessage(parsed.get<std::string>()) +
+                         " in one object"};
         }
         break;
       case Event::object_end:

@@ -3,7 +3,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/base/json_text.h"
-#include "spec/json_reader.h"
+#include "hydraulis/spec/json_reader.h"
 
 namespace hydraulis {
 namespace {

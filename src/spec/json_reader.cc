@@ -1,4 +1,4 @@
-#include "json_reader.h"
+#include "hydraulis/spec/json_reader.h"
 
 #include <cmath>
 

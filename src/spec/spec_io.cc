@@ -5,7 +5,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/json_text.h"
-#include "json_reader.h"
+#include "hydraulis/spec/json_reader.h"
 
 namespace hydraulis {
 namespace {
