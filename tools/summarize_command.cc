@@ -1,74 +1,39 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cstdint>
-#include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
+#include <vector>
 
 #include "commands.h"
-#include "hydraulis/base/error.h"
+#include "hydraulis/assign/plan_lines.h"
 #include "hydraulis/base/file_io.h"
-#include "hydraulis/base/json_text.h"
-#include "hydraulis/spec/json_reader.h"
 
 namespace hydraulis::tools {
 namespace {
 
-constexpr const char* kPlanFormat = "hydraulis.plan/1";
-
 int RunSummarize(const std::string& path) {
-  std::istringstream in(ReadFileText(path));
-  std::string line;
-  int step = 0;
+  const std::vector<PlanLine> plans = ParsePlanLines(ReadFileText(path), path);
   double sum_est = 0, sum_lb = 0;
   std::vector<double> planning;
-  // The table is printed only once every line has been checked: a bad line prints nothing.
-  std::string out =
-      fmt::format("{:>5} {:<24} {:>5} {:>8} {:>11} {:>11} {:>7} {:>9}\n", "step", "strategy",
-                  "docs", "tokens", "step_ms", "bound_ms", "gap", "plan_ms");
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const std::string where = path + ":" + std::to_string(step + 1);
-    const nlohmann::json j = ParseJson(line, where);
-    if (!j.is_object()) {
-      throw InvalidInput(where + ": expected a JSON object (a plan), got " + JsonForMessage(j));
-    }
-    // Keys this reader does not know are ignored (docs/plan-format.md): no RejectUnknown.
-    JsonObjectReader p(j, where, "");
-    if (p.String("format") != kPlanFormat) {
-      p.Fail("format", "expected \"" + std::string(kPlanFormat) + "\", got " +
-                           JsonForMessage(j.at("format")));
-    }
-    const double est = p.Number("estimated_step_ms", 0), lb = p.Number("lower_bound_ms", 0);
-    if (lb > est * (1 + 1e-9)) {
-      p.Fail("lower_bound_ms", "a lower bound above the plan's own estimated_step_ms (" +
-                                   fmt::format("{} > {}", lb, est) + ")");
-    }
-    const double plan_ms = p.Has("planning_ms") ? p.Number("planning_ms", 0) : 0.0;
-    JsonObjectReader strategy = p.Object("strategy");
-    const std::string name = strategy.String("name") + " " + strategy.String("description");
-    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-    const std::int64_t docs = p.Int("num_documents", 0, kMax);
-    const std::int64_t tokens = p.Int("num_tokens", 0, kMax);
-    if (p.Array("pipelines").empty()) p.Fail("pipelines", "must list at least one pipeline");
-    out +=
-        fmt::format("{:>5} {:<24.24} {:>5} {:>8} {:>11.1f} {:>11.1f} {:>6.2f}% {:>9.2f}\n", step,
-                    name, docs, tokens, est, lb, lb > 0 ? 100.0 * (est / lb - 1.0) : 0.0, plan_ms);
-    sum_est += est;
-    sum_lb += lb;
-    planning.push_back(plan_ms);
-    ++step;
+  fmt::print("{:>5} {:<24} {:>5} {:>8} {:>11} {:>11} {:>7} {:>9}\n", "step", "strategy", "docs",
+             "tokens", "step_ms", "bound_ms", "gap", "plan_ms");
+  for (std::size_t step = 0; step < plans.size(); ++step) {
+    const PlanLine& p = plans[step];
+    fmt::print("{:>5} {:<24.24} {:>5} {:>8} {:>11.1f} {:>11.1f} {:>6.2f}% {:>9.2f}\n", step,
+               p.strategy, p.num_documents, p.num_tokens, p.estimated_step_ms, p.lower_bound_ms,
+               p.lower_bound_ms > 0 ? 100.0 * (p.estimated_step_ms / p.lower_bound_ms - 1.0) : 0.0,
+               p.planning_ms);
+    sum_est += p.estimated_step_ms;
+    sum_lb += p.lower_bound_ms;
+    planning.push_back(p.planning_ms);
   }
-  if (step == 0) throw InvalidInput(path + ": no plans");
   std::sort(planning.begin(), planning.end());
-  fmt::print("{}", out);
+  const auto steps = static_cast<double>(plans.size());
   fmt::print(
       "steps {}: mean step {:.1f} ms, mean lower bound {:.1f} ms (mean gap {:.2f}%), "
       "median planning {:.2f} ms\n",
-      step, sum_est / step, sum_lb / step, 100.0 * (sum_est / sum_lb - 1.0),
+      plans.size(), sum_est / steps, sum_lb / steps, 100.0 * (sum_est / sum_lb - 1.0),
       planning[planning.size() / 2]);
   return 0;
 }

@@ -47,8 +47,9 @@ nlohmann::json ParseJson(std::string_view text, const std::string& source) {
     return nlohmann::json::parse(text.begin(), text.end(), check);
   } catch (const Rejected& r) {
     throw InvalidInput(source + ": invalid JSON: " + r.message);
-  } catch (const nlohmann::json::parse_error& e) {
-    // The parser's message may echo a long token ("last read: ..."): bound it.
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, or out_of_range for a number beyond a double (1e400). The parser's
+    // message may echo a long token ("last read: ..."): bound it.
     std::string what = QuoteForMessage(e.what(), kMessageChars);
     what = what.substr(1);
     const auto close = what.rfind('\'');

@@ -39,6 +39,17 @@ TEST(JsonTextTest, DeepNestingIsAnErrorNotACrash) {
   EXPECT_NE(ErrorOf("[" + ok + "]").find("nesting"), std::string::npos);
 }
 
+// Found by fuzz/: nlohmann reports a number beyond a double as out_of_range, not a
+// parse_error, and it used to escape as an uncaught exception.
+TEST(JsonTextTest, NumbersBeyondADoubleAreAnError) {
+  for (const char* text : {"[1e400]", "{\"a\": -1e309}", "88888888811e308000"}) {
+    const std::string err = ErrorOf(text);
+    EXPECT_NE(err.find("in.json: invalid JSON: "), std::string::npos) << text;
+    EXPECT_NE(err.find("number overflow"), std::string::npos) << err;
+  }
+  EXPECT_NO_THROW(ParseJson("[1e308, 18446744073709551616]", "in.json"));
+}
+
 TEST(JsonTextTest, DuplicateKeysAreRejectedAtAnyDepth) {
   EXPECT_NE(ErrorOf(R"({"a": 1, "a": 2})").find("duplicate key 'a'"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"x": [{"tp": 1, "pp": 2, "tp": 4}]})").find("duplicate key 'tp'"),

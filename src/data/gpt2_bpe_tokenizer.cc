@@ -56,9 +56,24 @@ std::string Quoted(const std::string& s) {
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
                                    const std::string& merges_txt_path)
-    : byte_symbols_(ByteSymbols()) {
+    : Gpt2BpeTokenizer(Gpt2BpeTokenizer::Parse(ReadFileText(vocab_json_path), vocab_json_path,
+                                               ReadFileText(merges_txt_path), merges_txt_path)) {}
+
+Gpt2BpeTokenizer::Gpt2BpeTokenizer() : byte_symbols_(ByteSymbols()) {}
+
+Gpt2BpeTokenizer Gpt2BpeTokenizer::Parse(const std::string& vocab_json,
+                                         const std::string& vocab_json_path,
+                                         const std::string& merges,
+                                         const std::string& merges_txt_path) {
+  Gpt2BpeTokenizer t;
+  t.Load(vocab_json, vocab_json_path, merges, merges_txt_path);
+  return t;
+}
+
+void Gpt2BpeTokenizer::Load(const std::string& vocab_json, const std::string& vocab_json_path,
+                            const std::string& merges, const std::string& merges_txt_path) {
   // vocab.json: {"symbol": id, ...}.
-  const nlohmann::json vocab = ParseJson(ReadFileText(vocab_json_path), vocab_json_path);
+  const nlohmann::json vocab = ParseJson(vocab_json, vocab_json_path);
   if (!vocab.is_object()) {
     throw InvalidInput(vocab_json_path + ": expected a JSON object of symbol -> id, got " +
                        std::string(vocab.type_name()));
@@ -94,7 +109,6 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
   if (const auto it = ids_.find(std::string(kEndOfText)); it != ids_.end()) eod_id_ = it->second;
 
   // merges.txt: "first second" per line, by rank.
-  const std::string merges = ReadFileText(merges_txt_path);
   std::size_t pos = 0, line_no = 0;
   std::int64_t rank = 0;
   while (pos < merges.size()) {

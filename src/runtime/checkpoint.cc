@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "hydraulis/base/error.h"
@@ -23,9 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'H', 'Y', 'D', 'C', 'K', 'P', 'T', '1'};
-constexpr char kFormat[] = "hydraulis.checkpoint/2";
-// Written before checksums; still loaded, unverified.
-constexpr char kFormatWithoutChecksums[] = "hydraulis.checkpoint/1";
 
 std::string Padded(std::int64_t value, int width) {
   std::string text = std::to_string(value);
@@ -43,12 +39,6 @@ std::string ShardPath(const std::string& step_dir, int rank) {
 struct ShardHeader {
   std::int64_t world_size, rank, parameters, shard_numel, steps;
 };
-
-std::string Hex(std::uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
 
 // What writing a shard gave: its size and XXH3-64 hash, or the reason it failed.
 struct WrittenShard {
@@ -120,15 +110,6 @@ std::uint64_t HashFile(const std::string& path) {
   return hash;
 }
 
-// The checksum meta.json carries over its own other fields (compact, keys sorted).
-std::string MetaChecksum(nlohmann::json j) {
-  j.erase("checksum");
-  const std::string text = j.dump();
-  return Hex(XXH3_64bits(text.data(), text.size()));
-}
-
-std::string StepDirName(std::int64_t step) { return "step-" + Padded(step, 8); }
-
 // Complete checkpoints (a meta.json inside) under `dir`, oldest first.
 std::vector<std::string> CompleteCheckpoints(const std::string& dir) {
   std::vector<std::string> names;
@@ -178,21 +159,13 @@ void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAd
   if (world.rank() == 0) {
     meta.world_size = world.size();
     meta.parameters = optimizer.layout().numel;
-    nlohmann::json j;
-    j["format"] = kFormat;
-    j["step"] = meta.step;
-    j["sampler"] = {{"epoch", meta.sampler_epoch}, {"offset", meta.sampler_offset}};
-    j["seed"] = meta.seed;
-    j["world_size"] = meta.world_size;
-    j["parameters"] = meta.parameters;
-    j["shards"] = nlohmann::json::array();
+    std::vector<ShardRecord> shards;
     for (int r = 0; r < world.size(); ++r) {
-      j["shards"].push_back(
-          {{"bytes", gathered[3 * r + 1].item<std::int64_t>()},
-           {"xxh3_64", Hex(static_cast<std::uint64_t>(gathered[3 * r + 2].item<std::int64_t>()))}});
+      shards.push_back(
+          {gathered[3 * r + 1].item<std::int64_t>(),
+           HexDigest(static_cast<std::uint64_t>(gathered[3 * r + 2].item<std::int64_t>()))});
     }
-    j["checksum"] = MetaChecksum(j);
-    WriteFileAtomically(step_dir + "/meta.json", j.dump(2) + "\n");
+    WriteFileAtomically(step_dir + "/meta.json", CheckpointMetaToJson(meta, shards));
     WriteFileAtomically(dir + "/latest", name + "\n");
     if (keep_last > 0) {
       const std::vector<std::string> complete = CompleteCheckpoints(dir);
@@ -228,64 +201,32 @@ std::optional<std::string> LatestCheckpoint(const std::string& dir) {
 
 CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) {
   const std::string meta_path = path + "/meta.json";
-  const nlohmann::json j = ParseJson(ReadFileText(meta_path), meta_path);
-  CheckpointMeta meta;
-  bool checked = false;
-  try {
-    const std::string format = j.at("format").get<std::string>();
-    if (format != kFormat && format != kFormatWithoutChecksums) {
-      throw InvalidInput(meta_path + ": format: expected " + std::string(kFormat));
-    }
-    checked = format == kFormat;
-    if (checked && j.at("checksum").get<std::string>() != MetaChecksum(j)) {
-      throw InvalidInput(meta_path +
-                         ": checksum mismatch: the file was edited or damaged since it was saved");
-    }
-    meta.step = j.at("step").get<std::int64_t>();
-    meta.sampler_epoch = j.at("sampler").at("epoch").get<std::int64_t>();
-    meta.sampler_offset = j.at("sampler").at("offset").get<std::int64_t>();
-    meta.seed = j.at("seed").get<std::uint64_t>();
-    meta.world_size = j.at("world_size").get<int>();
-    meta.parameters = j.at("parameters").get<std::int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(meta_path + ": " + e.what());
-  }
-  const std::string dir_name = fs::path(path).filename().string();
-  if (meta.step < 0 || dir_name != StepDirName(meta.step)) {
-    throw InvalidInput(meta_path + ": step: " + std::to_string(meta.step) +
-                       " does not match the checkpoint's directory " + dir_name);
-  }
-  if (meta.sampler_epoch < 0 || meta.sampler_offset < 0) {
-    throw InvalidInput(meta_path + ": sampler: epoch and offset must be >= 0");
-  }
+  const CheckpointMetaFile meta_file =
+      ParseCheckpointMeta(ReadFileText(meta_path), meta_path, fs::path(path).filename().string());
+  const CheckpointMeta& meta = meta_file.meta;
   if (meta.parameters != optimizer.layout().numel) {
     throw InvalidInput(meta_path + ": parameters: the checkpoint holds " +
                        std::to_string(meta.parameters) + " parameters, this model has " +
                        std::to_string(optimizer.layout().numel) + " (another model config?)");
   }
-  if (meta.world_size < 1) throw InvalidInput(meta_path + ": world_size: must be >= 1");
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
   std::vector<at::Tensor> master, exp_avg, exp_avg_sq;
   std::int64_t steps = -1;
   for (int r = 0; r < meta.world_size; ++r) {
-    const std::string file = ShardPath(path, r);
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw InvalidInput(file + ": cannot open (checkpoint shard missing)");
-    if (checked) {
-      const nlohmann::json& shards = j.at("shards");
-      if (!shards.is_array() || shards.size() != static_cast<std::size_t>(meta.world_size)) {
-        throw InvalidInput(meta_path + ": shards: expected one entry per rank");
-      }
-      const auto bytes = shards[static_cast<std::size_t>(r)].at("bytes").get<std::int64_t>();
-      const auto hash = shards[static_cast<std::size_t>(r)].at("xxh3_64").get<std::string>();
+    const std::string shard_path = ShardPath(path, r);
+    std::ifstream in(shard_path, std::ios::binary);
+    if (!in) throw InvalidInput(shard_path + ": cannot open (checkpoint shard missing)");
+    if (meta_file.verified()) {
+      const ShardRecord& record = meta_file.shards[static_cast<std::size_t>(r)];
       std::error_code ec;
-      if (static_cast<std::int64_t>(fs::file_size(file, ec)) != bytes) {
-        throw InvalidInput(file + ": " + std::to_string(fs::file_size(file, ec)) +
-                           " bytes, meta.json recorded " + std::to_string(bytes) +
+      const auto bytes = static_cast<std::int64_t>(fs::file_size(shard_path, ec));
+      if (bytes != record.bytes) {
+        throw InvalidInput(shard_path + ": " + std::to_string(bytes) +
+                           " bytes, meta.json recorded " + std::to_string(record.bytes) +
                            " (truncated or damaged shard)");
       }
-      if (Hex(HashFile(file)) != hash) {
-        throw InvalidInput(file + ": checksum mismatch (damaged shard)");
+      if (HexDigest(HashFile(shard_path)) != record.xxh3_64) {
+        throw InvalidInput(shard_path + ": checksum mismatch (damaged shard)");
       }
     }
     char magic[sizeof(kMagic)];
@@ -293,12 +234,12 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
     in.read(magic, sizeof(magic));
     in.read(reinterpret_cast<char*>(&h), sizeof(h));
     if (!in || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
-      throw InvalidInput(file + ": not a hydraulis checkpoint shard (bad header)");
+      throw InvalidInput(shard_path + ": not a hydraulis checkpoint shard (bad header)");
     }
     if (h.world_size != meta.world_size || h.rank != r || h.parameters != meta.parameters ||
         h.shard_numel * h.world_size < h.parameters || (steps >= 0 && h.steps != steps) ||
         h.steps < 0 || h.steps > meta.step) {
-      throw InvalidInput(file +
+      throw InvalidInput(shard_path +
                          ": header does not match meta.json (world_size, rank, "
                          "parameters or steps)");
     }
@@ -308,11 +249,11 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
       in.read(
           reinterpret_cast<char*>(t.data_ptr<float>()),
           static_cast<std::streamsize>(h.shard_numel * static_cast<std::int64_t>(sizeof(float))));
-      if (!in) throw InvalidInput(file + ": truncated");
+      if (!in) throw InvalidInput(shard_path + ": truncated");
       out->push_back(t);
     }
     if (in.peek() != std::char_traits<char>::eof()) {
-      throw InvalidInput(file + ": trailing bytes after the shard");
+      throw InvalidInput(shard_path + ": trailing bytes after the shard");
     }
   }
   auto whole = [&](const std::vector<at::Tensor>& shards) {

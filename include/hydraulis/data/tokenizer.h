@@ -62,12 +62,18 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   // missing, a merge line that is not two symbols separated by one space, a merge whose
   // parts or result are not in the vocabulary. vocab_size() is the largest id plus one.
   Gpt2BpeTokenizer(const std::string& vocab_json_path, const std::string& merges_txt_path);
+  // The same from the files' texts; the paths only name them in messages.
+  static Gpt2BpeTokenizer Parse(const std::string& vocab_json, const std::string& vocab_json_path,
+                                const std::string& merges, const std::string& merges_txt_path);
 
   std::vector<std::int64_t> Encode(std::string_view text) const override;
   std::int64_t vocab_size() const override { return vocab_size_; }
   std::optional<std::int64_t> eod_id() const override { return eod_id_; }
 
  private:
+  Gpt2BpeTokenizer();
+  void Load(const std::string& vocab_json, const std::string& vocab_json_path,
+            const std::string& merges, const std::string& merges_txt_path);
   // Appends the ids of one pre-tokenised piece.
   void EncodePiece(std::string_view piece, std::vector<std::int64_t>& out) const;
 

@@ -15,21 +15,12 @@
 #include <optional>
 #include <string>
 
+#include "hydraulis/checkpoint/checkpoint_meta.h"
 #include "hydraulis/runtime/sharded_optimizer.h"
 
 namespace hydraulis {
 
 class CommGroup;
-
-// What besides the optimizer a run needs to continue exactly where it stopped.
-struct CheckpointMeta {
-  std::int64_t step = 0;  // steps completed
-  std::int64_t sampler_epoch = 0;
-  std::int64_t sampler_offset = 0;
-  std::uint64_t seed = 0;
-  int world_size = 0;           // ranks that wrote the shards
-  std::int64_t parameters = 0;  // elements of the flat parameter vector (checked on load)
-};
 
 // Saves a checkpoint of `optimizer` as step `meta.step` under `dir` (created if needed): a
 // collective over `world`. meta.json records each shard's size and XXH3-64 hash and a

@@ -1,0 +1,28 @@
+// Reading back the plans `hydraulis plan --dataset` writes: one JSON object per line
+// (docs/plan-format.md), the input of `summarize`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hydraulis {
+
+// The facts of one plan a summary needs.
+struct PlanLine {
+  std::string strategy;  // the strategy's name and description
+  std::int64_t num_documents = 0;
+  std::int64_t num_tokens = 0;
+  double estimated_step_ms = 0;
+  double lower_bound_ms = 0;
+  double planning_ms = 0;  // 0 when the plan was written without timing
+};
+
+// Parses every non-empty line of `text` (read from `source`). Keys it does not know are
+// ignored. InvalidInput "<source>:<line>: <field>: ..." for invalid JSON, a line that is not
+// an object, a format tag other than hydraulis.plan/1, a missing or mistyped field, negative
+// counts or times, a lower bound above the plan's estimate, no pipelines; "<source>: no
+// plans" for a text without any.
+std::vector<PlanLine> ParsePlanLines(const std::string& text, const std::string& source);
+
+}  // namespace hydraulis

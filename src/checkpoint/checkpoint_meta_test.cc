@@ -1,0 +1,117 @@
+#include "hydraulis/checkpoint/checkpoint_meta.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+namespace {
+
+CheckpointMeta SampleMeta() {
+  CheckpointMeta meta;
+  meta.step = 12;
+  meta.sampler_epoch = 1;
+  meta.sampler_offset = 345;
+  meta.seed = 18446744073709551615ull;
+  meta.world_size = 2;
+  meta.parameters = 1000;
+  return meta;
+}
+
+std::vector<ShardRecord> SampleShards() {
+  return {{1024, "0123456789abcdef"}, {2048, "fedcba9876543210"}};
+}
+
+// The message of the InvalidInput `parse` throws ("" when it throws none).
+template <typename Parse>
+std::string ErrorOf(Parse parse) {
+  try {
+    parse();
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CheckpointMetaTest, RoundTrips) {
+  const std::string text = CheckpointMetaToJson(SampleMeta(), SampleShards());
+  const CheckpointMetaFile file = ParseCheckpointMeta(text, "m.json", "step-00000012");
+  EXPECT_EQ(file.meta.step, 12);
+  EXPECT_EQ(file.meta.sampler_epoch, 1);
+  EXPECT_EQ(file.meta.sampler_offset, 345);
+  EXPECT_EQ(file.meta.seed, 18446744073709551615ull);
+  EXPECT_EQ(file.meta.world_size, 2);
+  EXPECT_EQ(file.meta.parameters, 1000);
+  ASSERT_TRUE(file.verified());
+  EXPECT_EQ(file.shards[1].bytes, 2048);
+  EXPECT_EQ(file.shards[1].xxh3_64, "fedcba9876543210");
+  EXPECT_EQ(StepDirName(12), "step-00000012");
+  EXPECT_EQ(HexDigest(0xabcULL), "0000000000000abc");
+}
+
+TEST(CheckpointMetaTest, DetectsEveryEditedField) {
+  const std::string text = CheckpointMetaToJson(SampleMeta(), SampleShards());
+  // Any single changed digit of a recorded value breaks the checksum.
+  for (const std::string from : {"\"step\": 12", "\"offset\": 345", "\"bytes\": 2048",
+                                 "\"world_size\": 2", "\"parameters\": 1000"}) {
+    std::string edited = text;
+    const std::size_t at = edited.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    edited[at + from.size() - 1] = edited[at + from.size() - 1] == '9' ? '8' : '9';
+    EXPECT_NE(ErrorOf([&] {
+                ParseCheckpointMeta(edited, "m.json", "step-00000012");
+              }).find("m.json: checksum mismatch"),
+              std::string::npos)
+        << from;
+  }
+}
+
+TEST(CheckpointMetaTest, RejectsInconsistentFields) {
+  const std::string text = CheckpointMetaToJson(SampleMeta(), SampleShards());
+  EXPECT_NE(ErrorOf([&] {
+              ParseCheckpointMeta(text, "m.json", "step-00001000");
+            }).find("m.json: step: 12 does not match the checkpoint's directory"),
+            std::string::npos);
+  CheckpointMeta negative = SampleMeta();
+  negative.step = -4;
+  EXPECT_NE(ErrorOf([&] {
+              ParseCheckpointMeta(CheckpointMetaToJson(negative, SampleShards()), "m.json",
+                                  "step--0000004");
+            }).find("m.json: step: must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              ParseCheckpointMeta(CheckpointMetaToJson(SampleMeta(), {SampleShards()[0]}), "m.json",
+                                  "step-00000012");
+            }).find("m.json: shards: expected one entry per rank (2), got 1"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              ParseCheckpointMeta(
+                  CheckpointMetaToJson(SampleMeta(), {{1, "0123"}, {2, "0123456789abcdef"}}),
+                  "m.json", "step-00000012");
+            }).find("m.json: shards[0].xxh3_64: expected 16 lowercase hex digits"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              ParseCheckpointMeta("[1]", "m.json", "step-00000012");
+            }).find("m.json: expected a JSON object"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              ParseCheckpointMeta(R"({"format": "hydraulis.checkpoint/9"})", "m.json",
+                                  "step-00000012");
+            }).find("m.json: format: expected \"hydraulis.checkpoint/2\""),
+            std::string::npos);
+}
+
+TEST(CheckpointMetaTest, ReadsTheFormatWithoutChecksumsUnverified) {
+  const std::string text =
+      R"({"format": "hydraulis.checkpoint/1", "step": 3, "sampler": {"epoch": 0, "offset": 9},
+          "seed": 7, "world_size": 4, "parameters": 10})";
+  const CheckpointMetaFile file = ParseCheckpointMeta(text, "m.json", "step-00000003");
+  EXPECT_FALSE(file.verified());
+  EXPECT_EQ(file.meta.world_size, 4);
+  EXPECT_EQ(file.meta.sampler_offset, 9);
+}
+
+}  // namespace
+}  // namespace hydraulis
