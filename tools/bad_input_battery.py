@@ -130,6 +130,7 @@ def build(b):
         "json unterminated": "[1, 2", "json trailing": "[1, 2]]", "deep": "[" * 100000,
         "binary": "\x00\x01\x02\xff", "json null": "[null]", "json bool": "[true]",
         "json empty": "[]", "spaces inside": "1 2\n", "plus sign": "+5\n",
+        "json beyond a double": "[1e400]", "json huge negative": "[-1e309]",
     }
     for name, text in bad_lengths.items():
         path = b.file("bad-lengths.txt", text)
@@ -146,6 +147,7 @@ def build(b):
         "float length": "{\"length\": 2.5}\n", "duplicate key": "{\"length\": 5, \"length\": 6}\n",
         "array line": "[5]\n", "deep": "{\"length\": 5, \"x\": " + "[" * 5000 + "\n",
         "truncated": "{\"length\": 5}\n{\"length\": ", "huge": "{\"length\": 1e300}\n",
+        "beyond a double": "{\"length\": 5, \"x\": 1e400}\n",
     }
     for name, text in bad_jsonl.items():
         path = b.file("bad.jsonl", text)
@@ -177,6 +179,10 @@ def build(b):
             p = b.file(f"bad-{label}.json", json.dumps(mutated))
             argv = [x if x != path else p for x in plan] + ["--lengths", lengths]
             b.add(f"{label} values", f"without {key}", argv)
+        # A number beyond a double, written as text (json.dumps cannot).
+        p = b.file(f"overflow-{label}.json", text.replace("{", "{\"x\": 1e400, ", 1))
+        b.add(f"{label} values", "a number beyond a double",
+              [x if x != path else p for x in plan] + ["--lengths", lengths])
         dup = text.replace("{", "{\"format\": \"x\", ", 1)
         p = b.file(f"dup-{label}.json", dup)
         b.add(f"{label} values", "duplicate key",
@@ -202,6 +208,7 @@ def build(b):
         "no name": lambda j: j["strategy"].pop("name"),
         "negative planning": lambda j: j.update(planning_ms=-2.0),
         "array line": None, "truncated line": None, "empty file": None,
+        "number beyond a double": None,
     }
     for name, mutate in plan_mutations.items():
         if name == "array line":
@@ -210,6 +217,8 @@ def build(b):
             text = json.dumps(good[0]) + "\n" + json.dumps(good[1])[:50] + "\n"
         elif name == "empty file":
             text = ""
+        elif name == "number beyond a double":
+            text = json.dumps(good[0]).replace("{", "{\"x\": 1e400, ", 1) + "\n"
         else:
             bad = json.loads(json.dumps(good[1]))
             mutate(bad)
@@ -262,10 +271,70 @@ def build(b):
                  ["stats", "--lengths", dataset, "--tokenizer", "sentencepiece"]):
         b.add("flags", " ".join(argv[:1] + [a for a in argv[1:] if a.startswith("--")]), argv)
 
-    # 9. train (the runtime binary, over a second per call: a few cases only), where this
+    # 9. preprocess: damaged corpora and tokenizer files.
+    add_preprocess_cases(b)
+
+    # 10. train (the runtime binary, over a second per call: a few cases only), where this
     # build has it (the ASan build has no libtorch runtime).
     if os.path.exists(os.path.join(os.path.dirname(b.bin), "hydraulis-runtime")):
         add_train_cases(b, src, profile)
+
+
+def add_preprocess_cases(b):
+    good = b.file("corpus.jsonl", "{\"text\": \"one\"}\n{\"text\": \"two\"}\n")
+    out = os.path.join(b.tmp, "pre-out")
+    pre = ["preprocess", "--output-prefix", out]
+    corpora = {
+        "not json": "{\"text\": \"a\"}\nnope\n", "text not a string": "{\"text\": 5}\n",
+        "no text field": "{\"body\": \"a\"}\n", "array line": "[\"a\"]\n",
+        "duplicate key": "{\"text\": \"a\", \"text\": \"b\"}\n",
+        "deep": "{\"text\": \"a\", \"x\": " + "[" * 5000 + "\n",
+        "beyond a double": "{\"text\": \"a\", \"x\": 1e400}\n",
+        "truncated": "{\"text\": \"a\"}\n{\"text\": \"b",
+    }
+    for name, text in corpora.items():
+        b.add("preprocess", f"corpus {name}", pre + ["--input", b.file("bad.jsonl", text)])
+    b.add("preprocess", "--output-prefix in a missing folder",
+          ["preprocess", "--input", good, "--output-prefix", os.path.join(b.tmp, "no/such/x")])
+    b.add("preprocess", "--tokenizer gpt2 without files", pre + ["--input", good,
+                                                                 "--tokenizer", "gpt2"])
+    # GPT-2 BPE files: a valid pair, then one damage at a time.
+    byte_symbols = gpt2_byte_symbols()
+    vocab = {byte_symbols[i]: i for i in range(256)}
+    vocab["on"] = 256
+    merges = "#version: 0.2\no n\n"
+    damaged = {
+        "vocab not an object": ("[1, 2]", merges),
+        "vocab id a string": (json.dumps({**vocab, "on": "256"}), merges),
+        "vocab id negative": (json.dumps({**vocab, "on": -1}), merges),
+        "vocab id beyond int32": (json.dumps({**vocab, "on": 2**40}), merges),
+        "vocab duplicate id": (json.dumps({**vocab, "on": 5}), merges),
+        "vocab without a byte": (json.dumps({k: v for k, v in vocab.items() if v != 65}), merges),
+        "vocab invalid JSON": (json.dumps(vocab)[:-3], merges),
+        "merge of one symbol": (json.dumps(vocab), "o\n"),
+        "merge of three symbols": (json.dumps(vocab), "o n x\n"),
+        "merge not in the vocabulary": (json.dumps(vocab), "n o\n"),
+        "merge with two spaces": (json.dumps(vocab), "o  n\n"),
+    }
+    for name, (vocab_text, merges_text) in damaged.items():
+        b.add("preprocess", f"gpt2 {name}",
+              pre + ["--input", good, "--tokenizer", "gpt2", "--vocab-file",
+                     b.file("vocab.json", vocab_text), "--merge-file",
+                     b.file("merges.txt", merges_text)])
+
+
+def gpt2_byte_symbols():
+    """GPT-2's bytes_to_unicode: byte -> printable symbol."""
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1))
+          + list(range(ord("\u00ae"), ord("\u00ff") + 1)))
+    cs = bs[:]
+    n = 0
+    for v in range(256):
+        if v not in bs:
+            bs.append(v)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, [chr(c) for c in cs]))
 
 
 def add_train_cases(b, src, profile):
@@ -286,6 +355,24 @@ def add_train_cases(b, src, profile):
           ["train", "--nproc", "2", "--model", model, "--profile", profile])
     b.add("train flags", "--tokens-per-batch beyond 10^7 documents",
           train + ["--tokens-per-batch", "9000000000000"])
+    # Data tokenized for a larger vocabulary than tiny's 256 ids: refused before any rank.
+    prefix = os.path.join(b.tmp, "wide-vocab")
+    ids = [1, 2, 300, 4, 5]
+    with open(prefix + ".bin", "wb") as f:
+        f.write(struct.pack("<5H", *ids))
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 2, 3) +
+                struct.pack("<2i", 3, 2) + struct.pack("<2q", 0, 6) + struct.pack("<3q", 0, 1, 2))
+    b.add("train data", "token id beyond the vocabulary", train + ["--data", prefix])
+    # Checkpoint directories.
+    not_dir = b.file("not-a-dir", "x")
+    b.add("train data", "--checkpoint-dir is a file", train + ["--checkpoint-dir", not_dir])
+    ckpt = os.path.join(b.tmp, "ckpt-garbage")
+    os.makedirs(ckpt, exist_ok=True)
+    with open(os.path.join(ckpt, "latest"), "w") as f:
+        f.write("step-00000099\n")
+    b.add("train data", "--resume with latest naming nothing",
+          train + ["--checkpoint-dir", ckpt, "--resume"])
 
 
 def classify(b, case):

@@ -169,7 +169,7 @@ TrainInputs LoadTrainInputs(const TrainArgs& a, int world_size) {
   if (a.resume && a.checkpoint_dir.empty()) {
     throw InvalidInput("train: --resume needs --checkpoint-dir");
   }
-  if (!a.resume) RequireNoCheckpoints(a.checkpoint_dir);
+  CheckCheckpointDir(a.checkpoint_dir, a.resume);
   TrainInputs in;
   in.model = LoadModelConfig(a.model);
   in.profile = LoadProfile(a.profile);
@@ -182,6 +182,13 @@ TrainInputs LoadTrainInputs(const TrainArgs& a, int world_size) {
   }
   in.candidates = Candidates(a, in.profile, world_size);
   in.dataset = std::make_unique<MegatronDataset>(a.data.empty() ? DefaultCorpusPrefix() : a.data);
+  if (const auto bad = in.dataset->FindIdOutside(in.model.shape.vocab)) {
+    throw InvalidInput(in.dataset->prefix() + ".bin: document " + std::to_string(bad->document) +
+                       ", token " + std::to_string(bad->position) + ": id " +
+                       std::to_string(bad->id) + " is outside the vocabulary of " + a.model + " (" +
+                       std::to_string(in.model.shape.vocab) +
+                       " ids); was the data tokenized for another model?");
+  }
   for (std::size_t i = 0; i < in.dataset->num_documents(); ++i) {
     in.lengths.push_back(in.dataset->DocumentLength(i));
   }

@@ -80,6 +80,38 @@ void DecodeTokens(MegatronDType dtype, const std::byte* p, std::size_t count,
   throw InternalError("DecodeTokens: not an integer dtype");
 }
 
+// The index of the first of `count` tokens of type T at `p` outside [0, vocab), or count.
+template <typename T>
+std::size_t FirstIdOutside(const std::byte* p, std::size_t count, std::int64_t vocab) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto id = static_cast<std::int64_t>(LoadLittleEndian<T>(p + i * sizeof(T)));
+    if (id < 0 || id >= vocab) return i;
+  }
+  return count;
+}
+
+std::size_t FirstIdOutside(MegatronDType dtype, const std::byte* p, std::size_t count,
+                           std::int64_t vocab) {
+  switch (dtype) {
+    case MegatronDType::kUInt8:
+      return FirstIdOutside<std::uint8_t>(p, count, vocab);
+    case MegatronDType::kInt8:
+      return FirstIdOutside<std::int8_t>(p, count, vocab);
+    case MegatronDType::kInt16:
+      return FirstIdOutside<std::int16_t>(p, count, vocab);
+    case MegatronDType::kUInt16:
+      return FirstIdOutside<std::uint16_t>(p, count, vocab);
+    case MegatronDType::kInt32:
+      return FirstIdOutside<std::int32_t>(p, count, vocab);
+    case MegatronDType::kInt64:
+      return FirstIdOutside<std::int64_t>(p, count, vocab);
+    case MegatronDType::kFloat32:
+    case MegatronDType::kFloat64:
+      break;
+  }
+  throw InternalError("FirstIdOutside: not an integer dtype");
+}
+
 }  // namespace
 
 MegatronDType MegatronDTypeForVocab(std::int64_t vocab_size) {
@@ -308,6 +340,35 @@ void MegatronDatasetWriter::Finish() {
     }
   }
   finished_ = true;
+}
+
+std::optional<MegatronDataset::IdOutside> MegatronDataset::FindIdOutside(
+    std::int64_t vocab_size) const {
+  const MegatronIndex& index = state_->index;
+  const bool is_signed =
+      index.dtype == MegatronDType::kInt8 || index.dtype == MegatronDType::kInt16 ||
+      index.dtype == MegatronDType::kInt32 || index.dtype == MegatronDType::kInt64;
+  if (!is_signed && MaxId(index.dtype) < vocab_size) return std::nullopt;
+  const std::byte* base = state_->bin.bytes().data();
+  std::size_t document = 0;
+  std::int64_t position = 0;  // tokens of `document` before the current sequence
+  for (std::size_t seq = 0; seq < index.sequence_lengths.size(); ++seq) {
+    while (static_cast<std::int64_t>(seq) >= index.document_indices[document + 1]) {
+      ++document;
+      position = 0;
+    }
+    const auto count = static_cast<std::size_t>(index.sequence_lengths[seq]);
+    const std::byte* p = base + index.sequence_pointers[seq];
+    const std::size_t at = FirstIdOutside(index.dtype, p, count, vocab_size);
+    if (at < count) {
+      std::vector<std::int64_t> id;
+      DecodeTokens(index.dtype, p + at * static_cast<std::size_t>(MegatronDTypeBytes(index.dtype)),
+                   1, id);
+      return IdOutside{document, position + static_cast<std::int64_t>(at), id[0]};
+    }
+    position += static_cast<std::int64_t>(count);
+  }
+  return std::nullopt;
 }
 
 }  // namespace hydraulis

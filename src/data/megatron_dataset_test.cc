@@ -287,5 +287,22 @@ TEST(MegatronDatasetTest, OutputAppearsOnlyAtFinish) {
   EXPECT_THROW(writer.Finish(), InternalError);
 }
 
+// Training checks the data against the model's vocabulary before it starts.
+TEST(MegatronDatasetTest, FindsTheFirstIdOutsideAVocabulary) {
+  TempDir dir;
+  const std::string prefix = dir.path() + "/v";
+  Write(prefix, {Tokens{1, 2}, Tokens{}, Tokens{3, 300, 5, 400}}, MegatronDType::kUInt16);
+  const MegatronDataset data(prefix);
+  const auto bad = data.FindIdOutside(256);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->document, 2u);
+  EXPECT_EQ(bad->position, 1);
+  EXPECT_EQ(bad->id, 300);
+  EXPECT_EQ(data.FindIdOutside(400)->id, 400);
+  EXPECT_FALSE(data.FindIdOutside(401).has_value());
+  EXPECT_FALSE(data.FindIdOutside(65536).has_value());  // uint16 cannot hold a larger id
+  EXPECT_EQ(data.FindIdOutside(1)->id, 1);
+}
+
 }  // namespace
 }  // namespace hydraulis

@@ -1,13 +1,17 @@
 #include "hydraulis/runtime/training_job.h"
 
-#include <nlohmann/json.hpp>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
 #include "hydraulis/runtime/checkpoint.h"
 
 namespace hydraulis {
@@ -60,9 +64,31 @@ std::optional<std::string> TrainingJob::Resume() {
   return path;
 }
 
-void RequireNoCheckpoints(const std::string& checkpoint_dir) {
+void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume) {
   if (checkpoint_dir.empty()) return;
-  bool exists = std::filesystem::exists(checkpoint_dir + "/latest");
+  namespace fs = std::filesystem;
+  const std::string flag = "--checkpoint-dir " + checkpoint_dir + ": ";
+  std::error_code ec;
+  if (fs::exists(checkpoint_dir, ec) && !fs::is_directory(checkpoint_dir, ec)) {
+    throw InvalidInput(flag + "exists and is not a directory");
+  }
+  if (!fs::create_directories(checkpoint_dir, ec) && ec) {
+    throw InvalidInput(flag + "cannot create it: " + ec.message());
+  }
+  if (::access(checkpoint_dir.c_str(), W_OK | X_OK) != 0) {
+    throw InvalidInput(flag + "not writable: " + std::strerror(errno));
+  }
+  if (resume) {
+    // A damaged `latest` or meta.json is refused here, once; the shards are verified by
+    // every rank as it loads them.
+    if (const auto latest = LatestCheckpoint(checkpoint_dir)) {
+      const std::string meta_path = *latest + "/meta.json";
+      ParseCheckpointMeta(ReadFileText(meta_path), meta_path,
+                          fs::path(*latest).filename().string());
+    }
+    return;
+  }
+  bool exists = fs::exists(checkpoint_dir + "/latest");
   if (!exists) {
     try {
       exists = LatestCheckpoint(checkpoint_dir).has_value();
@@ -71,8 +97,8 @@ void RequireNoCheckpoints(const std::string& checkpoint_dir) {
     }
   }
   if (exists) {
-    throw InvalidInput("--checkpoint-dir " + checkpoint_dir +
-                       ": holds checkpoints already; pass --resume to continue that run, or "
+    throw InvalidInput(flag +
+                       "holds checkpoints already; pass --resume to continue that run, or "
                        "choose an empty directory");
   }
 }

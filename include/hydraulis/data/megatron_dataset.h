@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +56,18 @@ class MegatronDataset {
   // i >= num_documents(), or naming the .bin, document and position when an id is negative
   // (possible only with the signed dtypes).
   std::vector<std::int64_t> Document(std::size_t i) const;
+
+  // Where a token id lies outside a model's vocabulary.
+  struct IdOutside {
+    std::size_t document = 0;
+    std::int64_t position = 0;  // token index inside the document
+    std::int64_t id = 0;
+  };
+  // The first token id, in file order, outside [0, vocab_size), or nullopt. Reads the whole
+  // .bin (sequentially, memory-mapped) unless its dtype cannot hold such an id (uint16 data
+  // for a vocabulary of 65,536 or more), so training refuses data tokenized for another
+  // model before it starts instead of at the batch that holds the first such id.
+  std::optional<IdOutside> FindIdOutside(std::int64_t vocab_size) const;
 
  private:
   struct State;

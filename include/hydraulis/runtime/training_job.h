@@ -91,9 +91,12 @@ class TrainingJob {
   Totals totals_;
 };
 
-// InvalidInput when `checkpoint_dir` (may be empty: no checkpoints) already holds
-// checkpoints: a run that does not resume must not overwrite another run's.
-void RequireNoCheckpoints(const std::string& checkpoint_dir);
+// Checks `checkpoint_dir` (may be empty: no checkpoints) before training starts, creating
+// it when missing. InvalidInput when it is not a directory, cannot be created or written;
+// when `resume`, when its `latest` or the newest meta.json is damaged; when not `resume`,
+// when it already holds checkpoints (a run that does not resume must not overwrite
+// another run's).
+void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume);
 
 // One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
 // documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
