@@ -331,6 +331,29 @@ TEST(RelaxationTest, WorkPriceGivesALineBelowTheLpEverywhere) {
   }
 }
 
+// The precomputed lines (src/assign/relaxation_lines.inc) are what the LP gives today: a
+// change to the LP that is not followed by tools/make_relaxation_lines fails here.
+TEST(RelaxationTest, PrecomputedLinesMatchTheirLps) {
+  for (int pp : {2, 3, 5, RelaxationTable::kPrecomputedMaxPp}) {
+    for (int v : {1, 2, 9, 40, RelaxationTable::kMaxExactMicroBatches}) {
+      if (pp == RelaxationTable::kPrecomputedMaxPp && v > 40) continue;  // a slow LP
+      const RelaxationTable::SupportingLine lp = RelaxationTable::SolveLine(pp, v, {});
+      const RelaxationTable::SupportingLine* stored = RelaxationTable::PrecomputedLine(pp, v, {});
+      ASSERT_NE(stored, nullptr) << "pp=" << pp << " v=" << v;
+      EXPECT_EQ(stored->r0, lp.r0);
+      EXPECT_NEAR(stored->at_r0, lp.at_r0, 1e-9 * lp.at_r0) << "pp=" << pp << " v=" << v;
+      EXPECT_NEAR(stored->price, lp.price, 1e-9 * lp.price) << "pp=" << pp << " v=" << v;
+    }
+  }
+  // Only the default schedule and the covered depths and counts are stored.
+  EXPECT_EQ(RelaxationTable::PrecomputedLine(1, 5, {}), nullptr);
+  EXPECT_EQ(RelaxationTable::PrecomputedLine(RelaxationTable::kPrecomputedMaxPp + 1, 5, {}),
+            nullptr);
+  EXPECT_EQ(RelaxationTable::PrecomputedLine(3, RelaxationTable::kMaxExactMicroBatches + 1, {}),
+            nullptr);
+  EXPECT_EQ(RelaxationTable::PrecomputedLine(3, 5, ScheduleOptions{1.5}), nullptr);
+}
+
 TEST(RelaxationTest, BoundDependsOnlyOnItsArgumentsNotOnQueryOrder) {
   const std::vector<double> works = {50, 4'000, 300, 9'000, 1'200, 20};
   RelaxationTable forward, backward;

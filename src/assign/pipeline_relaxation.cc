@@ -83,16 +83,36 @@ RelaxedSchedule RelaxPipeline(int pp, int v, double c, double W, const ScheduleO
 namespace hydraulis {
 namespace {
 constexpr double kSolverSlack = 1e-6;  // relative: keeps bounds valid despite LP tolerances
+
+// kPrecomputedLines[pp - 2][v - 1]: SolveLine(pp, v, {}) (see the header).
+constexpr RelaxationTable::SupportingLine
+    kPrecomputedLines[RelaxationTable::kPrecomputedMaxPp - 1]
+                     [RelaxationTable::kMaxExactMicroBatches] = {
+#include "relaxation_lines.inc"
+};
 }  // namespace
+
+RelaxationTable::SupportingLine RelaxationTable::SolveLine(int pp, int v,
+                                                           const ScheduleOptions& schedule) {
+  const double r0 = 2.0 * v * v / std::max(1, pp - 1);
+  const RelaxedSchedule lp = RelaxPipeline(pp, v, 1.0, r0, schedule);
+  return {r0, lp.makespan_ms, lp.work_price};
+}
+
+const RelaxationTable::SupportingLine* RelaxationTable::PrecomputedLine(
+    int pp, int v, const ScheduleOptions& schedule) {
+  if (schedule.backward_to_forward != 2.0 || pp < 2 || pp > kPrecomputedMaxPp || v < 1 ||
+      v > kMaxExactMicroBatches) {
+    return nullptr;
+  }
+  return &kPrecomputedLines[pp - 2][v - 1];
+}
 
 const RelaxationTable::Line& RelaxationTable::LineOf(int pp, int v) {
   auto it = lines_.find({pp, v});
   if (it != lines_.end()) return it->second;
-  // Where v is about the best count (v ~ sqrt((pp - 1) r)), so the line is tightest
-  // where it decides the minimum.
-  const double r0 = 2.0 * v * v / std::max(1, pp - 1);
-  const RelaxedSchedule lp = RelaxPipeline(pp, v, 1.0, r0, schedule_);
-  return lines_.emplace(std::make_pair(pp, v), Line{r0, lp.makespan_ms, lp.work_price})
+  const SupportingLine* stored = PrecomputedLine(pp, v, schedule_);
+  return lines_.emplace(std::make_pair(pp, v), stored ? *stored : SolveLine(pp, v, schedule_))
       .first->second;
 }
 

@@ -56,8 +56,10 @@ std::string Quoted(const std::string& s) {
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
                                    const std::string& merges_txt_path)
-    : Gpt2BpeTokenizer(Gpt2BpeTokenizer::Parse(ReadFileText(vocab_json_path), vocab_json_path,
-                                               ReadFileText(merges_txt_path), merges_txt_path)) {}
+    : Gpt2BpeTokenizer() {
+  const std::string vocab = ReadFileText(vocab_json_path);  // named first when both are missing
+  Load(vocab, vocab_json_path, ReadFileText(merges_txt_path), merges_txt_path);
+}
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer() : byte_symbols_(ByteSymbols()) {}
 

@@ -23,26 +23,33 @@ bool IsFloat(MegatronDType dtype) {
   return dtype == MegatronDType::kFloat32 || dtype == MegatronDType::kFloat64;
 }
 
-// The largest token id `dtype` stores; ids are never negative.
-std::int64_t MaxId(MegatronDType dtype) {
+// Calls f.template operator()<T>() with T the C++ type of the integer dtype `dtype`.
+template <typename F>
+decltype(auto) WithIdType(MegatronDType dtype, F&& f) {
   switch (dtype) {
     case MegatronDType::kUInt8:
-      return std::numeric_limits<std::uint8_t>::max();
+      return f.template operator()<std::uint8_t>();
     case MegatronDType::kInt8:
-      return std::numeric_limits<std::int8_t>::max();
+      return f.template operator()<std::int8_t>();
     case MegatronDType::kInt16:
-      return std::numeric_limits<std::int16_t>::max();
+      return f.template operator()<std::int16_t>();
     case MegatronDType::kUInt16:
-      return std::numeric_limits<std::uint16_t>::max();
+      return f.template operator()<std::uint16_t>();
     case MegatronDType::kInt32:
-      return std::numeric_limits<std::int32_t>::max();
+      return f.template operator()<std::int32_t>();
     case MegatronDType::kInt64:
-      return std::numeric_limits<std::int64_t>::max();
+      return f.template operator()<std::int64_t>();
     case MegatronDType::kFloat32:
     case MegatronDType::kFloat64:
       break;
   }
-  throw InternalError("MaxId: not an integer dtype: " + std::string(MegatronDTypeName(dtype)));
+  throw InternalError("not an integer dtype: " + std::string(MegatronDTypeName(dtype)));
+}
+
+// The largest token id `dtype` stores; ids are never negative.
+std::int64_t MaxId(MegatronDType dtype) {
+  return WithIdType(
+      dtype, []<typename T>() { return static_cast<std::int64_t>(std::numeric_limits<T>::max()); });
 }
 
 using data_internal::LoadLittleEndian;
@@ -60,24 +67,7 @@ void DecodeTokens(const std::byte* p, std::size_t count, std::vector<std::int64_
 
 void DecodeTokens(MegatronDType dtype, const std::byte* p, std::size_t count,
                   std::vector<std::int64_t>& out) {
-  switch (dtype) {
-    case MegatronDType::kUInt8:
-      return DecodeTokens<std::uint8_t>(p, count, out);
-    case MegatronDType::kInt8:
-      return DecodeTokens<std::int8_t>(p, count, out);
-    case MegatronDType::kInt16:
-      return DecodeTokens<std::int16_t>(p, count, out);
-    case MegatronDType::kUInt16:
-      return DecodeTokens<std::uint16_t>(p, count, out);
-    case MegatronDType::kInt32:
-      return DecodeTokens<std::int32_t>(p, count, out);
-    case MegatronDType::kInt64:
-      return DecodeTokens<std::int64_t>(p, count, out);
-    case MegatronDType::kFloat32:
-    case MegatronDType::kFloat64:
-      break;
-  }
-  throw InternalError("DecodeTokens: not an integer dtype");
+  WithIdType(dtype, [&]<typename T>() { DecodeTokens<T>(p, count, out); });
 }
 
 // The index of the first of `count` tokens of type T at `p` outside [0, vocab), or count.
@@ -92,24 +82,7 @@ std::size_t FirstIdOutside(const std::byte* p, std::size_t count, std::int64_t v
 
 std::size_t FirstIdOutside(MegatronDType dtype, const std::byte* p, std::size_t count,
                            std::int64_t vocab) {
-  switch (dtype) {
-    case MegatronDType::kUInt8:
-      return FirstIdOutside<std::uint8_t>(p, count, vocab);
-    case MegatronDType::kInt8:
-      return FirstIdOutside<std::int8_t>(p, count, vocab);
-    case MegatronDType::kInt16:
-      return FirstIdOutside<std::int16_t>(p, count, vocab);
-    case MegatronDType::kUInt16:
-      return FirstIdOutside<std::uint16_t>(p, count, vocab);
-    case MegatronDType::kInt32:
-      return FirstIdOutside<std::int32_t>(p, count, vocab);
-    case MegatronDType::kInt64:
-      return FirstIdOutside<std::int64_t>(p, count, vocab);
-    case MegatronDType::kFloat32:
-    case MegatronDType::kFloat64:
-      break;
-  }
-  throw InternalError("FirstIdOutside: not an integer dtype");
+  return WithIdType(dtype, [&]<typename T>() { return FirstIdOutside<T>(p, count, vocab); });
 }
 
 }  // namespace

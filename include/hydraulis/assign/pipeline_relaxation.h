@@ -42,6 +42,21 @@ class RelaxationTable {
   // local search's many re-packs with slightly different work reuse a few LPs.
   static constexpr double kShapeGridRatio = 1.25;
 
+  // Where the bound on phi_v comes from: phi_v(r) >= at_r0 + price * (r - r0), r >= 0.
+  struct SupportingLine {
+    double r0 = 0, at_r0 = 0, price = 0;
+  };
+  // The line of (pp, v) from its LP, at r0 = 2 v^2 / max(1, pp - 1) (where v is about the
+  // best count, so the line is tightest where it decides the minimum).
+  static SupportingLine SolveLine(int pp, int v, const ScheduleOptions& schedule);
+  // The lines of the default schedule (backward_to_forward 2) for 2 <= pp <= this and
+  // every v up to kMaxExactMicroBatches are precomputed (SolveLine's results, written by
+  // tools/make_relaxation_lines into src/assign/relaxation_lines.inc), so a fresh planner
+  // solves no LP for a bound; other schedules and depths solve them on first use.
+  static constexpr int kPrecomputedMaxPp = 16;
+  // The stored line of (pp, v) under `schedule`, or nullptr where none is stored.
+  static const SupportingLine* PrecomputedLine(int pp, int v, const ScheduleOptions& schedule);
+
   explicit RelaxationTable(const ScheduleOptions& schedule = {}) : schedule_(schedule) {}
 
   // A lower bound on the 1F1B makespan of any packing of total document work W into any
@@ -56,9 +71,7 @@ class RelaxationTable {
   const std::vector<double>& Shape(int pp, int v, double c_ms, double W);
 
  private:
-  struct Line {  // phi_v(r) >= at_r0 + price * (r - r0), for every r >= 0
-    double r0 = 0, at_r0 = 0, price = 0;
-  };
+  using Line = SupportingLine;
   // min over v of the lower bounds on phi_v(r) (c = 1), and the v attaining it.
   std::pair<double, int> RelaxedMin(int pp, double r);
   const Line& LineOf(int pp, int v);
