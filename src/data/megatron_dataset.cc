@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "hydraulis/base/error.h"
-#include "little_endian.h"
-#include "mapped_file.h"
+#include "hydraulis/base/little_endian.h"
+#include "hydraulis/base/mapped_file.h"
 
 namespace hydraulis {
 namespace {
@@ -51,8 +51,6 @@ std::int64_t MaxId(MegatronDType dtype) {
   return WithIdType(
       dtype, []<typename T>() { return static_cast<std::int64_t>(std::numeric_limits<T>::max()); });
 }
-
-using data_internal::LoadLittleEndian;
 
 void AppendLittleEndian(std::string& out, std::uint64_t v, std::size_t bytes) {
   for (std::size_t i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
@@ -124,10 +122,10 @@ struct MegatronDataset::State {
   std::string prefix;
   std::string bin_path;
   MegatronIndex index;
-  data_internal::MappedFile bin;
+  MappedFile bin;
   std::int64_t num_tokens = 0;
 
-  State(const std::string& p, MegatronIndex i, data_internal::MappedFile b)
+  State(const std::string& p, MegatronIndex i, MappedFile b)
       : prefix(p), bin_path(p + ".bin"), index(std::move(i)), bin(std::move(b)) {}
 
   void CheckDocument(std::size_t d) const {
@@ -146,7 +144,7 @@ MegatronDataset::MegatronDataset(const std::string& prefix) {
                        " tokens are not token ids (expected an integer dtype)");
   }
   const std::string bin_path = prefix + ".bin";
-  data_internal::MappedFile bin(bin_path);
+  MappedFile bin(bin_path);
   // The index reader checked that pointers are contiguous and cannot overflow, so the
   // last sequence's end is the exact size the tokens occupy.
   std::int64_t expected_bytes = 0;

@@ -5,8 +5,8 @@
 #include <type_traits>
 
 #include "hydraulis/base/error.h"
-#include "little_endian.h"
-#include "mapped_file.h"
+#include "hydraulis/base/little_endian.h"
+#include "hydraulis/base/mapped_file.h"
 
 namespace hydraulis {
 namespace {
@@ -26,8 +26,6 @@ constexpr std::size_t kDocumentIndexBytes = sizeof(std::int64_t);
 constexpr std::size_t kModeBytes = sizeof(std::int8_t);
 // Counts are uint64 in the file and are compared with the file size as size_t.
 static_assert(sizeof(std::size_t) >= sizeof(std::uint64_t), "needs a 64-bit size_t");
-
-using data_internal::LoadLittleEndian;
 
 // A validated view over index bytes. The constructor checks every field; the accessors
 // then read the arrays in place.
@@ -263,7 +261,7 @@ MegatronIndex ParseMegatronIndex(std::span<const std::byte> bytes, const std::st
 }
 
 MegatronIndex ReadMegatronIndex(const std::string& path) {
-  const data_internal::MappedFile file(path);
+  const MappedFile file(path);
   return ParseMegatronIndex(file.bytes(), path);
 }
 
@@ -295,7 +293,7 @@ std::vector<std::int64_t> MegatronDocumentLengths(const MegatronIndex& index,
 }
 
 std::vector<std::int64_t> ReadMegatronDocumentLengths(const std::string& path, bool skip_empty) {
-  const data_internal::MappedFile file(path);
+  const MappedFile file(path);
   const IndexView view(file.bytes(), path);
   return SumDocuments(
       view.document_count(), [&](std::size_t i) { return view.document_index(i); },

@@ -1,4 +1,4 @@
-#include "mapped_file.h"
+#include "hydraulis/base/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 
 #include "hydraulis/base/error.h"
 
-namespace hydraulis::data_internal {
+namespace hydraulis {
 namespace {
 
 // Closes the descriptor on every path out of the constructor; the mapping stays valid
@@ -71,4 +71,4 @@ void MappedFile::Unmap() noexcept {
   size_ = 0;
 }
 
-}  // namespace hydraulis::data_internal
+}  // namespace hydraulis

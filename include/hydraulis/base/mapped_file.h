@@ -1,11 +1,11 @@
-// A read-only memory mapping of a whole file (internal to the data layer).
+// A read-only memory mapping of a whole file.
 #pragma once
 
 #include <cstddef>
 #include <span>
 #include <string>
 
-namespace hydraulis::data_internal {
+namespace hydraulis {
 
 // Maps `path` read-only for the object's lifetime. Reading through the mapping lets a large
 // index be validated and summed without a copy of the file in memory; pages the reader
@@ -30,4 +30,4 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
-}  // namespace hydraulis::data_internal
+}  // namespace hydraulis

@@ -1,10 +1,10 @@
-// Reading little-endian integers from file bytes (private header of the data layer).
+// Reading little-endian integers from file bytes.
 #pragma once
 
 #include <cstddef>
 #include <type_traits>
 
-namespace hydraulis::data_internal {
+namespace hydraulis {
 
 // Assembles a little-endian value byte by byte: correct on any host and at any alignment
 // (the Megatron index arrays after the 34-byte header are not naturally aligned). Compilers
@@ -19,4 +19,4 @@ T LoadLittleEndian(const std::byte* p) {
   return static_cast<T>(v);  // modular since C++20
 }
 
-}  // namespace hydraulis::data_internal
+}  // namespace hydraulis
