@@ -24,7 +24,7 @@
 #include "hydraulis/runtime/compute.h"
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/distributed_trainer.h"
-#include "hydraulis/runtime/model_config.h"
+#include "hydraulis/spec/model_config.h"
 
 namespace hydraulis {
 namespace {

@@ -17,10 +17,10 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/model.h"
-#include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/packed_batch.h"
 #include "hydraulis/runtime/sharded_optimizer.h"
 #include "hydraulis/runtime/trainer.h"
+#include "hydraulis/spec/model_config.h"
 #include "rank_harness.h"
 #include "test_documents.h"
 

@@ -24,9 +24,9 @@
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/distributed_trainer.h"
 #include "hydraulis/runtime/model.h"
-#include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/packed_batch.h"
 #include "hydraulis/runtime/trainer.h"
+#include "hydraulis/spec/model_config.h"
 #include "rank_harness.h"
 #include "test_documents.h"
 

@@ -14,9 +14,9 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/attention.h"
 #include "hydraulis/runtime/model.h"
-#include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/packed_batch.h"
 #include "hydraulis/runtime/trainer.h"
+#include "hydraulis/spec/model_config.h"
 #include "test_documents.h"
 
 namespace hydraulis {

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "hydraulis/runtime/compute.h"
-#include "hydraulis/runtime/model_config.h"
 #include "hydraulis/runtime/packed_batch.h"
+#include "hydraulis/spec/model_config.h"
 
 namespace hydraulis {
 

@@ -11,7 +11,7 @@
 
 #include "hydraulis/cost/time_fit.h"
 #include "hydraulis/runtime/model.h"
-#include "hydraulis/runtime/model_config.h"
+#include "hydraulis/spec/model_config.h"
 #include "hydraulis/spec/profile.h"
 
 namespace hydraulis {

@@ -29,7 +29,21 @@ struct ModelConfig {
 ModelConfig LoadModelConfig(const std::string& path);
 ModelConfig ParseModelConfig(const std::string& json_text, const std::string& source_name);
 
+// The names a file uses for ModelConfig's fields, so errors name what the user wrote
+// (hydraulis' own configs by default; Hugging Face's in hf_config.h).
+struct ModelConfigFieldNames {
+  const char* layers = "layers";
+  const char* hidden = "hidden";
+  const char* ffn = "ffn";
+  const char* heads = "heads";
+  const char* kv_heads = "kv_heads";
+  const char* vocab = "vocab";
+  const char* rope_theta = "rope_theta";
+  const char* norm_eps = "norm_eps";
+};
+
 // Checks the size constraints above; InvalidInput naming `source_name` and the field.
-void ValidateModelConfig(const ModelConfig& config, const std::string& source_name);
+void ValidateModelConfig(const ModelConfig& config, const std::string& source_name,
+                         const ModelConfigFieldNames& names = {});
 
 }  // namespace hydraulis

@@ -1,4 +1,4 @@
-#include "hydraulis/runtime/model_config.h"
+#include "hydraulis/spec/model_config.h"
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
@@ -18,23 +18,26 @@ void Require(bool ok, const std::string& source, const std::string& field,
 
 }  // namespace
 
-void ValidateModelConfig(const ModelConfig& config, const std::string& source_name) {
+void ValidateModelConfig(const ModelConfig& config, const std::string& source_name,
+                         const ModelConfigFieldNames& names) {
   const ModelSpec& s = config.shape;
-  Require(s.layers >= 1, source_name, "layers", "must be >= 1");
-  Require(s.hidden >= 1, source_name, "hidden", "must be >= 1");
-  Require(s.ffn >= 1, source_name, "ffn", "must be >= 1");
-  Require(s.vocab >= 1, source_name, "vocab", "must be >= 1");
-  Require(s.heads >= 1 && s.hidden % s.heads == 0, source_name, "heads",
-          "must divide hidden (" + std::to_string(s.hidden) + "), got " + std::to_string(s.heads));
-  Require(s.kv_heads >= 1 && s.heads % s.kv_heads == 0, source_name, "kv_heads",
-          "must divide heads (" + std::to_string(s.heads) + "), got " + std::to_string(s.kv_heads));
+  Require(s.layers >= 1, source_name, names.layers, "must be >= 1");
+  Require(s.hidden >= 1, source_name, names.hidden, "must be >= 1");
+  Require(s.ffn >= 1, source_name, names.ffn, "must be >= 1");
+  Require(s.vocab >= 1, source_name, names.vocab, "must be >= 1");
+  Require(s.heads >= 1 && s.hidden % s.heads == 0, source_name, names.heads,
+          "must divide " + std::string(names.hidden) + " (" + std::to_string(s.hidden) + "), got " +
+              std::to_string(s.heads));
+  Require(s.kv_heads >= 1 && s.heads % s.kv_heads == 0, source_name, names.kv_heads,
+          "must divide " + std::string(names.heads) + " (" + std::to_string(s.heads) + "), got " +
+              std::to_string(s.kv_heads));
   // Rotary embedding rotates pairs of dimensions.
-  Require(
-      config.head_dim() % 2 == 0, source_name, "heads",
-      "hidden / heads must be even for rotary embedding, got " + std::to_string(config.head_dim()));
-  Require(config.rope_theta > kMinRopeTheta, source_name, "rope_theta",
+  Require(config.head_dim() % 2 == 0, source_name, names.heads,
+          std::string(names.hidden) + " / " + names.heads +
+              " must be even for rotary embedding, got " + std::to_string(config.head_dim()));
+  Require(config.rope_theta > kMinRopeTheta, source_name, names.rope_theta,
           "must be > 1, got " + std::to_string(config.rope_theta));
-  Require(config.norm_eps > 0.0, source_name, "norm_eps",
+  Require(config.norm_eps > 0.0, source_name, names.norm_eps,
           "must be > 0, got " + std::to_string(config.norm_eps));
 }
 

@@ -1,0 +1,130 @@
+#include "hydraulis/spec/hf_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "hydraulis/base/error.h"
+
+namespace hydraulis {
+namespace {
+
+// A tiny LLaMA's config.json as transformers' save_pretrained writes it (its usual fields).
+const char* kTinyLlama = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "head_dim": 16,
+  "hidden_act": "silu",
+  "hidden_size": 64,
+  "initializer_range": 0.02,
+  "intermediate_size": 172,
+  "max_position_embeddings": 2048,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 4,
+  "num_hidden_layers": 2,
+  "num_key_value_heads": 2,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 10000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float32",
+  "transformers_version": "4.57.1",
+  "use_cache": true,
+  "vocab_size": 256
+})";
+
+std::string ErrorOf(const std::string& text) {
+  try {
+    ParseHfConfig(text, "config.json");
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// kTinyLlama with `from` replaced by `to`.
+std::string With(const std::string& from, const std::string& to) {
+  std::string text = kTinyLlama;
+  const std::size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(HfConfigTest, ReadsTransformersLlamaConfig) {
+  const ModelConfig c = ParseHfConfig(kTinyLlama, "config.json");
+  EXPECT_EQ(c.shape.hidden, 64);
+  EXPECT_EQ(c.shape.layers, 2);
+  EXPECT_EQ(c.shape.heads, 4);
+  EXPECT_EQ(c.shape.kv_heads, 2);
+  EXPECT_EQ(c.shape.ffn, 172);
+  EXPECT_EQ(c.shape.vocab, 256);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.norm_eps, 1e-5);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_EQ(c.shape.name, "hf-llama");
+}
+
+TEST(HfConfigTest, DefaultsAreTransformers) {
+  const ModelConfig c = ParseHfConfig(
+      R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1,
+          "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 300,
+          "tie_word_embeddings": true, "_name_or_path": "tiny"})",
+      "config.json");
+  EXPECT_EQ(c.shape.kv_heads, 4);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.norm_eps, 1e-6);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.shape.name, "tiny");
+}
+
+TEST(HfConfigTest, WritesWhatItReads) {
+  ModelConfig c = ParseHfConfig(kTinyLlama, "config.json");
+  c.tie_embeddings = true;
+  c.rope_theta = 500000.0;
+  const ModelConfig back = ParseHfConfig(HfConfigJson(c, "bfloat16"), "written.json");
+  EXPECT_EQ(back.shape.hidden, c.shape.hidden);
+  EXPECT_EQ(back.shape.kv_heads, c.shape.kv_heads);
+  EXPECT_EQ(back.shape.ffn, c.shape.ffn);
+  EXPECT_EQ(back.rope_theta, 500000.0);
+  EXPECT_EQ(back.norm_eps, c.norm_eps);
+  EXPECT_TRUE(back.tie_embeddings);
+  EXPECT_NE(HfConfigJson(c, "bfloat16").find("\"torch_dtype\": \"bfloat16\""), std::string::npos);
+}
+
+TEST(HfConfigTest, RefusesWhatWouldComputeAnotherModel) {
+  EXPECT_NE(ErrorOf(With("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\""))
+                .find("config.json: model_type: 'qwen2' is not supported"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With("\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\"}"))
+                .find("config.json: rope_scaling: RoPE scaling is not supported"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With("\"attention_bias\": false", "\"attention_bias\": true"))
+                .find("config.json: attention_bias: biases are not supported"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\""))
+                .find("config.json: hidden_act: only \"silu\""),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With("\"head_dim\": 16", "\"head_dim\": 32"))
+                .find("config.json: head_dim: must be hidden_size / num_attention_heads (16)"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(With("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3"))
+          .find("config.json: num_key_value_heads: must divide num_attention_heads (4), got 3"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf(With("\"vocab_size\": 256", "\"vocab_size\": 0"))
+                .find("config.json: vocab_size: must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With("\"model_type\": \"llama\",", "")).find("model_type: missing"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": 0"))
+                .find("tie_word_embeddings: expected true or false"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hydraulis
