@@ -1,4 +1,4 @@
-// Baseline assigners for side-by-side comparison with ours (docs/baselines.md).
+// Baseline assigners for side-by-side comparison with ours (docs/design.md, "Baselines").
 #pragma once
 
 #include <cstdint>

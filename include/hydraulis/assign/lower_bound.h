@@ -1,5 +1,5 @@
 // Lower bounds on the optimal step time of one batch on one strategy, so every plan
-// carries its distance from the optimum (docs/lower-bound.md explains each bound).
+// carries its distance from the optimum (docs/design.md, "Lower bound", explains each bound).
 #pragma once
 
 #include "hydraulis/assign/pipeline_relaxation.h"
