@@ -192,7 +192,8 @@ at::TensorOptions Transformer::activation_options() const {
 }
 
 Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group,
-                         const ModelPart& part, const ComputeOptions& compute)
+                         const ModelPart& part, const ComputeOptions& compute,
+                         const InitialWeights& initial)
     : tp_group_(tp_group), part_(part), config_(config), compute_(compute) {
   ValidateModelConfig(config_, "model config");
   CheckComputeAvailable(compute_);
@@ -211,9 +212,26 @@ Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGrou
     return p.shape.size() == 1 ? at::ones(p.shape, fp32)
                                : at::normal(0.0, kInitStd, p.shape, gen, fp32);
   };
+  // Whether this rank holds (a shard of) `p`: only those are read from `initial`.
+  auto held = [&](const FullParameter& p) {
+    if (p.name == "embed") return part_.has_embedding || (config_.tie_embeddings && part_.has_head);
+    if (p.name == "final_norm" || p.name == "head") return part_.has_head;
+    const int layer = std::stoi(p.name.substr(7, p.name.find('.', 7) - 7));
+    return layer >= part_.first_layer && layer < part_.end_layer;
+  };
+  auto value_of = [&](const FullParameter& p) {
+    if (!initial) return draw(p);
+    if (!held(p)) return at::Tensor();
+    at::Tensor v = initial(p);
+    if (v.sizes().vec() != p.shape) {
+      throw InvalidInput("initial weights: " + p.name + " has shape " + c10::str(v.sizes()) +
+                         ", the model needs " + c10::str(at::IntArrayRef(p.shape)));
+    }
+    return v.to(at::kFloat).contiguous();
+  };
   at::Tensor embed_value;
   for (const FullParameter& p : FullParameters(config_)) {
-    const at::Tensor value = draw(p);
+    const at::Tensor value = value_of(p);
     if (p.name == "embed") {
       embed_value = value;
       if (part_.has_embedding) embed_ = Add(p.name, p.name, value, p.split);

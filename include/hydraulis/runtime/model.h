@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,11 @@ struct ModelPart {
   bool IsWhole(const ModelConfig& config) const;
 };
 
+// Where a model's initial weights come from instead of the seeded draw: the full fp32 value
+// (on the CPU) of each full parameter, asked for in FullParameters' order, one at a time
+// (hf_weights.h reads them from a Hugging Face checkpoint).
+using InitialWeights = std::function<at::Tensor(const FullParameter&)>;
+
 struct NamedParameter {
   std::string name;  // e.g. "layers.3.wq"
   at::Tensor value;  // fp32, requires_grad
@@ -91,8 +97,11 @@ class Transformer {
   // drawn as in the whole model.
   // With `compute` the parameters live on its device in its precision (drawn on the CPU
   // in fp32 first, so every device and precision starts from the same values).
+  // With `initial` the weights are its values instead of the draw (InvalidInput when a value
+  // has another shape than the parameter); only the parameters this rank holds are asked.
   Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group = nullptr,
-              const ModelPart& part = {}, const ComputeOptions& compute = {});
+              const ModelPart& part = {}, const ComputeOptions& compute = {},
+              const InitialWeights& initial = {});
 
   // Logits of every token of `batch` ([num_tokens, vocab] in the compute dtype);
   // differentiable. Under
