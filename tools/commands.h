@@ -21,6 +21,7 @@ Command AddPreprocessCommand(CLI::App& app);
 // Built only with the runtime (HYDRAULIS_BUILD_RUNTIME): they run the libtorch engine.
 Command AddTrainCommand(CLI::App& app);
 Command AddProfileCommand(CLI::App& app);
+Command AddEvalCommand(CLI::App& app);
 
 // glibc malloc settings for CPU training and profiling: never mmap a block of its own, never
 // return the heap to the kernel, as a GPU caching allocator keeps device memory. Otherwise

@@ -51,7 +51,7 @@ namespace {
 bool NeedsRuntime(int argc, char** argv) {
   if (argc < 2) return false;
   const std::string first = argv[1];
-  return first == "train" || first == "profile" || first == "--version";
+  return first == "train" || first == "profile" || first == "eval" || first == "--version";
 }
 
 [[noreturn]] void RunSibling(char** argv) {
@@ -64,8 +64,8 @@ bool NeedsRuntime(int argc, char** argv) {
   }
   argv[0] = path.data();
   execv(path.c_str(), argv);
-  fmt::print(stderr, "hydraulis: error: cannot run {}: {} (it holds train and profile)\n", path,
-             std::strerror(errno));
+  fmt::print(stderr, "hydraulis: error: cannot run {}: {} (it holds train, profile and eval)\n",
+             path, std::strerror(errno));
   std::exit(1);
 }
 }  // namespace
@@ -103,12 +103,14 @@ int main(int argc, char** argv) {
 #ifdef HYDRAULIS_HAVE_RUNTIME
   add(hydraulis::tools::AddTrainCommand);
   add(hydraulis::tools::AddProfileCommand);
+  add(hydraulis::tools::AddEvalCommand);
 #elif defined(HYDRAULIS_RUNTIME_SIBLING)
   // Listed for --help only: main() hands these to the sibling before parsing.
   app.add_subcommand(
       "train", "Train a model with per-step plans (libtorch runtime; runs hydraulis-runtime)");
   app.add_subcommand("profile",
                      "Fit the cost model on the libtorch engine (runs hydraulis-runtime)");
+  app.add_subcommand("eval", "Per-document loss of a model on a dataset (runs hydraulis-runtime)");
 #endif
   hydraulis::tools::CheckEveryNumber(app);
   try {
