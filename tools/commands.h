@@ -22,6 +22,7 @@ Command AddPreprocessCommand(CLI::App& app);
 Command AddTrainCommand(CLI::App& app);
 Command AddProfileCommand(CLI::App& app);
 Command AddEvalCommand(CLI::App& app);
+Command AddExportCommand(CLI::App& app);
 
 // glibc malloc settings for CPU training and profiling: never mmap a block of its own, never
 // return the heap to the kernel, as a GPU caching allocator keeps device memory. Otherwise

@@ -11,6 +11,14 @@ too) and saved with save_pretrained (safetensors, fp32):
   - transformers runs each document alone (eager attention, fp32);
   - per-document losses and every logit must agree within 1e-5 relative (to the largest
     logit of the document).
+Then three AdamW steps from the untied checkpoint, each over the whole corpus (the token
+budget is the corpus, so every step sees every document once): `hydraulis train
+--init-from` on 1 rank, on 2 ranks with tp = 2, with pp = 2, and choosing per step among
+the heterogeneous 2-rank candidates, each exported with `hydraulis export`; against a
+plain PyTorch loop over transformers' model with torch.optim.AdamW and the same
+hyper-parameters (loss: mean over the batch's targets). Every parameter must agree within
+1e-4 relative (to its largest value). Finally transformers loads hydraulis' export and
+must reproduce hydraulis' logits within 1e-5.
 Nothing is downloaded: the models are made here. Exits 1 on any mismatch.
 """
 import json
@@ -25,7 +33,10 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 TOLERANCE = 1e-5
+TRAIN_TOLERANCE = 1e-4
 MAX_LEN = 300
+STEPS = 3
+LR = 1e-3
 
 
 def documents(src):
@@ -39,6 +50,89 @@ def documents(src):
     picked = texts[3:60:9]
     picked.append("Grüße, 世界! 🙂 " * 3 + "naïve café")  # multi-byte UTF-8
     return picked
+
+
+def reference_training(model, ids):
+    """STEPS AdamW steps of transformers' model, each over every document."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), eps=1e-8,
+                                  weight_decay=0.0)
+    targets = sum(len(doc) - 1 for doc in ids)
+    model.train()
+    for _ in range(STEPS):
+        optimizer.zero_grad()
+        for doc in ids:
+            logits = model(torch.tensor([doc])).logits[0, :-1]
+            loss = torch.nn.functional.cross_entropy(logits, torch.tensor(doc[1:]),
+                                                     reduction="sum") / targets
+            loss.backward()
+        optimizer.step()
+    model.eval()
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def train_parity(binary, src, tmp, ckpt, model, ids):
+    failures = []
+    reference = reference_training(model, ids)
+    tokens = sum(len(doc) for doc in ids)
+    runs = {
+        "1 rank": ["--nproc", "1"],
+        "tp=2": ["--nproc", "2", "--tp", "2"],
+        "pp=2": ["--nproc", "2", "--pp", "2"],
+        "heterogeneous": ["--nproc", "2", "--candidates",
+                          os.path.join(src, "configs/candidates/cpu-2rank.json")],
+    }
+    for label, extra in runs.items():
+        run_dir = os.path.join(tmp, "train-" + label.replace(" ", "-").replace("=", ""))
+        train = subprocess.run(
+            [binary, "train", "--init-from", ckpt, "--data", os.path.join(tmp, "corpus"),
+             "--profile", os.path.join(src, "configs/profiles/tiny-cpu.json"),
+             "--tokens-per-batch", str(tokens), "--max-len", str(MAX_LEN), "--steps", str(STEPS),
+             "--lr", str(LR), "--checkpoint-dir", os.path.join(run_dir, "ckpt"),
+             "--timeout-s", "60"] + extra, capture_output=True, text=True)
+        if train.returncode != 0:
+            failures.append(f"train {label}: {train.stderr.strip()[-600:]}")
+            continue
+        export = subprocess.run(
+            [binary, "export", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--model",
+             os.path.join(ckpt, "config.json"), "-o", os.path.join(run_dir, "hf")],
+            capture_output=True, text=True)
+        if export.returncode != 0:
+            failures.append(f"export {label}: {export.stderr.strip()}")
+            continue
+        ours = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
+        worst = 0.0
+        for name, want in reference.items():
+            rel = ((ours[name] - want).abs().max() / want.abs().max()).item()
+            worst = max(worst, rel)
+            if rel > TRAIN_TOLERANCE:
+                failures.append(f"train {label}: {name}: {rel:.2e} relative")
+        print(f"train {label}: {STEPS} AdamW steps, worst parameter error {worst:.2e} (relative)")
+        if label == "1 rank":
+            failures += export_parity(binary, tmp, run_dir, ids)
+    return failures
+
+
+def export_parity(binary, tmp, run_dir, ids):
+    """transformers loads hydraulis' export and reproduces hydraulis' logits."""
+    exported = LlamaForCausalLM.from_pretrained(os.path.join(run_dir, "hf"),
+                                                attn_implementation="eager").float().eval()
+    logits_path = os.path.join(tmp, "trained-logits.safetensors")
+    run = subprocess.run([binary, "eval", "--init-from", os.path.join(run_dir, "hf"), "--data",
+                          os.path.join(tmp, "corpus"), "--max-documents", str(len(ids)),
+                          "--max-len", str(MAX_LEN), "--logits", logits_path],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        return [f"eval of the export: {run.stderr.strip()}"]
+    ours = load_file(logits_path)
+    cu = ours["cu_seqlens"].tolist()
+    worst = 0.0
+    for d, doc in enumerate(ids):
+        with torch.no_grad():
+            theirs = exported(torch.tensor([doc])).logits[0]
+        mine = ours["logits"][cu[d]:cu[d + 1]]
+        worst = max(worst, ((mine - theirs).abs().max() / theirs.abs().max()).item())
+    print(f"export: transformers reproduces hydraulis' logits, worst error {worst:.2e} (relative)")
+    return [] if worst <= TOLERANCE else [f"export: logits differ by {worst:.2e}"]
 
 
 def main():
@@ -96,6 +190,8 @@ def main():
                                     f"{rel:.2e}, loss {losses[d]} vs {out.loss.item()}")
             print(f"{variant}: {len(ids)} documents ({sum(map(len, ids))} tokens) packed; worst "
                   f"logit error {worst_logit:.2e}, worst loss error {worst_loss:.2e} (relative)")
+            if not variant["tie"]:
+                failures += train_parity(binary, src, tmp, ckpt, model, ids)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:

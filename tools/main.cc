@@ -51,7 +51,8 @@ namespace {
 bool NeedsRuntime(int argc, char** argv) {
   if (argc < 2) return false;
   const std::string first = argv[1];
-  return first == "train" || first == "profile" || first == "eval" || first == "--version";
+  return first == "train" || first == "profile" || first == "eval" || first == "export" ||
+         first == "--version";
 }
 
 [[noreturn]] void RunSibling(char** argv) {
@@ -64,7 +65,8 @@ bool NeedsRuntime(int argc, char** argv) {
   }
   argv[0] = path.data();
   execv(path.c_str(), argv);
-  fmt::print(stderr, "hydraulis: error: cannot run {}: {} (it holds train, profile and eval)\n",
+  fmt::print(stderr,
+             "hydraulis: error: cannot run {}: {} (it holds train, profile, eval and export)\n",
              path, std::strerror(errno));
   std::exit(1);
 }
@@ -104,6 +106,7 @@ int main(int argc, char** argv) {
   add(hydraulis::tools::AddTrainCommand);
   add(hydraulis::tools::AddProfileCommand);
   add(hydraulis::tools::AddEvalCommand);
+  add(hydraulis::tools::AddExportCommand);
 #elif defined(HYDRAULIS_RUNTIME_SIBLING)
   // Listed for --help only: main() hands these to the sibling before parsing.
   app.add_subcommand(

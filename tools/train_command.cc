@@ -22,6 +22,7 @@
 #include "hydraulis/runtime/compute.h"
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/distributed_trainer.h"
+#include "hydraulis/runtime/hf_weights.h"
 #include "hydraulis/runtime/training_job.h"
 #include "hydraulis/spec/model_config.h"
 #include "hydraulis/spec/spec_io.h"
@@ -52,6 +53,7 @@ struct TrainArgs {
   int master_port = 0;
   double timeout_s = 60;
   std::string checkpoint_dir;
+  std::string init_from;  // a Hugging Face checkpoint to start from
   int checkpoint_every = 0;
   int keep_checkpoints = 0;
   bool resume = false;
@@ -160,6 +162,7 @@ struct TrainInputs {
   std::unique_ptr<MegatronDataset> dataset;
   std::vector<std::int64_t> lengths;
   PlannerOptions options;
+  std::unique_ptr<HfCheckpoint> init;  // --init-from, opened and validated
 };
 
 TrainInputs LoadTrainInputs(const TrainArgs& a, int world_size) {
@@ -171,22 +174,29 @@ TrainInputs LoadTrainInputs(const TrainArgs& a, int world_size) {
   }
   CheckCheckpointDir(a.checkpoint_dir, a.resume);
   TrainInputs in;
-  in.model = LoadModelConfig(a.model);
+  const std::string model_source = a.init_from.empty() ? a.model : a.init_from + "/config.json";
+  if (!a.init_from.empty()) {
+    in.init = std::make_unique<HfCheckpoint>(a.init_from);
+    in.model = in.init->config();
+  } else {
+    in.model = LoadModelConfig(a.model);
+  }
   in.profile = LoadProfile(a.profile);
   if (in.profile.model.layers != in.model.shape.layers ||
       in.profile.model.hidden != in.model.shape.hidden) {
-    throw InvalidInput(
-        a.profile + ": model: profiled for " + std::to_string(in.profile.model.layers) +
-        " layers of hidden " + std::to_string(in.profile.model.hidden) + ", " + a.model + " has " +
-        std::to_string(in.model.shape.layers) + " of " + std::to_string(in.model.shape.hidden));
+    throw InvalidInput(a.profile + ": model: profiled for " +
+                       std::to_string(in.profile.model.layers) + " layers of hidden " +
+                       std::to_string(in.profile.model.hidden) + ", " + model_source + " has " +
+                       std::to_string(in.model.shape.layers) + " of " +
+                       std::to_string(in.model.shape.hidden));
   }
   in.candidates = Candidates(a, in.profile, world_size);
   in.dataset = std::make_unique<MegatronDataset>(a.data.empty() ? DefaultCorpusPrefix() : a.data);
   if (const auto bad = in.dataset->FindIdOutside(in.model.shape.vocab)) {
     throw InvalidInput(in.dataset->prefix() + ".bin: document " + std::to_string(bad->document) +
                        ", token " + std::to_string(bad->position) + ": id " +
-                       std::to_string(bad->id) + " is outside the vocabulary of " + a.model + " (" +
-                       std::to_string(in.model.shape.vocab) +
+                       std::to_string(bad->id) + " is outside the vocabulary of " + model_source +
+                       " (" + std::to_string(in.model.shape.vocab) +
                        " ids); was the data tokenized for another model?");
   }
   for (std::size_t i = 0; i < in.dataset->num_documents(); ++i) {
@@ -231,7 +241,8 @@ int Train(const TrainArgs& a) {
   Rendezvous rendezvous(dist);
   AdamWOptions adam;
   adam.lr = a.lr;
-  DistributedTrainer trainer(model, a.seed, adam, rendezvous, candidates.strategies, compute);
+  DistributedTrainer trainer(model, a.seed, adam, rendezvous, candidates.strategies, compute,
+                             in.init ? HfInitialWeights(*in.init) : InitialWeights());
   const bool chief = dist.rank == 0;
   TrainingJobOptions job_options;
   job_options.steps = a.steps;
@@ -293,7 +304,12 @@ Command AddTrainCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "train", "Train a model on the runtime (Gloo), planning every step (docs/runtime.md)");
   auto a = std::make_shared<TrainArgs>();
-  cmd->add_option("--model", a->model, "model config JSON")->capture_default_str();
+  auto* model_flag =
+      cmd->add_option("--model", a->model, "model config JSON")->capture_default_str();
+  cmd->add_option("--init-from", a->init_from,
+                  "start from a Hugging Face LLaMA checkpoint (config.json + safetensors) "
+                  "instead of random weights; its config.json is the model")
+      ->excludes(model_flag);
   cmd->add_option("--data", a->data,
                   "Megatron dataset prefix (PREFIX.bin/.idx); default: the bundled demo corpus");
   cmd->add_option("--profile", a->profile, "cost/memory profile of the model on this engine")

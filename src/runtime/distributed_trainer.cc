@@ -78,7 +78,8 @@ struct DistributedTrainer::Compute {
 DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t seed,
                                        const AdamWOptions& options, Rendezvous& rendezvous,
                                        const std::vector<Strategy>& candidates,
-                                       const ComputeOptions& compute_options)
+                                       const ComputeOptions& compute_options,
+                                       const InitialWeights& initial)
     : config_(config),
       seed_(seed),
       compute_(compute_options),
@@ -112,7 +113,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
   world_ = MakeCommGroup(rendezvous_, "world");
   // Every rank walks the candidates in the same order and creates the groups it belongs to:
   // one global creation order, so group creation cannot deadlock (distributed.h).
-  const Transformer whole(config_, seed_);
+  const Transformer whole(config_, seed_, nullptr, {}, {}, initial);
   for (const Strategy& s : candidates_) {
     auto compute = std::make_unique<Compute>();
     const std::vector<ComputeRole> roles = ComputePlacement(s, o.world_size);

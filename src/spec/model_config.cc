@@ -3,6 +3,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/base/json_text.h"
+#include "hydraulis/spec/hf_config.h"
 #include "hydraulis/spec/json_reader.h"
 
 namespace hydraulis {
@@ -66,7 +67,10 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
 }
 
 ModelConfig LoadModelConfig(const std::string& path) {
-  return ParseModelConfig(ReadFileText(path), path);
+  const std::string text = ReadFileText(path);
+  const nlohmann::json doc = ParseJson(text, path);
+  if (doc.is_object() && doc.contains("model_type")) return ParseHfConfig(text, path);
+  return ParseModelConfig(text, path);
 }
 
 }  // namespace hydraulis

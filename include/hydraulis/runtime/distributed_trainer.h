@@ -72,9 +72,12 @@ class DistributedTrainer {
   // cp > 1, or does not split the model (tp must divide heads, kv_heads and ffn; pp <=
   // layers). A collective: every rank constructs it with the same arguments.
   // `compute`: this rank's device and precision (CheckComputeAvailable first).
+  // `initial`: the starting weights instead of the draw from `seed` (a Hugging Face
+  // checkpoint, hf_weights.h); they become the optimizer's fp32 master weights, from which
+  // every step's compute layout is materialised, so any strategy starts from them.
   DistributedTrainer(const ModelConfig& config, std::uint64_t seed, const AdamWOptions& options,
                      Rendezvous& rendezvous, const std::vector<Strategy>& candidates,
-                     const ComputeOptions& compute = {});
+                     const ComputeOptions& compute = {}, const InitialWeights& initial = {});
   ~DistributedTrainer();
   DistributedTrainer(const DistributedTrainer&) = delete;
   DistributedTrainer& operator=(const DistributedTrainer&) = delete;

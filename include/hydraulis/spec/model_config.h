@@ -25,7 +25,9 @@ struct ModelConfig {
 };
 
 // Loads a model config; InvalidInput naming the file and the field on any error (missing,
-// unknown, wrong type, out of range, inconsistent sizes).
+// unknown, wrong type, out of range, inconsistent sizes). A Hugging Face config.json (a
+// JSON object with "model_type") is read by ParseHfConfig (hf_config.h), so every
+// `--model` flag takes either format.
 ModelConfig LoadModelConfig(const std::string& path);
 ModelConfig ParseModelConfig(const std::string& json_text, const std::string& source_name);
 
