@@ -258,6 +258,8 @@ void WriteSafetensors(const std::string& path, const std::vector<SafetensorsEntr
   errno = 0;
   bool ok = std::fwrite(header.data(), 1, header.size(), out) == header.size();
   for (const SafetensorsEntry& t : tensors) {
+    // An empty tensor's span may have no storage (a null pointer fwrite must not see).
+    if (t.bytes.empty()) continue;
     ok = ok && std::fwrite(t.bytes.data(), 1, t.bytes.size(), out) == t.bytes.size();
   }
   const int write_errno = errno;

@@ -1,5 +1,7 @@
 #include "hydraulis/runtime/hf_weights.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -81,13 +83,31 @@ void WriteHfCheckpoint(const std::string& dir, const ModelConfig& config,
                        std::span(static_cast<const std::byte*>(t.data_ptr()),
                                  static_cast<std::size_t>(t.nbytes()))});
   }
+  // Both files are written into a sibling temporary directory first, then moved into `dir`
+  // (the weights, then config.json): a failure leaves `dir` as it was, and a reader that
+  // finds the new config.json finds the new weights.
+  namespace fs = std::filesystem;
+  const std::string tmp = dir + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(dir + ": cannot create: " + ec.message());
-  WriteSafetensors(dir + "/model.safetensors", entries, {{"format", "pt"}});
-  WriteFileAtomically(
-      dir + "/config.json",
-      HfConfigJson(config, dtype == SafetensorsDType::kF32 ? "float32" : "bfloat16"));
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) throw IoError(tmp + ": cannot create: " + ec.message());
+  try {
+    WriteSafetensors(tmp + "/model.safetensors", entries, {{"format", "pt"}});
+    WriteFileAtomically(tmp + "/config.json", HfConfigJson(config, dtype == SafetensorsDType::kF32
+                                                                       ? "float32"
+                                                                       : "bfloat16"));
+    fs::create_directories(dir, ec);
+    if (ec) throw IoError(dir + ": cannot create: " + ec.message());
+    for (const char* name : {"model.safetensors", "config.json"}) {
+      fs::rename(tmp + "/" + name, dir + "/" + name, ec);
+      if (ec) throw IoError(dir + "/" + name + ": cannot move into place: " + ec.message());
+    }
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  fs::remove_all(tmp, ec);
 }
 
 }  // namespace hydraulis

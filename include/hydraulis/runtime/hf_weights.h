@@ -27,7 +27,8 @@ InitialWeights HfInitialWeights(const HfCheckpoint& checkpoint);
 
 // Writes `full` (the whole model's parameters in FullParameters' order, as
 // GatherFullParameters gives them) as a Hugging Face checkpoint in `dir`: config.json and
-// model.safetensors in `dtype` (F32 or BF16), each written to a temporary and renamed.
+// model.safetensors in `dtype` (F32 or BF16), written into a temporary directory beside
+// `dir` and moved in (weights first), so a failure leaves `dir` as it was (IoError).
 // InvalidInput for another dtype or parameters that are not the model's.
 void WriteHfCheckpoint(const std::string& dir, const ModelConfig& config,
                        const std::vector<NamedParameter>& full, SafetensorsDType dtype);
