@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "../base/test_support.h"
 #include "hydraulis/base/error.h"
 
 namespace hydraulis {
@@ -22,17 +23,6 @@ CheckpointMeta SampleMeta() {
 
 std::vector<ShardRecord> SampleShards() {
   return {{1024, "0123456789abcdef"}, {2048, "fedcba9876543210"}};
-}
-
-// The message of the InvalidInput `parse` throws ("" when it throws none).
-template <typename Parse>
-std::string ErrorOf(Parse parse) {
-  try {
-    parse();
-  } catch (const InvalidInput& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(CheckpointMetaTest, RoundTrips) {
@@ -60,7 +50,7 @@ TEST(CheckpointMetaTest, DetectsEveryEditedField) {
     const std::size_t at = edited.find(from);
     ASSERT_NE(at, std::string::npos) << from;
     edited[at + from.size() - 1] = edited[at + from.size() - 1] == '9' ? '8' : '9';
-    EXPECT_NE(ErrorOf([&] {
+    EXPECT_NE(test_support::InvalidInputMessage([&] {
                 ParseCheckpointMeta(edited, "m.json", "step-00000012");
               }).find("m.json: checksum mismatch"),
               std::string::npos)
@@ -70,33 +60,33 @@ TEST(CheckpointMetaTest, DetectsEveryEditedField) {
 
 TEST(CheckpointMetaTest, RejectsInconsistentFields) {
   const std::string text = CheckpointMetaToJson(SampleMeta(), SampleShards());
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
               ParseCheckpointMeta(text, "m.json", "step-00001000");
             }).find("m.json: step: 12 does not match the checkpoint's directory"),
             std::string::npos);
   CheckpointMeta negative = SampleMeta();
   negative.step = -4;
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
               ParseCheckpointMeta(CheckpointMetaToJson(negative, SampleShards()), "m.json",
                                   "step--0000004");
             }).find("m.json: step: must be >= 0"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
               ParseCheckpointMeta(CheckpointMetaToJson(SampleMeta(), {SampleShards()[0]}), "m.json",
                                   "step-00000012");
             }).find("m.json: shards: expected one entry per rank (2), got 1"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
               ParseCheckpointMeta(
                   CheckpointMetaToJson(SampleMeta(), {{1, "0123"}, {2, "0123456789abcdef"}}),
                   "m.json", "step-00000012");
             }).find("m.json: shards[0].xxh3_64: expected 16 lowercase hex digits"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
               ParseCheckpointMeta("[1]", "m.json", "step-00000012");
             }).find("m.json: expected a JSON object"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
               ParseCheckpointMeta(R"({"format": "hydraulis.checkpoint/9"})", "m.json",
                                   "step-00000012");
             }).find("m.json: format: expected \"hydraulis.checkpoint/2\""),

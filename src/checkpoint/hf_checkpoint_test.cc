@@ -7,22 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "../base/test_support.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/spec/hf_config.h"
 
 namespace hydraulis {
 namespace {
-
-template <typename F>
-std::string ErrorOf(F f) {
-  try {
-    f();
-  } catch (const InvalidInput& e) {
-    return e.what();
-  }
-  return "";
-}
 
 class HfCheckpointTest : public ::testing::Test {
  protected:
@@ -106,7 +97,7 @@ TEST_F(HfCheckpointTest, OpensOneFileAndShards) {
 
 TEST_F(HfCheckpointTest, RefusesDirectoriesThatDisagreeWithTheirConfig) {
   Write(1, "model.layers.1.self_attn.v_proj.weight", {16, 16});
-  EXPECT_NE(ErrorOf([&] { HfCheckpoint c(dir_); })
+  EXPECT_NE(test_support::InvalidInputMessage([&] { HfCheckpoint c(dir_); })
                 .find("model.safetensors: tensor 'model.layers.1.self_attn.v_proj.weight': "
                       "shape [16, 16], but config.json implies [8, 16]"),
             std::string::npos);
@@ -116,7 +107,7 @@ TEST_F(HfCheckpointTest, RefusesDirectoriesThatDisagreeWithTheirConfig) {
   const std::string tied = "\"tie_word_embeddings\": true";
   config.replace(config.find(tied), tied.size(), "\"tie_word_embeddings\": false");
   WriteFileAtomically(dir_ + "/config.json", config);
-  EXPECT_NE(ErrorOf([&] { HfCheckpoint c(dir_); })
+  EXPECT_NE(test_support::InvalidInputMessage([&] { HfCheckpoint c(dir_); })
                 .find("tensor 'lm_head.weight' is missing (config.json describes a model that "
                       "needs it)"),
             std::string::npos);
@@ -125,26 +116,29 @@ TEST_F(HfCheckpointTest, RefusesDirectoriesThatDisagreeWithTheirConfig) {
 TEST_F(HfCheckpointTest, RefusesMissingAndEscapingShards) {
   Write(2);
   std::filesystem::remove(dir_ + "/model-00002-of-00002.safetensors");
-  EXPECT_NE(
-      ErrorOf([&] { HfCheckpoint c(dir_); }).find("model-00002-of-00002.safetensors: missing"),
-      std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
+              HfCheckpoint c(dir_);
+            }).find("model-00002-of-00002.safetensors: missing"),
+            std::string::npos);
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
               ParseSafetensorsIndex(R"({"weight_map": {"a": "../../etc/x.safetensors"}})",
                                     "i.json");
             }).find("not a plain *.safetensors file name"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
               ParseSafetensorsIndex(R"({"metadata": {}})", "i.json");
             }).find("i.json: weight_map: missing"),
             std::string::npos);
   std::filesystem::remove_all(dir_);
   std::filesystem::create_directories(dir_);
   WriteFileAtomically(dir_ + "/config.json", HfConfigJson(config_, "float32"));
-  EXPECT_NE(ErrorOf([&] {
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
               HfCheckpoint c(dir_);
             }).find("neither model.safetensors nor model.safetensors.index.json"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { HfCheckpoint c(dir_ + "/absent"); }).find("not a directory"),
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
+              HfCheckpoint c(dir_ + "/absent");
+            }).find("not a directory"),
             std::string::npos);
 }
 

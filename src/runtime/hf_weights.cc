@@ -94,9 +94,9 @@ void WriteHfCheckpoint(const std::string& dir, const ModelConfig& config,
   if (ec) throw IoError(tmp + ": cannot create: " + ec.message());
   try {
     WriteSafetensors(tmp + "/model.safetensors", entries, {{"format", "pt"}});
-    WriteFileAtomically(tmp + "/config.json", HfConfigJson(config, dtype == SafetensorsDType::kF32
-                                                                       ? "float32"
-                                                                       : "bfloat16"));
+    WriteFileAtomically(
+        tmp + "/config.json",
+        HfConfigJson(config, dtype == SafetensorsDType::kF32 ? "float32" : "bfloat16"));
     fs::create_directories(dir, ec);
     if (ec) throw IoError(dir + ": cannot create: " + ec.message());
     for (const char* name : {"model.safetensors", "config.json"}) {
