@@ -373,6 +373,89 @@ def add_train_cases(b, src, profile):
         f.write("step-00000099\n")
     b.add("train data", "--resume with latest naming nothing",
           train + ["--checkpoint-dir", ckpt, "--resume"])
+    add_hf_cases(b, prefix_with_ids(b, [1, 2, 3, 4, 5]))
+
+
+def prefix_with_ids(b, ids):
+    """A Megatron dataset of one uint16 document."""
+    prefix = os.path.join(b.tmp, "one-doc")
+    with open(prefix + ".bin", "wb") as f:
+        f.write(struct.pack(f"<{len(ids)}H", *ids))
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 1, 2) +
+                struct.pack("<i", len(ids)) + struct.pack("<q", 0) + struct.pack("<2q", 0, 1))
+    return prefix
+
+
+def safetensors_bytes(tensors):
+    """A safetensors file of F32 zeros: tensors is a list of (name, shape)."""
+    header, data, at = {}, b"", 0
+    for name, shape in tensors:
+        n = 4
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [at, at + n]}
+        data += b"\0" * n
+        at += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def add_hf_cases(b, data):
+    """Damaged Hugging Face checkpoints for `eval --init-from` (and one for `train`)."""
+    config = {"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 12,
+              "vocab_size": 16, "tie_word_embeddings": True}
+    tensors = [("model.embed_tokens.weight", [16, 8])]
+    for field, shape in (("self_attn.q_proj", [8, 8]), ("self_attn.k_proj", [4, 8]),
+                         ("self_attn.v_proj", [4, 8]), ("self_attn.o_proj", [8, 8]),
+                         ("mlp.gate_proj", [12, 8]), ("mlp.up_proj", [12, 8]),
+                         ("mlp.down_proj", [8, 12]), ("input_layernorm", [8]),
+                         ("post_attention_layernorm", [8])):
+        tensors.append((f"model.layers.0.{field}.weight", shape))
+    tensors.append(("model.norm.weight", [8]))
+    good = safetensors_bytes(tensors)
+    header_len = struct.unpack("<Q", good[:8])[0]
+
+    def checkpoint(name, weights=good, cfg=config, files=None):
+        d = os.path.join(b.tmp, "hf-" + name.replace(" ", "-"))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        for file_name, content in (files if files is not None else
+                                   {"model.safetensors": weights}).items():
+            with open(os.path.join(d, file_name), "wb") as f:
+                f.write(content)
+        return d
+
+    flipped = bytearray(good)
+    flipped[8 + header_len // 2] ^= 0x40
+    cases = {
+        "truncated safetensors": checkpoint("trunc", good[:len(good) - 7]),
+        "header length only": checkpoint("hdr", good[:8]),
+        "flipped header byte": checkpoint("flip", bytes(flipped)),
+        "huge header length": checkpoint("huge", struct.pack("<Q", 1 << 60) + good[8:]),
+        "unknown dtype": checkpoint("dtype", good.replace(b'"F32"', b'"F99"', 1)),
+        "offsets past the end": checkpoint("offs", good[:-64]),
+        "shape disagrees with config": checkpoint("shape", cfg={**config, "intermediate_size": 16}),
+        "tensor missing": checkpoint("missing", safetensors_bytes(tensors[:-1])),
+        "model_type qwen2": checkpoint("qwen", cfg={**config, "model_type": "qwen2"}),
+        "rope_scaling": checkpoint("rope", cfg={**config, "rope_scaling": {"type": "linear"}}),
+        "missing shard": checkpoint("shard", files={
+            "model.safetensors.index.json": json.dumps(
+                {"weight_map": {t: "model-00001-of-00002.safetensors" for t, _ in tensors}}).encode()}),
+        "index escaping the directory": checkpoint("escape", files={
+            "model.safetensors.index.json": json.dumps(
+                {"weight_map": {t: "../x.safetensors" for t, _ in tensors}}).encode()}),
+        "no weights file": checkpoint("none", files={}),
+    }
+    for name, d in cases.items():
+        b.add("Hugging Face checkpoints", name,
+              ["eval", "--init-from", d, "--data", data, "--max-documents", "1"])
+    b.add("Hugging Face checkpoints", "train --init-from a truncated file",
+          ["train", "--nproc", "2", "--init-from", cases["truncated safetensors"], "--data", data,
+           "--steps", "1", "--timeout-s", "20"])
 
 
 def classify(b, case):
