@@ -48,8 +48,15 @@ std::array<std::string, kByteValues> ByteSymbols() {
 }
 
 // `s` as a JSON string literal, for messages that name a key.
+// `s` as the files write it (a JSON string), cut after 60 bytes at a character boundary so
+// that a message never echoes a whole line of a damaged file (found by fuzz/).
 std::string Quoted(const std::string& s) {
-  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  constexpr std::size_t kMaxBytes = 60;
+  std::string q = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (q.size() <= kMaxBytes + 2) return q;
+  std::size_t cut = kMaxBytes;
+  while (cut > 1 && (static_cast<unsigned char>(q[cut]) & 0xC0) == 0x80) --cut;
+  return q.substr(0, cut) + "\"...(" + std::to_string(s.size()) + " bytes)";
 }
 
 }  // namespace

@@ -176,6 +176,17 @@ TEST_F(Gpt2BpeTest, MergeErrorsNameTheFileAndLine) {
   // A "#version" line is only a header on line 1; CRLF line ends are accepted.
   EXPECT_EQ(Load(vocab, "h e\r\n").Encode("he"), (Ids{256}));
   EXPECT_NE(LoadError(vocab, "h e\n#version: 0.2\n").find("DIR/merges.txt:2:"), std::string::npos);
+  // A damaged line is echoed cut, never whole (found by fuzz/gpt2_bpe: a 3.5 KB line).
+  std::string long_line(4000, 'x');
+  for (std::size_t i = 7; i < long_line.size(); i += 9) long_line[i] = ' ';
+  const std::string cut = LoadError(vocab, "h e\n" + long_line + "\n");
+  EXPECT_LT(cut.size(), 200u) << cut;
+  EXPECT_NE(cut.find("...(4000 bytes)"), std::string::npos) << cut;
+  // Multi-byte symbols are cut at a character boundary.
+  const std::string wide = LoadError(
+      vocab, "h e\n" + std::string(58, 'x') + "\xc4\xa0 a b" + std::string(20, 'y') + "\n");
+  EXPECT_NE(wide.find("...(84 bytes)"), std::string::npos) << wide;
+  EXPECT_EQ(wide.find("\xc4\""), std::string::npos) << wide;
 }
 
 }  // namespace
