@@ -1,5 +1,6 @@
 #include "hydraulis/spec/json_reader.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "hydraulis/base/error.h"
@@ -17,7 +18,14 @@ JsonObjectReader::JsonObjectReader(const nlohmann::json& object, std::string sou
 }
 
 std::string JsonObjectReader::FieldPath(const std::string& key) const {
-  return path_.empty() ? key : path_ + "." + key;
+  // A key is the user's text: one with control bytes, or a long one, is shown quoted, cut
+  // and escaped, so a message stays one bounded line (found by fuzz/profile: a newline).
+  const bool plain = key.size() <= 60 && std::all_of(key.begin(), key.end(), [](char c) {
+                       const auto u = static_cast<unsigned char>(c);
+                       return u >= 0x20 && u != 0x7f;
+                     });
+  const std::string shown = plain ? key : QuoteForMessage(key);
+  return path_.empty() ? shown : path_ + "." + shown;
 }
 
 void JsonObjectReader::Fail(const std::string& key, const std::string& message) const {

@@ -144,6 +144,26 @@ TEST(SpecIoTest, DuplicateKeysAndDeepNestingAreErrors) {
   EXPECT_THROW(ParseProfile(std::string(100'000, '['), "p.json"), InvalidInput);
 }
 
+// Found by fuzz/profile: a key holding a newline was echoed raw, breaking the one-line
+// message. Keys with control bytes, and long keys, are quoted, escaped and cut.
+TEST(SpecIoTest, KeysAreEchoedAsOneBoundedLine) {
+  const std::string text = ReadFileText(ProfilePath("32b"));
+  for (const std::string& key : {std::string("\nf\"4"), std::string(500, 'k')}) {
+    std::string bad = text;
+    const std::size_t brace = bad.find('{');
+    bad.insert(brace + 1, nlohmann::json(key).dump() + ": 1, ");
+    std::string msg;
+    try {
+      ParseProfile(bad, "p.json");
+    } catch (const InvalidInput& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("p.json: "), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_LT(msg.size(), 200u) << msg;
+  }
+}
+
 TEST(SpecIoTest, ShippedCandidates64Gpus) {
   const CandidateSet c = LoadCandidates(CandidatesPath(64), Profile32b());
   EXPECT_EQ(c.gpus, 64);
