@@ -48,12 +48,8 @@ int RunEval(const EvalArgs& a) {
     config = LoadModelConfig(a.model);
   }
   const MegatronDataset data(a.data);
-  if (const auto bad = data.FindIdOutside(config.shape.vocab)) {
-    throw InvalidInput(a.data + ".bin: document " + std::to_string(bad->document) + ", token " +
-                       std::to_string(bad->position) + ": id " + std::to_string(bad->id) +
-                       " is outside the model's vocabulary (" + std::to_string(config.shape.vocab) +
-                       " ids)");
-  }
+  data.RequireIdsInVocabulary(config.shape.vocab,
+                              a.init_from.empty() ? a.model : a.init_from + "/config.json");
   std::vector<std::vector<std::int64_t>> documents;
   for (std::size_t i = 0;
        i < data.num_documents() && documents.size() < static_cast<std::size_t>(a.max_documents);

@@ -192,13 +192,7 @@ TrainInputs LoadTrainInputs(const TrainArgs& a, int world_size) {
   }
   in.candidates = Candidates(a, in.profile, world_size);
   in.dataset = std::make_unique<MegatronDataset>(a.data.empty() ? DefaultCorpusPrefix() : a.data);
-  if (const auto bad = in.dataset->FindIdOutside(in.model.shape.vocab)) {
-    throw InvalidInput(in.dataset->prefix() + ".bin: document " + std::to_string(bad->document) +
-                       ", token " + std::to_string(bad->position) + ": id " +
-                       std::to_string(bad->id) + " is outside the vocabulary of " + model_source +
-                       " (" + std::to_string(in.model.shape.vocab) +
-                       " ids); was the data tokenized for another model?");
-  }
+  in.dataset->RequireIdsInVocabulary(in.model.shape.vocab, model_source);
   for (std::size_t i = 0; i < in.dataset->num_documents(); ++i) {
     in.lengths.push_back(in.dataset->DocumentLength(i));
   }

@@ -342,4 +342,15 @@ std::optional<MegatronDataset::IdOutside> MegatronDataset::FindIdOutside(
   return std::nullopt;
 }
 
+void MegatronDataset::RequireIdsInVocabulary(std::int64_t vocab_size,
+                                             const std::string& model_source) const {
+  if (const auto bad = FindIdOutside(vocab_size)) {
+    throw InvalidInput(state_->bin_path + ": document " + std::to_string(bad->document) +
+                       ", token " + std::to_string(bad->position) + ": id " +
+                       std::to_string(bad->id) + " is outside the vocabulary of " + model_source +
+                       " (" + std::to_string(vocab_size) +
+                       " ids); was the data tokenized for another model?");
+  }
+}
+
 }  // namespace hydraulis

@@ -68,6 +68,9 @@ class MegatronDataset {
   // for a vocabulary of 65,536 or more), so training refuses data tokenized for another
   // model before it starts instead of at the batch that holds the first such id.
   std::optional<IdOutside> FindIdOutside(std::int64_t vocab_size) const;
+  // InvalidInput naming the .bin, document, position and id when FindIdOutside finds one,
+  // and `model_source` (the file that gave the vocabulary) as the model it does not fit.
+  void RequireIdsInVocabulary(std::int64_t vocab_size, const std::string& model_source) const;
 
  private:
   struct State;
