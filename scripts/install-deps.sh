@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what hydraulis builds against. Idempotent: nothing is downloaded when all is there.
 #  - Debian 12 packages (compiler, CMake, GoogleTest, Benchmark, nlohmann-json, CLI11, fmt,
-#    CBC, Gloo's headers, xxHash, clang with libFuzzer) with apt, when missing;
+#    CBC, Gloo's headers, xxHash, PCRE2, utf8proc, clang with libFuzzer) with apt, when missing;
 #  - the project-local virtual environment .venv/ with the pinned PyTorch from PyPI (its
 #    wheel carries libtorch: headers, libraries, CMake config), when missing or another
 #    version. The runtime builds against it (docs/runtime.md, "Which PyTorch").
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake g++ pkg-config clang-format python3 python3-venv
           libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev libgloo-dev
-          libxxhash-dev clang-14 libclang-rt-14-dev)
+          libxxhash-dev libpcre2-dev libutf8proc-dev clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/data/hf_tokenizer.h"
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/data/preprocess.h"
 #include "hydraulis/data/tokenizer.h"
@@ -37,8 +38,15 @@ std::unique_ptr<Tokenizer> MakeTokenizer(const PreprocessArgs& a) {
     }
     return std::make_unique<Gpt2BpeTokenizer>(a.vocab_file, a.merge_file);
   }
+  if (a.tokenizer.ends_with(".json")) {
+    if (has_files) {
+      throw InvalidInput("--vocab-file/--merge-file: only for --tokenizer gpt2 (" + a.tokenizer +
+                         " holds its vocabulary and merges)");
+    }
+    return std::make_unique<HfTokenizer>(HfTokenizer::Load(a.tokenizer));
+  }
   throw InvalidInput("--tokenizer: unknown tokenizer '" + a.tokenizer +
-                     "' (expected byte or gpt2)");
+                     "' (expected byte, gpt2, or a Hugging Face tokenizer.json)");
 }
 
 int RunPreprocess(const PreprocessArgs& a) {
@@ -48,7 +56,10 @@ int RunPreprocess(const PreprocessArgs& a) {
   }
   const std::unique_ptr<Tokenizer> tokenizer = MakeTokenizer(a);
   if (a.options.append_eod && !tokenizer->eod_id()) {
-    throw InvalidInput("--append-eod: the " + a.tokenizer + " tokenizer has no end-of-document id");
+    throw InvalidInput("--append-eod: the " + a.tokenizer + " tokenizer has no end-of-document id" +
+                       (a.tokenizer.ends_with(".json")
+                            ? " (no tokenizer_config.json with an eos_token beside it)"
+                            : ""));
   }
   const PreprocessResult r = PreprocessJsonLines(a.options, *tokenizer);
   const std::string& prefix = a.options.output_prefix;
@@ -72,7 +83,9 @@ Command AddPreprocessCommand(CLI::App& app) {
   cmd->add_option("--json-key", a->options.json_key, "the string field holding the text")
       ->capture_default_str();
   cmd->add_option("--tokenizer", a->tokenizer,
-                  "byte (UTF-8 bytes, vocabulary 256) or gpt2 (byte-level BPE)")
+                  "byte (UTF-8 bytes, vocabulary 256), gpt2 (byte-level BPE from "
+                  "--vocab-file/--merge-file), or FILE.json (a Hugging Face tokenizer.json "
+                  "of the byte-level BPE family; docs/data.md)")
       ->capture_default_str();
   cmd->add_option("--vocab-file", a->vocab_file, "gpt2: the vocab.json");
   cmd->add_option("--merge-file", a->merge_file, "gpt2: the merges.txt");
@@ -80,7 +93,8 @@ Command AddPreprocessCommand(CLI::App& app) {
                   "stop after this many documents (0: all)")
       ->capture_default_str();
   cmd->add_flag("--append-eod", a->options.append_eod,
-                "append the tokenizer's end-of-document id (gpt2: <|endoftext|>) to each document");
+                "append the tokenizer's end-of-document id (gpt2: <|endoftext|>; FILE.json: "
+                "eos_token of the tokenizer_config.json beside it) to each document");
   return [a] { return RunPreprocess(*a); };
 }
 

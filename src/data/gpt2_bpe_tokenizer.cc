@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "byte_level.h"
 #include "gpt2_pretokenizer.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
@@ -18,47 +19,6 @@ constexpr std::string_view kEndOfText = "<|endoftext|>";
 constexpr std::string_view kVersionLine = "#version";
 constexpr int kByteValues = 256;
 
-std::string Utf8(std::uint32_t c) {
-  std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xc0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3f));
-  } else {
-    s += static_cast<char>(0xe0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-    s += static_cast<char>(0x80 | (c & 0x3f));
-  }
-  return s;
-}
-
-// GPT-2's bytes_to_unicode: the printable bytes ('!'..'~', 0xa1..0xac, 0xae..0xff) stand
-// for themselves; the other 68 bytes, in increasing order, map to U+0100, U+0101, ...
-// so that every symbol is a printable character and none is a space.
-std::array<std::string, kByteValues> ByteSymbols() {
-  std::array<std::string, kByteValues> symbols;
-  std::uint32_t next = kByteValues;
-  for (std::uint32_t b = 0; b < kByteValues; ++b) {
-    const bool printable =
-        (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
-    symbols[b] = Utf8(printable ? b : next++);
-  }
-  return symbols;
-}
-
-// `s` as a JSON string literal, for messages that name a key.
-// `s` as the files write it (a JSON string), cut after 60 bytes at a character boundary so
-// that a message never echoes a whole line of a damaged file (found by fuzz/).
-std::string Quoted(const std::string& s) {
-  constexpr std::size_t kMaxBytes = 60;
-  std::string q = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (q.size() <= kMaxBytes + 2) return q;
-  std::size_t cut = kMaxBytes;
-  while (cut > 1 && (static_cast<unsigned char>(q[cut]) & 0xC0) == 0x80) --cut;
-  return q.substr(0, cut) + "\"...(" + std::to_string(s.size()) + " bytes)";
-}
-
 }  // namespace
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
@@ -68,7 +28,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
   Load(vocab, vocab_json_path, ReadFileText(merges_txt_path), merges_txt_path);
 }
 
-Gpt2BpeTokenizer::Gpt2BpeTokenizer() : byte_symbols_(ByteSymbols()) {}
+Gpt2BpeTokenizer::Gpt2BpeTokenizer() : byte_symbols_(data_internal::ByteLevelSymbols()) {}
 
 Gpt2BpeTokenizer Gpt2BpeTokenizer::Parse(const std::string& vocab_json,
                                          const std::string& vocab_json_path,
@@ -90,7 +50,7 @@ void Gpt2BpeTokenizer::Load(const std::string& vocab_json, const std::string& vo
   std::unordered_map<std::int64_t, std::string> symbol_of_id;
   std::int64_t max_id = -1;
   for (const auto& [symbol, value] : vocab.items()) {
-    const std::string where = vocab_json_path + ": key " + Quoted(symbol) + ": ";
+    const std::string where = vocab_json_path + ": key " + QuotedForMessage(symbol) + ": ";
     if (!value.is_number_integer() ||
         (value.is_number_unsigned() &&
          value.get<std::uint64_t>() >
@@ -102,14 +62,14 @@ void Gpt2BpeTokenizer::Load(const std::string& vocab_json, const std::string& vo
     const auto id = value.get<std::int64_t>();
     if (const auto [it, added] = symbol_of_id.emplace(id, symbol); !added) {
       throw InvalidInput(where + "id " + std::to_string(id) + " is also the id of " +
-                         Quoted(it->second));
+                         QuotedForMessage(it->second));
     }
     ids_.emplace(symbol, id);
     max_id = std::max(max_id, id);
   }
   for (int b = 0; b < kByteValues; ++b) {
     if (!ids_.contains(byte_symbols_[b])) {
-      throw InvalidInput(vocab_json_path + ": key " + Quoted(byte_symbols_[b]) +
+      throw InvalidInput(vocab_json_path + ": key " + QuotedForMessage(byte_symbols_[b]) +
                          " (the symbol of byte " + std::to_string(b) +
                          ") is missing; a byte-level BPE vocabulary needs all 256 byte symbols");
     }
@@ -133,13 +93,13 @@ void Gpt2BpeTokenizer::Load(const std::string& vocab_json, const std::string& vo
     if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
         line.find(' ', space + 1) != std::string_view::npos) {
       throw InvalidInput(where + "expected two symbols separated by one space, got " +
-                         Quoted(std::string(line)));
+                         QuotedForMessage(std::string(line)));
     }
     const std::string first(line.substr(0, space));
     const std::string second(line.substr(space + 1));
     for (const std::string& symbol : {first, second, first + second}) {
       if (!ids_.contains(symbol)) {
-        throw InvalidInput(where + "merge " + Quoted(std::string(line)) + ": " + Quoted(symbol) +
+        throw InvalidInput(where + "merge " + QuotedForMessage(std::string(line)) + ": " + QuotedForMessage(symbol) +
                            " is not in " + vocab_json_path);
       }
     }
@@ -193,7 +153,7 @@ void Gpt2BpeTokenizer::EncodePiece(std::string_view piece, std::vector<std::int6
   for (const std::string& symbol : symbols) {
     const auto it = ids_.find(symbol);
     // The constructor checked every byte symbol and every merge result.
-    if (it == ids_.end()) throw InternalError("Gpt2BpeTokenizer: no id for " + Quoted(symbol));
+    if (it == ids_.end()) throw InternalError("Gpt2BpeTokenizer: no id for " + QuotedForMessage(symbol));
     out.push_back(it->second);
   }
 }
