@@ -85,7 +85,7 @@ Command AddPreprocessCommand(CLI::App& app) {
   cmd->add_option("--tokenizer", a->tokenizer,
                   "byte (UTF-8 bytes, vocabulary 256), gpt2 (byte-level BPE from "
                   "--vocab-file/--merge-file), or FILE.json (a Hugging Face tokenizer.json "
-                  "of the byte-level BPE family; docs/data.md)")
+                  "of the byte-level BPE family; docs/runtime.md)")
       ->capture_default_str();
   cmd->add_option("--vocab-file", a->vocab_file, "gpt2: the vocab.json");
   cmd->add_option("--merge-file", a->merge_file, "gpt2: the merges.txt");

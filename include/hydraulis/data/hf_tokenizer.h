@@ -21,7 +21,7 @@ struct HfPipeline;
 // recognised): added tokens are cut out of the text first, the rest normalized,
 // pre-tokenized, byte-mapped and merged, then the post-processor's template adds its
 // tokens (a BOS, say). What it accepts, and refuses rather than tokenize differently
-// (docs/data.md, "Hugging Face tokenizers"):
+// (docs/runtime.md, "Hugging Face tokenizers"):
 //  - normalizer: none, NFC, NFD, NFKC, NFKD, or a Sequence of them;
 //  - pre_tokenizer: ByteLevel, or a Sequence of Split steps (regex or string, any
 //    behavior, inverted or not) ending in one ByteLevel;
