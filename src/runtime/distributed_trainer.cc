@@ -113,7 +113,12 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
   world_ = MakeCommGroup(rendezvous_, "world");
   // Every rank walks the candidates in the same order and creates the groups it belongs to:
   // one global creation order, so group creation cannot deadlock (distributed.h).
-  const Transformer whole(config_, seed_, nullptr, {}, {}, initial);
+  // The master weights come straight from the source, one tensor at a time; the compute
+  // models are left uninitialised, as every step materialises them from the master weights:
+  // so no process ever holds a second full copy of the weights (issue 11).
+  optimizer_ = std::make_unique<ShardedAdamW>(
+      config_, initial ? initial : SeededWeights(config_, seed_), *world_, options,
+      TorchDevice(compute_));
   for (const Strategy& s : candidates_) {
     auto compute = std::make_unique<Compute>();
     const std::vector<ComputeRole> roles = ComputePlacement(s, o.world_size);
@@ -127,7 +132,8 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
       CommGroup* tp_group =
           scheme.tp > 1 ? Group(TensorParallelGpus(s, pipeline, block.stage)) : nullptr;
       compute->model = std::make_unique<Transformer>(
-          config_, seed_, tp_group, ModelPart::Stage(config_, block.stage, scheme.pp), compute_);
+          config_, seed_, tp_group, ModelPart::Stage(config_, block.stage, scheme.pp), compute_,
+          UninitializedWeights());
       compute->links.pipeline = pipeline_group;
       compute->links.stage = block.stage;
       compute->links.pp = scheme.pp;
@@ -140,7 +146,6 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
     }
     computes_.push_back(std::move(compute));
   }
-  optimizer_ = std::make_unique<ShardedAdamW>(whole, *world_, options, TorchDevice(compute_));
 }
 
 DistributedTrainer::~DistributedTrainer() = default;

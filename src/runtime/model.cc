@@ -191,6 +191,33 @@ at::TensorOptions Transformer::activation_options() const {
   return at::TensorOptions().device(TorchDevice(compute_)).dtype(ComputeDtype(compute_));
 }
 
+InitialWeights SeededWeights(const ModelConfig& config, std::uint64_t seed) {
+  struct State {
+    at::Generator gen;
+    std::vector<FullParameter> order;
+    std::size_t next = 0;  // index in `order` of the next draw
+  };
+  auto state = std::make_shared<State>(
+      State{at::make_generator<at::CPUGeneratorImpl>(seed), FullParameters(config), 0});
+  return [state](const FullParameter& p) {
+    const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
+    auto draw = [&](const FullParameter& q) {
+      return q.shape.size() == 1 ? at::ones(q.shape, fp32)
+                                 : at::normal(0.0, kInitStd, q.shape, state->gen, fp32);
+    };
+    while (state->next < state->order.size()) {
+      const FullParameter& q = state->order[state->next++];
+      at::Tensor v = draw(q);
+      if (q.name == p.name) return v;
+    }
+    throw InternalError("SeededWeights: " + p.name + " asked for out of order");
+  };
+}
+
+InitialWeights UninitializedWeights() {
+  return [](const FullParameter& p) { return at::empty(p.shape, at::TensorOptions().dtype(at::kFloat)); };
+}
+
 Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group,
                          const ModelPart& part, const ComputeOptions& compute,
                          const InitialWeights& initial)
@@ -205,13 +232,7 @@ Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGrou
                        std::to_string(part_.end_layer) + ") out of range for " +
                        std::to_string(config_.shape.layers) + " layers");
   }
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
-  // Every weight is drawn, held or not, so each value is the one the whole model has.
-  auto draw = [&](const FullParameter& p) {
-    return p.shape.size() == 1 ? at::ones(p.shape, fp32)
-                               : at::normal(0.0, kInitStd, p.shape, gen, fp32);
-  };
+  const InitialWeights seeded = initial ? InitialWeights() : SeededWeights(config_, seed);
   // Whether this rank holds (a shard of) `p`: only those are read from `initial`.
   auto held = [&](const FullParameter& p) {
     if (p.name == "embed") return part_.has_embedding || (config_.tie_embeddings && part_.has_head);
@@ -220,9 +241,8 @@ Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGrou
     return layer >= part_.first_layer && layer < part_.end_layer;
   };
   auto value_of = [&](const FullParameter& p) {
-    if (!initial) return draw(p);
     if (!held(p)) return at::Tensor();
-    at::Tensor v = initial(p);
+    at::Tensor v = initial ? initial(p) : seeded(p);
     if (v.sizes().vec() != p.shape) {
       throw InvalidInput("initial weights: " + p.name + " has shape " + c10::str(v.sizes()) +
                          ", the model needs " + c10::str(at::IntArrayRef(p.shape)));

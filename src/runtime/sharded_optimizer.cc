@@ -55,20 +55,45 @@ void AdamWUpdate(const at::Tensor& param, const at::Tensor& grad, const at::Tens
   p.addcdiv_(exp_avg, denom, -step_size);
 }
 
-ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
-                           const AdamWOptions& options, at::Device device)
-    : world_(world), options_(options), layout_(MakeFlatLayout(initial.config())) {
-  ValidateAdamWOptions(options_);
-  if (!initial.part().IsWhole(initial.config()) || initial.tp_size() != 1) {
+namespace {
+
+// The whole model's parameters of `model` as a source, in FullParameters' order.
+InitialWeights WeightsOf(const Transformer& model) {
+  if (!model.part().IsWhole(model.config()) || model.tp_size() != 1) {
     throw InternalError("ShardedAdamW: the initial model must be the whole single-process model");
   }
+  return [&model](const FullParameter& p) {
+    for (const NamedParameter& n : model.named_parameters()) {
+      if (n.name == p.name) return n.value.detach();
+    }
+    throw InternalError("ShardedAdamW: the initial model has no " + p.name);
+  };
+}
+
+}  // namespace
+
+ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
+                           const AdamWOptions& options, at::Device device)
+    : ShardedAdamW(initial.config(), WeightsOf(initial), world, options, device) {}
+
+ShardedAdamW::ShardedAdamW(const ModelConfig& config, const InitialWeights& initial,
+                           CommGroup& world, const AdamWOptions& options, at::Device device)
+    : world_(world), options_(options), layout_(MakeFlatLayout(config)) {
+  ValidateAdamWOptions(options_);
   const std::int64_t ranks = world_.size();
   shard_numel_ = (layout_.numel + ranks - 1) / ranks;
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
   full_ = at::zeros({shard_numel_ * ranks}, fp32);
   grad_ = at::zeros({shard_numel_ * ranks}, fp32);
-  for (const NamedParameter& p : initial.named_parameters()) {
-    RegionOf(full_, layout_, p, 1, 0).copy_(p.value.detach());
+  at::NoGradGuard no_grad;
+  for (const FlatParameter& f : layout_.parameters) {
+    const at::Tensor v = initial(f.parameter);
+    if (v.sizes().vec() != f.parameter.shape) {
+      throw InvalidInput("initial weights: " + f.parameter.name + " has shape " +
+                         c10::str(v.sizes()) + ", the model needs " +
+                         c10::str(at::IntArrayRef(f.parameter.shape)));
+    }
+    full_.slice(0, f.offset, f.offset + f.numel).view(f.parameter.shape).copy_(v);
   }
   exp_avg_ = at::zeros({shard_numel_}, fp32);
   exp_avg_sq_ = at::zeros({shard_numel_}, fp32);
@@ -93,6 +118,10 @@ namespace {
 bool Contributes(const Transformer& model, const NamedParameter& p) {
   return p.split != TensorSplit::kReplicated || model.tp_rank() == 0;
 }
+
+// Elements per piece of the optimizer's whole-shard work (the gradient norm, the update):
+// 4 MiB of fp32, so temporaries stay small however large the shard is.
+constexpr std::int64_t kUpdateChunk = std::int64_t{1} << 20;
 
 double MsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
@@ -207,14 +236,29 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   pending_.clear();
   // This rank's shard of the sum is in place in its slice of the buffer. One small
   // collective gives every rank the global norm, so all of them decide alike.
-  at::Tensor norm_sq = Shard(grad_).to(at::kDouble).square().sum().reshape({1}).cpu();
+  // Summed in double chunk by chunk: a double copy of the whole shard would cost 8 (and its
+  // square another 8) bytes per parameter at the step's peak.
+  const at::Tensor shard = Shard(grad_);
+  at::Tensor norm_sq = at::zeros({1}, shard.options().dtype(at::kDouble));
+  for (std::int64_t begin = 0; begin < shard.numel(); begin += kUpdateChunk) {
+    const at::Tensor chunk = shard.slice(0, begin, std::min(begin + kUpdateChunk, shard.numel()));
+    norm_sq.add_(chunk.to(at::kDouble).square().sum());
+  }
+  norm_sq = norm_sq.cpu();
   world_.AllReduceSum(norm_sq);
   StepOutcome outcome;
   outcome.grad_norm = std::sqrt(norm_sq.item<double>());
   if (!apply || !std::isfinite(outcome.grad_norm)) return outcome;
   ++steps_;
   const at::Tensor master = Shard(full_).clone();
-  AdamWUpdate(master, Shard(grad_), exp_avg_, exp_avg_sq_, steps_, options_);
+  // Chunk by chunk, so the update's temporaries stay small; the update is elementwise, so
+  // the values are the same as in one piece.
+  const at::Tensor grad = Shard(grad_);
+  for (std::int64_t begin = 0; begin < shard_numel_; begin += kUpdateChunk) {
+    const std::int64_t end = std::min(begin + kUpdateChunk, shard_numel_);
+    AdamWUpdate(master.slice(0, begin, end), grad.slice(0, begin, end),
+                exp_avg_.slice(0, begin, end), exp_avg_sq_.slice(0, begin, end), steps_, options_);
+  }
   world_.AllGather(master, full_);
   outcome.applied = true;
   return outcome;

@@ -66,6 +66,16 @@ struct ModelPart {
 // (hf_weights.h reads them from a Hugging Face checkpoint).
 using InitialWeights = std::function<at::Tensor(const FullParameter&)>;
 
+// The seeded draw as a source: the values Transformer(config, seed) has, each drawn when
+// asked (parameters skipped are drawn and dropped, so each value does not depend on which
+// were asked). InternalError when asked out of FullParameters' order.
+InitialWeights SeededWeights(const ModelConfig& config, std::uint64_t seed);
+
+// Uninitialised tensors of the right shapes, for models whose parameters are overwritten
+// before use (the trainer's compute models, materialised from the optimizer every step):
+// nothing is drawn or read.
+InitialWeights UninitializedWeights();
+
 struct NamedParameter {
   std::string name;  // e.g. "layers.3.wq"
   at::Tensor value;  // fp32, requires_grad

@@ -59,6 +59,11 @@ class ShardedAdamW {
   // compute device of this rank.
   ShardedAdamW(const Transformer& initial, CommGroup& world, const AdamWOptions& options,
                at::Device device = at::Device(at::kCPU));
+  // The same from a source of the whole model's weights (SeededWeights, HfInitialWeights),
+  // each copied into the master weights as it is read: no other full copy is ever held.
+  // InvalidInput when a value has another shape than the parameter.
+  ShardedAdamW(const ModelConfig& config, const InitialWeights& initial, CommGroup& world,
+               const AdamWOptions& options, at::Device device = at::Device(at::kCPU));
 
   // Copies this rank's compute parameters of `model` (any part, any tp) from the current
   // full parameters. Not a collective.
