@@ -18,7 +18,8 @@ the heterogeneous 2-rank candidates, each exported with `hydraulis export`; agai
 plain PyTorch loop over transformers' model with torch.optim.AdamW and the same
 hyper-parameters (loss: mean over the batch's targets). Every parameter must agree within
 1e-4 relative (to its largest value). Finally transformers loads hydraulis' export and
-must reproduce hydraulis' logits within 1e-5.
+must reproduce hydraulis' logits within 1e-5, and loads the same checkpoint exported sharded
+(model-0000k-of-0000n.safetensors + index) and in bf16 with the same weights.
 Nothing is downloaded: the models are made here. Exits 1 on any mismatch.
 """
 import json
@@ -109,6 +110,40 @@ def train_parity(binary, src, tmp, ckpt, model, ids):
         print(f"train {label}: {STEPS} AdamW steps, worst parameter error {worst:.2e} (relative)")
         if label == "1 rank":
             failures += export_parity(binary, tmp, run_dir, ids)
+            failures += export_forms(binary, run_dir, ckpt)
+    return failures
+
+
+def export_forms(binary, run_dir, ckpt):
+    """The same checkpoint exported sharded (into the directory of the single-file export,
+    whose model.safetensors must go) and in bf16: transformers loads each, with weights
+    equal to the single-file fp32 export's (bf16: those rounded to bf16)."""
+    failures = []
+    single = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
+    base = [binary, "export", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--model",
+            os.path.join(ckpt, "config.json")]
+    forms = {"sharded": (["-o", os.path.join(run_dir, "hf"), "--max-shard-size", "100KB"],
+                         torch.float32),
+             "bf16": (["-o", os.path.join(run_dir, "hf-bf16"), "--dtype", "bf16"],
+                      torch.bfloat16)}
+    for form, (extra, dtype) in forms.items():
+        run = subprocess.run(base + extra, capture_output=True, text=True)
+        if run.returncode != 0:
+            failures.append(f"export {form}: {run.stderr.strip()}")
+            continue
+        out = extra[1]
+        files = sorted(os.listdir(out))
+        model = LlamaForCausalLM.from_pretrained(out, torch_dtype=dtype)
+        state = model.state_dict()
+        bad = [n for n, want in single.items() if not torch.equal(state[n], want.to(dtype))]
+        if form == "sharded":
+            shards = [f for f in files if f.startswith("model-")]
+            if "model.safetensors" in files or len(shards) < 2 or \
+                    "model.safetensors.index.json" not in files:
+                bad.append(f"files {files}")
+        print(f"export {form}: {files}; transformers loads it, "
+              f"{'every weight equal' if not bad else 'DIFFERENT: ' + ', '.join(bad[:3])}")
+        failures += [f"export {form}: {b}" for b in bad]
     return failures
 
 
