@@ -45,18 +45,20 @@ int Run(int argc, char** argv) {
     tokens = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (const std::string& text : texts) tokens += tokenizer.Encode(text).size();
-    seconds.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(seconds.begin(), seconds.end());
   const double median = seconds[seconds.size() / 2];
-  fmt::print(R"({{"documents": {}, "bytes": {}, "tokens": {}, "seconds": {:.4f}, "mb_per_s": {:.3f}}})"
-             "\n",
-             texts.size(), bytes, tokens, median, static_cast<double>(bytes) / median / 1e6);
+  fmt::print(
+      R"({{"documents": {}, "bytes": {}, "tokens": {}, "seconds": {:.4f}, "mb_per_s": {:.3f}}})"
+      "\n",
+      texts.size(), bytes, tokens, median, static_cast<double>(bytes) / median / 1e6);
   return 0;
 }
 
 }  // namespace
 }  // namespace hydraulis
 
-int main(int argc, char** argv) { return hydraulis::BenchMain("tokenize_bench", hydraulis::Run, argc, argv); }
+int main(int argc, char** argv) {
+  return hydraulis::BenchMain("tokenize_bench", hydraulis::Run, argc, argv);
+}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs dependencies (idempotent) and builds one CMake preset (default: release), then
+# installs the Python package into .venv (release), and
 # makes the demo training corpus build/<preset>/demo-corpus.{bin,idx} once (docs/runtime.md,
 # "Training data"): local copyright and license texts, byte-tokenized; nothing downloaded.
 set -euo pipefail
@@ -8,6 +9,8 @@ preset="${1:-release}"
 ./scripts/install-deps.sh
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset"
+# The Python package (planning layers only) into .venv, beside the release build.
+if [[ $preset == release ]]; then ./scripts/install-python-package.sh; fi
 corpus="build/$preset/demo-corpus"
 if [[ ! -f $corpus.bin || ! -f $corpus.idx ]]; then
   ./scripts/make-demo-corpus.sh "$corpus.jsonl"

@@ -7,7 +7,7 @@
 #    version. The runtime builds against it (docs/runtime.md, "Which PyTorch").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(build-essential cmake g++ pkg-config clang-format python3 python3-venv
+packages=(build-essential cmake g++ pkg-config clang-format python3 python3-venv python3-dev
           libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev libgloo-dev
           libxxhash-dev libpcre2-dev libutf8proc-dev clang-14 libclang-rt-14-dev)

@@ -34,9 +34,13 @@ struct ExportArgs {
 // "5GB", "500MB", "100KB", "2GiB" or a count of bytes: transformers' max_shard_size forms
 // (KB/MB/GB powers of 10, KiB/MiB/GiB of 2).
 std::uint64_t ParseShardSize(const std::string& text) {
-  static const std::pair<const char*, std::uint64_t> kUnits[] = {
-      {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"KB", 1'000},
-      {"MB", 1'000'000},   {"GB", 1'000'000'000}, {"B", 1}};
+  static const std::pair<const char*, std::uint64_t> kUnits[] = {{"KiB", 1ull << 10},
+                                                                 {"MiB", 1ull << 20},
+                                                                 {"GiB", 1ull << 30},
+                                                                 {"KB", 1'000},
+                                                                 {"MB", 1'000'000},
+                                                                 {"GB", 1'000'000'000},
+                                                                 {"B", 1}};
   std::string number = text;
   std::uint64_t unit = 1;
   for (const auto& [suffix, scale] : kUnits) {
@@ -50,8 +54,10 @@ std::uint64_t ParseShardSize(const std::string& text) {
   const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
   if (ec != std::errc() || end != number.data() + number.size() || value == 0 ||
       value > UINT64_MAX / unit) {
-    throw InvalidInput("export: --max-shard-size must be a positive size such as 5GB, 500MB or "
-                       "1073741824, got " + QuoteForMessage(text));
+    throw InvalidInput(
+        "export: --max-shard-size must be a positive size such as 5GB, 500MB or "
+        "1073741824, got " +
+        QuoteForMessage(text));
   }
   return value * unit;
 }

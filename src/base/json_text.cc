@@ -68,8 +68,8 @@ std::string JsonForMessage(const nlohmann::json& value) {
 
 std::string QuotedForMessage(std::string_view s) {
   constexpr std::size_t kMaxBytes = 60;
-  std::string q = nlohmann::json(std::string(s)).dump(-1, ' ', false,
-                                                      nlohmann::json::error_handler_t::replace);
+  std::string q =
+      nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (q.size() <= kMaxBytes + 2) return q;
   std::size_t cut = kMaxBytes;
   while (cut > 1 && (static_cast<unsigned char>(q[cut]) & 0xC0) == 0x80) --cut;

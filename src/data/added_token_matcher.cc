@@ -8,8 +8,9 @@ constexpr std::uint32_t kNoNode = 0;  // the root is never anyone's child
 
 std::uint32_t AddedTokenMatcher::Child(std::uint32_t node, unsigned char byte) const {
   const auto& children = nodes_[node].children;
-  const auto it = std::lower_bound(children.begin(), children.end(), byte,
-                                   [](const auto& child, unsigned char b) { return child.first < b; });
+  const auto it =
+      std::lower_bound(children.begin(), children.end(), byte,
+                       [](const auto& child, unsigned char b) { return child.first < b; });
   return it != children.end() && it->first == byte ? it->second : kNoNode;
 }
 
@@ -22,9 +23,10 @@ void AddedTokenMatcher::Add(std::string_view content, std::int32_t id) {
       child = static_cast<std::uint32_t>(nodes_.size());
       nodes_.emplace_back();
       auto& children = nodes_[node].children;
-      children.insert(std::upper_bound(children.begin(), children.end(), byte,
-                                       [](unsigned char b, const auto& entry) { return b < entry.first; }),
-                      {byte, child});
+      children.insert(
+          std::upper_bound(children.begin(), children.end(), byte,
+                           [](unsigned char b, const auto& entry) { return b < entry.first; }),
+          {byte, child});
     }
     node = child;
   }

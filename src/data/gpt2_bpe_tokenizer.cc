@@ -99,8 +99,8 @@ void Gpt2BpeTokenizer::Load(const std::string& vocab_json, const std::string& vo
     const std::string second(line.substr(space + 1));
     for (const std::string& symbol : {first, second, first + second}) {
       if (!ids_.contains(symbol)) {
-        throw InvalidInput(where + "merge " + QuotedForMessage(std::string(line)) + ": " + QuotedForMessage(symbol) +
-                           " is not in " + vocab_json_path);
+        throw InvalidInput(where + "merge " + QuotedForMessage(std::string(line)) + ": " +
+                           QuotedForMessage(symbol) + " is not in " + vocab_json_path);
       }
     }
     // A repeated merge keeps its first (lowest) rank, as GPT-2's dictionary of ranks
@@ -153,7 +153,8 @@ void Gpt2BpeTokenizer::EncodePiece(std::string_view piece, std::vector<std::int6
   for (const std::string& symbol : symbols) {
     const auto it = ids_.find(symbol);
     // The constructor checked every byte symbol and every merge result.
-    if (it == ids_.end()) throw InternalError("Gpt2BpeTokenizer: no id for " + QuotedForMessage(symbol));
+    if (it == ids_.end())
+      throw InternalError("Gpt2BpeTokenizer: no id for " + QuotedForMessage(symbol));
     out.push_back(it->second);
   }
 }

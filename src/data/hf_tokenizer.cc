@@ -88,15 +88,16 @@ const std::string& RequireString(const json& value, const Where& where) {
 bool BoolOr(const json& object, std::string_view key, bool fallback, const Where& where) {
   const json* value = Find(object, key);
   if (value == nullptr || value->is_null()) return fallback;
-  if (!value->is_boolean()) (where / key).Fail("expected true or false, got " + JsonForMessage(*value));
+  if (!value->is_boolean())
+    (where / key).Fail("expected true or false, got " + JsonForMessage(*value));
   return value->get<bool>();
 }
 
 std::int32_t RequireId(const json& value, const Where& where) {
-  if (!value.is_number_integer() || (value.is_number_unsigned()
-                                         ? value.get<std::uint64_t>() > 0x7fffffffu
-                                         : value.get<std::int64_t>() < 0 ||
-                                               value.get<std::int64_t>() > 0x7fffffff)) {
+  if (!value.is_number_integer() ||
+      (value.is_number_unsigned()
+           ? value.get<std::uint64_t>() > 0x7fffffffu
+           : value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > 0x7fffffff)) {
     where.Fail("an id must be an integer from 0 to 2^31 - 1, got " + JsonForMessage(value));
   }
   return static_cast<std::int32_t>(value.get<std::int64_t>());
@@ -292,11 +293,10 @@ namespace {
 std::vector<UnicodeForm> ParseNormalizer(const json& value, const Where& where) {
   if (value.is_null()) return {};
   const std::string& type = TypeOf(value, where);
-  static const std::unordered_map<std::string, UnicodeForm> kForms = {
-      {"NFC", UnicodeForm::kNfc},
-      {"NFD", UnicodeForm::kNfd},
-      {"NFKC", UnicodeForm::kNfkc},
-      {"NFKD", UnicodeForm::kNfkd}};
+  static const std::unordered_map<std::string, UnicodeForm> kForms = {{"NFC", UnicodeForm::kNfc},
+                                                                      {"NFD", UnicodeForm::kNfd},
+                                                                      {"NFKC", UnicodeForm::kNfkc},
+                                                                      {"NFKD", UnicodeForm::kNfkd}};
   if (const auto it = kForms.find(type); it != kForms.end()) return {it->second};
   if (type == "Sequence") {
     const Where list = where / "normalizers";
@@ -357,7 +357,8 @@ void ParsePreTokenizer(const json& value, const Where& where, data_internal::HfP
   }
   const std::string& type = TypeOf(value, where);
   if (type == "ByteLevel") return ParseByteLevel(value, where, p);
-  if (type != "Sequence") Unsupported(where / "type", type, "ByteLevel, Sequence of Split and ByteLevel");
+  if (type != "Sequence")
+    Unsupported(where / "type", type, "ByteLevel, Sequence of Split and ByteLevel");
   const Where list = where / "pretokenizers";
   const json& steps = RequireArray(Require(value, "pretokenizers", where), list);
   if (steps.empty()) list.Fail("is empty; it must end with a ByteLevel step");
@@ -380,14 +381,15 @@ void ParsePreTokenizer(const json& value, const Where& where, data_internal::HfP
 void ParseModel(const json& value, const Where& where, data_internal::HfPipeline& p) {
   const std::string& type = TypeOf(value, where);
   if (type != "BPE") Unsupported(where / "type", type, "BPE");
-  if (const json* d = Find(value, "dropout"); d != nullptr && !d->is_null() &&
-                                              !(d->is_number() && d->get<double>() == 0.0)) {
-    (where / "dropout").Fail("dropout is not supported (it makes tokenization random); got " +
-                             JsonForMessage(*d));
+  if (const json* d = Find(value, "dropout");
+      d != nullptr && !d->is_null() && !(d->is_number() && d->get<double>() == 0.0)) {
+    (where / "dropout")
+        .Fail("dropout is not supported (it makes tokenization random); got " + JsonForMessage(*d));
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (const json* v = Find(value, key);
-        v != nullptr && !v->is_null() && !(v->is_string() && v->get_ref<const std::string&>().empty())) {
+        v != nullptr && !v->is_null() &&
+        !(v->is_string() && v->get_ref<const std::string&>().empty())) {
       (where / key).Fail("is not supported by byte-level BPE; got " + JsonForMessage(*v));
     }
   }
@@ -402,7 +404,8 @@ void ParseModel(const json& value, const Where& where, data_internal::HfPipeline
     const std::int32_t id = RequireId(id_value, entry);
     const auto [it, added] = ids.emplace(symbol, id);
     if (const auto [other, fresh] = symbol_of_id.emplace(id, &it->first); !fresh) {
-      entry.Fail("id " + std::to_string(id) + " is also the id of " + QuotedForMessage(*other->second));
+      entry.Fail("id " + std::to_string(id) + " is also the id of " +
+                 QuotedForMessage(*other->second));
     }
     p.vocab_size = std::max<std::int64_t>(p.vocab_size, std::int64_t{id} + 1);
     p.token_ids.emplace(symbol, id);
@@ -482,12 +485,14 @@ std::vector<std::int64_t> TemplateTokenIds(const json& processor, const std::str
   const Where table_where = where / "special_tokens";
   const json& table = RequireObject(Require(processor, "special_tokens", where), table_where);
   const json* entry = Find(table, name);
-  if (entry == nullptr) table_where.Fail("no entry for the template's token " + QuotedForMessage(name));
+  if (entry == nullptr)
+    table_where.Fail("no entry for the template's token " + QuotedForMessage(name));
   const Where entry_where = table_where / QuotedForMessage(name);
   const json& ids = RequireArray(Require(RequireObject(*entry, entry_where), "ids", entry_where),
                                  entry_where / "ids");
   std::vector<std::int64_t> out;
-  for (std::size_t i = 0; i < ids.size(); ++i) out.push_back(RequireId(ids[i], (entry_where / "ids")[i]));
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    out.push_back(RequireId(ids[i], (entry_where / "ids")[i]));
   return out;
 }
 
@@ -503,14 +508,17 @@ void ParseTemplate(const json& processor, const Where& where, data_internal::HfP
     RequireObject(single[i], item);
     if (const json* special = Find(single[i], "SpecialToken"); special != nullptr) {
       const Where s = item / "SpecialToken";
-      const std::string& name = RequireString(Require(RequireObject(*special, s), "id", s), s / "id");
+      const std::string& name =
+          RequireString(Require(RequireObject(*special, s), "id", s), s / "id");
       const auto ids = TemplateTokenIds(processor, name, where);
       auto& target = seen_sequence ? p.suffix_ids : p.prefix_ids;
       target.insert(target.end(), ids.begin(), ids.end());
     } else if (const json* sequence = Find(single[i], "Sequence"); sequence != nullptr) {
       const Where s = item / "Sequence";
-      const std::string& id = RequireString(Require(RequireObject(*sequence, s), "id", s), s / "id");
-      if (id != "A" || seen_sequence) (s / "id").Fail("the single template must hold sequence A once");
+      const std::string& id =
+          RequireString(Require(RequireObject(*sequence, s), "id", s), s / "id");
+      if (id != "A" || seen_sequence)
+        (s / "id").Fail("the single template must hold sequence A once");
       seen_sequence = true;
     } else {
       item.Fail("expected {\"SpecialToken\": ...} or {\"Sequence\": ...}");
@@ -541,7 +549,8 @@ void ParsePostProcessor(const json& value, const Where& where, data_internal::Hf
 
 }  // namespace
 
-HfTokenizer::HfTokenizer(std::unique_ptr<const data_internal::HfPipeline> pipeline) : pipeline_(std::move(pipeline)) {}
+HfTokenizer::HfTokenizer(std::unique_ptr<const data_internal::HfPipeline> pipeline)
+    : pipeline_(std::move(pipeline)) {}
 HfTokenizer::~HfTokenizer() = default;
 HfTokenizer::HfTokenizer(HfTokenizer&&) noexcept = default;
 HfTokenizer& HfTokenizer::operator=(HfTokenizer&&) noexcept = default;
@@ -553,12 +562,14 @@ HfTokenizer HfTokenizer::Parse(std::string_view json_text, const std::string& pa
   RequireObject(root, top);
   for (const char* key : {"truncation", "padding"}) {
     if (const json* v = Find(root, key); v != nullptr && !v->is_null()) {
-      (top / key).Fail("is set; hydraulis cuts documents by --max-len itself and never pads, so "
-                       "set it to null (tokenizer.no_truncation(), no_padding())");
+      (top / key).Fail(
+          "is set; hydraulis cuts documents by --max-len itself and never pads, so "
+          "set it to null (tokenizer.no_truncation(), no_padding())");
     }
   }
   auto p = std::make_unique<data_internal::HfPipeline>();
-  if (const json* n = Find(root, "normalizer")) p->normalizers = ParseNormalizer(*n, top / "normalizer");
+  if (const json* n = Find(root, "normalizer"))
+    p->normalizers = ParseNormalizer(*n, top / "normalizer");
   ParsePreTokenizer(Require(root, "pre_tokenizer", top), top / "pre_tokenizer", *p);
   ParseModel(Require(root, "model", top), top / "model", *p);
   if (const json* a = Find(root, "added_tokens")) ParseAddedTokens(*a, top / "added_tokens", *p);
@@ -566,10 +577,14 @@ HfTokenizer HfTokenizer::Parse(std::string_view json_text, const std::string& pa
     ParsePostProcessor(*pp, top / "post_processor", *p);
   }
   for (std::int64_t id : p->prefix_ids) {
-    if (id >= p->vocab_size) (top / "post_processor").Fail("template id " + std::to_string(id) + " is outside the vocabulary");
+    if (id >= p->vocab_size)
+      (top / "post_processor")
+          .Fail("template id " + std::to_string(id) + " is outside the vocabulary");
   }
   for (std::int64_t id : p->suffix_ids) {
-    if (id >= p->vocab_size) (top / "post_processor").Fail("template id " + std::to_string(id) + " is outside the vocabulary");
+    if (id >= p->vocab_size)
+      (top / "post_processor")
+          .Fail("template id " + std::to_string(id) + " is outside the vocabulary");
   }
   if (!eos_token.empty()) {
     const auto it = p->token_ids.find(std::string(eos_token));
@@ -585,7 +600,8 @@ HfTokenizer HfTokenizer::Parse(std::string_view json_text, const std::string& pa
 HfTokenizer HfTokenizer::Load(const std::string& path) {
   const std::string text = ReadFileText(path);
   std::string eos;
-  const std::filesystem::path config = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  const std::filesystem::path config =
+      std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   std::error_code ec;
   if (std::filesystem::is_regular_file(config, ec)) {
     const std::string config_path = config.string();
@@ -600,7 +616,9 @@ HfTokenizer HfTokenizer::Load(const std::string& path) {
   try {
     return Parse(text, path, eos);
   } catch (const InvalidInput& e) {
-    if (eos.empty() || std::string_view(e.what()).find("end-of-document token") == std::string_view::npos) throw;
+    if (eos.empty() ||
+        std::string_view(e.what()).find("end-of-document token") == std::string_view::npos)
+      throw;
     throw InvalidInput(std::string(e.what()) + " (eos_token of " + config.string() + ")");
   }
 }

@@ -139,7 +139,8 @@ TEST(RegexSplitterTest, ClassesFollowOniguruma) {
   const RegexSplitter letters("\\p{L}+", false, "test");
   EXPECT_EQ(Matches(letters, "a\xe1\xb2\x89z!").size(), 1u);
   const RegexSplitter not_letters("[^\\s\\p{L}]+", false, "test");
-  EXPECT_EQ(Matches(not_letters, "\xe1\xa0\x8e"), (std::vector<std::pair<std::size_t, std::size_t>>{{0, 3}}));
+  EXPECT_EQ(Matches(not_letters, "\xe1\xa0\x8e"),
+            (std::vector<std::pair<std::size_t, std::size_t>>{{0, 3}}));
   const RegexSplitter digits("\\d", false, "test");
   EXPECT_EQ(Matches(digits, "\xf0\x90\xb5\x80").size(), 1u);
 }
@@ -168,19 +169,26 @@ json MakeTokenizer(const std::vector<std::pair<std::string, std::string>>& merge
     vocab[a + b] = next++;
     merge_list.push_back(json::array({a, b}));
   }
-  return json{{"version", "1.0"},
-              {"truncation", nullptr},
-              {"padding", nullptr},
-              {"added_tokens", json::array()},
-              {"normalizer", nullptr},
-              {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-              {"post_processor", nullptr},
-              {"decoder", nullptr},
-              {"model",
-               {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-                {"vocab", vocab}, {"merges", merge_list}}}};
+  return json{
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", json::array()},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", nullptr},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", merge_list}}}};
 }
 
 HfTokenizer Load(const json& j, std::string_view eos = {}) {
@@ -222,9 +230,9 @@ TEST(HfTokenizerTest, IgnoreMergesTakesWholeWordsFromTheVocabulary) {
 
 TEST(HfTokenizerTest, AddedTokensTemplateAndEos) {
   json j = MakeTokenizer();
-  j["added_tokens"] = json::array(
-      {{{"id", 256}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
-       {{"id", 257}, {"content", "</s>"}, {"special", true}, {"normalized", false}}});
+  j["added_tokens"] =
+      json::array({{{"id", 256}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
+                   {{"id", 257}, {"content", "</s>"}, {"special", true}, {"normalized", false}}});
   j["post_processor"] = {
       {"type", "TemplateProcessing"},
       {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
@@ -241,7 +249,8 @@ TEST(HfTokenizerTest, AddedTokensTemplateAndEos) {
 TEST(HfTokenizerTest, NormalizesBeforeMatchingNormalizedTokens) {
   json j = MakeTokenizer();
   j["normalizer"] = {{"type", "NFC"}};
-  j["added_tokens"] = json::array({{{"id", 300}, {"content", "\xc3\xa9t\xc3\xa9"},  // "été"
+  j["added_tokens"] = json::array({{{"id", 300},
+                                    {"content", "\xc3\xa9t\xc3\xa9"},  // "été"
                                     {"normalized", true}}});
   const HfTokenizer t = Load(j);
   // "e" + combining acute, NFC-composed to "é", then matched as the added token.
@@ -257,9 +266,12 @@ TEST(HfTokenizerTest, SplitBehaviours) {
     j["pre_tokenizer"] = {
         {"type", "Sequence"},
         {"pretokenizers",
-         json::array({{{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", behavior},
-                       {"invert", invert}},
-                      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+         json::array(
+             {{{"type", "Split"},
+               {"pattern", {{"String", " "}}},
+               {"behavior", behavior},
+               {"invert", invert}},
+              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
     return Load(j).Encode("How are");
   };
   const Ids how = Bytes("Ho");
@@ -283,44 +295,89 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {[](json& j) { j["model"]["type"] = "WordPiece"; }, "tok.json: model.type: type 'WordPiece' is not supported"},
-      {[](json& j) { j["model"]["vocab"].erase("A"); }, "tok.json: model.vocab: the symbol \"A\" of byte 65 is missing"},
-      {[](json& j) { j["model"]["merges"] = json::array({"h"}); }, "tok.json: model.merges[0]: expected \"FIRST SECOND\""},
-      {[](json& j) { j["model"]["merges"] = json::array({json::array({"h", "q"})}); }, "tok.json: model.merges[0]: \"hq\" is not in model.vocab"},
-      {[](json& j) { j["model"]["vocab"]["x2"] = 65; }, "tok.json: model.vocab.\"x2\": id 65 is also the id of \"A\""},
-      {[](json& j) { j["model"]["vocab"]["x2"] = -1; }, "tok.json: model.vocab.\"x2\": an id must be an integer"},
-      {[](json& j) { j["model"]["dropout"] = 0.1; }, "tok.json: model.dropout: dropout is not supported"},
-      {[](json& j) { j["model"]["continuing_subword_prefix"] = "##"; }, "tok.json: model.continuing_subword_prefix: is not supported"},
-      {[](json& j) { j["truncation"] = json{{"max_length", 5}}; }, "tok.json: truncation: is set"},
-      {[](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "tok.json: normalizer.type: type 'Lowercase' is not supported"},
-      {[](json& j) { j["pre_tokenizer"] = nullptr; }, "tok.json: pre_tokenizer: is null"},
-      {[](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, "tok.json: pre_tokenizer.type: type 'Metaspace' is not supported"},
-      {[](json& j) { j["pre_tokenizer"]["add_prefix_space"] = 1; }, "tok.json: pre_tokenizer.add_prefix_space: expected true or false"},
+      {[](json& j) { j["model"]["type"] = "WordPiece"; },
+       "tok.json: model.type: type 'WordPiece' is not supported"},
+      {[](json& j) { j["model"]["vocab"].erase("A"); },
+       "tok.json: model.vocab: the symbol \"A\" of byte 65 is missing"},
+      {[](json& j) { j["model"]["merges"] = json::array({"h"}); },
+       "tok.json: model.merges[0]: expected \"FIRST SECOND\""},
       {[](json& j) {
-         j["pre_tokenizer"] = {{"type", "Sequence"},
-                               {"pretokenizers", json::array({{{"type", "ByteLevel"}, {"add_prefix_space", false}},
-                                                              {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Isolated"}}})}};
+         j["model"]["merges"] = json::array({json::array({"h", "q"})});
        },
-       "tok.json: pre_tokenizer.pretokenizers[0].type: the sequence must be Split steps then one ByteLevel step"},
+       "tok.json: model.merges[0]: \"hq\" is not in model.vocab"},
+      {[](json& j) { j["model"]["vocab"]["x2"] = 65; },
+       "tok.json: model.vocab.\"x2\": id 65 is also the id of \"A\""},
+      {[](json& j) { j["model"]["vocab"]["x2"] = -1; },
+       "tok.json: model.vocab.\"x2\": an id must be an integer"},
+      {[](json& j) { j["model"]["dropout"] = 0.1; },
+       "tok.json: model.dropout: dropout is not supported"},
+      {[](json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
+       "tok.json: model.continuing_subword_prefix: is not supported"},
       {[](json& j) {
-         j["pre_tokenizer"] = {{"type", "Sequence"},
-                               {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}, {"behavior", "Isolated"}},
-                                                              {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
+         j["truncation"] = json{{"max_length", 5}};
+       },
+       "tok.json: truncation: is set"},
+      {[](json& j) {
+         j["normalizer"] = {{"type", "Lowercase"}};
+       },
+       "tok.json: normalizer.type: type 'Lowercase' is not supported"},
+      {[](json& j) { j["pre_tokenizer"] = nullptr; }, "tok.json: pre_tokenizer: is null"},
+      {[](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
+       "tok.json: pre_tokenizer.type: type 'Metaspace' is not supported"},
+      {[](json& j) { j["pre_tokenizer"]["add_prefix_space"] = 1; },
+       "tok.json: pre_tokenizer.add_prefix_space: expected true or false"},
+      {[](json& j) {
+         j["pre_tokenizer"] = {
+             {"type", "Sequence"},
+             {"pretokenizers",
+              json::array(
+                  {{{"type", "ByteLevel"}, {"add_prefix_space", false}},
+                   {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Isolated"}}})}};
+       },
+       "tok.json: pre_tokenizer.pretokenizers[0].type: the sequence must be Split steps then one "
+       "ByteLevel step"},
+      {[](json& j) {
+         j["pre_tokenizer"] = {
+             {"type", "Sequence"},
+             {"pretokenizers",
+              json::array(
+                  {{{"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}, {"behavior", "Isolated"}},
+                   {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
        },
        "tok.json: pre_tokenizer.pretokenizers[0].pattern.Regex: the pattern uses \\w"},
       {[](json& j) {
-         j["pre_tokenizer"] = {{"type", "Sequence"},
-                               {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Shuffled"}},
-                                                              {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
+         j["pre_tokenizer"] = {
+             {"type", "Sequence"},
+             {"pretokenizers",
+              json::array(
+                  {{{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Shuffled"}},
+                   {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
        },
        "tok.json: pre_tokenizer.pretokenizers[0].behavior: unknown behavior 'Shuffled'"},
-      {[](json& j) { j["added_tokens"] = json::array({{{"id", 300}, {"content", "<x>"}, {"lstrip", true}}}); }, "tok.json: added_tokens[0].lstrip: is true for \"<x>\"; not supported"},
-      {[](json& j) { j["added_tokens"] = json::array({{{"id", 300}, {"content", ""}}}); }, "tok.json: added_tokens[0].content: an added token cannot be empty"},
-      {[](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; }, "tok.json: post_processor.type: type 'RobertaProcessing' is not supported"},
-      {[](json& j) { j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", json::array()}, {"special_tokens", json::object()}}; }, "tok.json: post_processor.single: the template has no"},
+      {[](json& j) {
+         j["added_tokens"] = json::array({{{"id", 300}, {"content", "<x>"}, {"lstrip", true}}});
+       },
+       "tok.json: added_tokens[0].lstrip: is true for \"<x>\"; not supported"},
+      {[](json& j) {
+         j["added_tokens"] = json::array({{{"id", 300}, {"content", ""}}});
+       },
+       "tok.json: added_tokens[0].content: an added token cannot be empty"},
+      {[](json& j) {
+         j["post_processor"] = {{"type", "RobertaProcessing"}};
+       },
+       "tok.json: post_processor.type: type 'RobertaProcessing' is not supported"},
       {[](json& j) {
          j["post_processor"] = {{"type", "TemplateProcessing"},
-                                {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+                                {"single", json::array()},
+                                {"special_tokens", json::object()}};
+       },
+       "tok.json: post_processor.single: the template has no"},
+      {[](json& j) {
+         j["post_processor"] = {{"type", "TemplateProcessing"},
+                                {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}},
+                                                        {{"Sequence", {{"id", "A"}}}}})},
                                 {"special_tokens", {{"<s>", {{"ids", {999}}}}}}};
        },
        "tok.json: post_processor: template id 999 is outside the vocabulary"},
@@ -329,7 +386,8 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
     json j = MakeTokenizer();
     c.edit(j);
     const std::string m = InvalidInputMessage([&] { Load(j); });
-    EXPECT_NE(m.find(c.expected), std::string::npos) << "expected: " << c.expected << "\n     got: " << m;
+    EXPECT_NE(m.find(c.expected), std::string::npos)
+        << "expected: " << c.expected << "\n     got: " << m;
   }
   const std::string eos = InvalidInputMessage([] { Load(MakeTokenizer(), "</s>"); });
   EXPECT_NE(eos.find("the end-of-document token \"</s>\" is neither"), std::string::npos) << eos;

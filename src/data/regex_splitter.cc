@@ -42,8 +42,8 @@ std::string_view EscapeAt(std::string_view pattern, std::size_t i) {
     const std::size_t end = pattern.find("\\E", i + 2);
     return pattern.substr(i, end == std::string_view::npos ? std::string_view::npos : end + 2 - i);
   }
-  if ((c == 'p' || c == 'P' || c == 'x' || c == 'o' || c == 'g' || c == 'k') && i + 2 < pattern.size() &&
-      pattern[i + 2] == '{') {
+  if ((c == 'p' || c == 'P' || c == 'x' || c == 'o' || c == 'g' || c == 'k') &&
+      i + 2 < pattern.size() && pattern[i + 2] == '{') {
     const std::size_t end = pattern.find('}', i + 3);
     return pattern.substr(i, end == std::string_view::npos ? std::string_view::npos : end + 1 - i);
   }
@@ -71,8 +71,7 @@ std::string_view ClassAt(std::string_view pattern, std::size_t i) {
 
 [[noreturn]] void RefuseEscape(const std::string& where, std::string_view escape,
                                std::string_view why) {
-  throw InvalidInput(where + ": the pattern uses " + std::string(escape) + ", " +
-                     std::string(why) +
+  throw InvalidInput(where + ": the pattern uses " + std::string(escape) + ", " + std::string(why) +
                      "; hydraulis refuses it rather than split text differently from tokenizers "
                      "(docs/runtime.md, \"Hugging Face tokenizers\")");
 }
@@ -87,7 +86,8 @@ const ClassDifference* ClassEscape(std::string_view e, bool& negated, const std:
     return DifferenceOf(std::string(1, static_cast<char>(c | 0x20)));
   }
   if (c == 'w' || c == 'W' || c == 'b' || c == 'B') {
-    RefuseEscape(where, e, "whose Unicode meaning PCRE2 and tokenizers' Oniguruma define differently");
+    RefuseEscape(where, e,
+                 "whose Unicode meaning PCRE2 and tokenizers' Oniguruma define differently");
   }
   if (c == 'h' || c == 'H') {
     RefuseEscape(where, e, "a hexadecimal digit to Oniguruma but horizontal space to PCRE2");
@@ -126,7 +126,8 @@ std::string OnigCompatiblePattern(std::string_view pattern, const std::string& w
       const std::string positive =
           "\\" + std::string(1, static_cast<char>(e[1] | 0x20)) + std::string(e.substr(2));
       if (!negated) {
-        const std::string with_added = d->add.empty() ? positive : "[" + positive + std::string(d->add) + "]";
+        const std::string with_added =
+            d->add.empty() ? positive : "[" + positive + std::string(d->add) + "]";
         out += d->remove.empty() ? with_added
                                  : "(?:(?!" + Bracketed(d->remove) + ")" + with_added + ")";
       } else {
@@ -186,7 +187,7 @@ std::string Pcre2Message(int code) {
 // a valid sequence (such a byte never matches, so stepping over it alone is exact).
 std::size_t CharLength(std::string_view text, std::size_t at) {
   const auto lead = static_cast<unsigned char>(text[at]);
-  const std::size_t n = lead < 0x80 ? 1
+  const std::size_t n = lead < 0x80           ? 1
                         : (lead >> 5) == 0x6  ? 2
                         : (lead >> 4) == 0xe  ? 3
                         : (lead >> 3) == 0x1e ? 4
@@ -223,8 +224,8 @@ struct RegexSplitter::Compiled {
 RegexSplitter::RegexSplitter(std::string_view pattern, bool literal, const std::string& where)
     : compiled_(std::make_unique<Compiled>()), where_(where) {
   // PCRE2 refuses UCP beside LITERAL, where it would mean nothing anyway.
-  const std::uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF |
-                                (literal ? PCRE2_LITERAL : PCRE2_UCP);
+  const std::uint32_t options =
+      PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   int error = 0;
   PCRE2_SIZE offset = 0;
   // Checked as written first, so that an error's position is the user's.
@@ -240,9 +241,10 @@ RegexSplitter::RegexSplitter(std::string_view pattern, bool literal, const std::
     compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(onig.data()), onig.size(), options,
                                     &error, &offset, nullptr);
     if (compiled_->code == nullptr) {
-      throw InvalidInput(where + ": the pattern does not compile once adapted to Oniguruma's "
-                         "character classes (at byte " + std::to_string(offset) + "): " +
-                         Pcre2Message(error));
+      throw InvalidInput(where +
+                         ": the pattern does not compile once adapted to Oniguruma's "
+                         "character classes (at byte " +
+                         std::to_string(offset) + "): " + Pcre2Message(error));
     }
   }
   // Without JIT (a platform PCRE2 lacks it for) matching is slower but the same.

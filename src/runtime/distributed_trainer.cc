@@ -116,9 +116,9 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
   // The master weights come straight from the source, one tensor at a time; the compute
   // models are left uninitialised, as every step materialises them from the master weights:
   // so no process ever holds a second full copy of the weights (issue 11).
-  optimizer_ = std::make_unique<ShardedAdamW>(
-      config_, initial ? initial : SeededWeights(config_, seed_), *world_, options,
-      TorchDevice(compute_));
+  optimizer_ =
+      std::make_unique<ShardedAdamW>(config_, initial ? initial : SeededWeights(config_, seed_),
+                                     *world_, options, TorchDevice(compute_));
   for (const Strategy& s : candidates_) {
     auto compute = std::make_unique<Compute>();
     const std::vector<ComputeRole> roles = ComputePlacement(s, o.world_size);

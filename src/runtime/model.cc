@@ -215,7 +215,9 @@ InitialWeights SeededWeights(const ModelConfig& config, std::uint64_t seed) {
 }
 
 InitialWeights UninitializedWeights() {
-  return [](const FullParameter& p) { return at::empty(p.shape, at::TensorOptions().dtype(at::kFloat)); };
+  return [](const FullParameter& p) {
+    return at::empty(p.shape, at::TensorOptions().dtype(at::kFloat));
+  };
 }
 
 Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGroup* tp_group,

@@ -1,0 +1,261 @@
+// hydraulis._core: the planner (assign/planner.h) and its inputs (spec_io.h) for Python.
+// The package's Python layer (python/hydraulis/__init__.py) documents the API; this file
+// only converts. Plans come back with NumPy arrays, one per micro-batch, so no Python
+// object is made per document. The GIL is released while planning.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hydraulis/assign/planner.h"
+#include "hydraulis/base/error.h"
+#include "hydraulis/spec/scheme.h"
+#include "hydraulis/spec/spec_io.h"
+
+namespace nb = nanobind;
+
+namespace hydraulis {
+namespace {
+
+using Int64Array = nb::ndarray<nb::numpy, std::int64_t, nb::ndim<1>>;
+
+// A NumPy array owning a copy of `values`.
+template <typename T>
+Int64Array ToNumpy(const std::vector<T>& values) {
+  auto* data = new std::int64_t[values.size()];
+  for (std::size_t i = 0; i < values.size(); ++i) data[i] = static_cast<std::int64_t>(values[i]);
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<std::int64_t*>(p); });
+  return Int64Array(data, {values.size()}, owner);
+}
+
+// Candidates as loaded from a file or dict: validated against a profile only when a
+// Planner is made, since the same file may serve several profiles.
+struct CandidatesText {
+  std::string json;
+  std::string source;
+};
+
+// A Plan with its arrays made once.
+struct PyPipeline {
+  std::string scheme;
+  std::int64_t capacity_tokens;
+  double estimated_ms;
+  std::int64_t tokens;
+  nb::list micro_batches;         // int64 arrays of document indices
+  nb::object micro_batch_tokens;  // int64 array: tokens per micro-batch
+  nb::list cu_seqlens;    // per micro-batch: 0, then the running sum of its documents' lengths
+  nb::object max_seqlen;  // int64 array: per micro-batch, its longest document
+};
+
+struct PyPlan {
+  Plan plan;
+  std::vector<PyPipeline> pipelines;
+};
+
+PyPlan MakePyPlan(Plan plan) {
+  PyPlan out;
+  for (const PipelinePlan& p : plan.pipelines) {
+    PyPipeline pp;
+    pp.scheme = SchemeName(p.scheme);
+    pp.capacity_tokens = p.capacity_tokens;
+    pp.estimated_ms = p.estimated_ms;
+    pp.tokens = p.tokens;
+    std::vector<std::int64_t> tokens, longest;
+    for (const std::vector<int>& mb : p.micro_batches) {
+      pp.micro_batches.append(nb::cast(ToNumpy(mb)));
+      std::vector<std::int64_t> cu{0};
+      std::int64_t max_len = 0;
+      for (int d : mb) {
+        const std::int64_t len = plan.lengths[static_cast<std::size_t>(d)];
+        cu.push_back(cu.back() + len);
+        max_len = std::max(max_len, len);
+      }
+      tokens.push_back(cu.back());
+      longest.push_back(max_len);
+      pp.cu_seqlens.append(nb::cast(ToNumpy(cu)));
+    }
+    pp.micro_batch_tokens = nb::cast(ToNumpy(tokens));
+    pp.max_seqlen = nb::cast(ToNumpy(longest));
+    out.pipelines.push_back(std::move(pp));
+  }
+  out.plan = std::move(plan);
+  return out;
+}
+
+// Lengths from a Python sequence of ints or an integer NumPy array; TypeError for anything
+// else (floats are never cast), ValueError naming the first length below 1.
+std::vector<std::int64_t> Lengths(nb::handle obj) {
+  std::vector<std::int64_t> lengths;
+  nb::ndarray<nb::ro, nb::ndim<1>> array;
+  if (nb::try_cast(obj, array, false)) {
+    const nb::dlpack::dtype t = array.dtype();
+    if (t.code != static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) &&
+        t.code != static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)) {
+      throw nb::type_error(("lengths: expected integers, got an array of dtype " +
+                            nb::cast<std::string>(obj.attr("dtype").attr("name")) +
+                            "; lengths are token counts, never cast from floats")
+                               .c_str());
+    }
+    nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>> as64;
+    nb::object converted =
+        nb::module_::import_("numpy").attr("ascontiguousarray")(obj, nb::arg("dtype") = "int64");
+    if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt) && t.bits == 64) {
+      // uint64 values above 2^63 would wrap; check them before converting.
+      nb::object too_big =
+          nb::module_::import_("numpy").attr("any")(obj.attr("__gt__")(nb::int_(INT64_MAX)));
+      if (PyObject_IsTrue(too_big.ptr()) == 1)
+        throw nb::value_error("lengths: a length is above 2^63 - 1");
+    }
+    as64 = nb::cast<nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>>>(converted);
+    lengths.assign(as64.data(), as64.data() + as64.shape(0));
+  } else {
+    if (nb::isinstance<nb::str>(obj) || nb::isinstance<nb::bytes>(obj)) {
+      throw nb::type_error("lengths: expected a sequence of integers, got a string");
+    }
+    nb::iterator it;
+    try {
+      it = nb::iter(obj);
+    } catch (const nb::python_error&) {
+      throw nb::type_error(("lengths: expected a sequence of integers, got " +
+                            std::string(nb::type_name(obj.type()).c_str()))
+                               .c_str());
+    }
+    std::size_t i = 0;
+    for (nb::handle item : obj) {
+      // Python ints and anything with __index__ (NumPy integer scalars); never bools or
+      // floats.
+      if (PyBool_Check(item.ptr()) || !PyIndex_Check(item.ptr())) {
+        throw nb::type_error(("lengths[" + std::to_string(i) + "]: expected an integer, got " +
+                              std::string(nb::type_name(item.type()).c_str()) + " " +
+                              std::string(nb::repr(item).c_str()))
+                                 .c_str());
+      }
+      nb::object index = nb::steal(PyNumber_Index(item.ptr()));
+      if (!index.is_valid()) throw nb::python_error();
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+      if (overflow != 0) {
+        throw nb::value_error(("lengths[" + std::to_string(i) +
+                               "]: " + std::string(nb::repr(item).c_str()) + " is beyond 64 bits")
+                                  .c_str());
+      }
+      lengths.push_back(v);
+      ++i;
+    }
+  }
+  if (lengths.empty()) throw nb::value_error("lengths: the batch is empty");
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] < 1) {
+      throw nb::value_error(("lengths[" + std::to_string(i) +
+                             "]: a document has at least one "
+                             "token, got " +
+                             std::to_string(lengths[i]))
+                                .c_str());
+    }
+  }
+  return lengths;
+}
+
+}  // namespace
+}  // namespace hydraulis
+
+NB_MODULE(_core, m) {
+  using namespace hydraulis;
+  m.doc() = "hydraulis' planning layers (see the hydraulis package for the documented API)";
+  // The library's input errors are ValueErrors carrying the message the CLI prints.
+  // nanobind tries translators newest first: the base class is registered first.
+  nb::exception<Error>(m, "HydraulisError", PyExc_RuntimeError);
+  nb::exception<InvalidInput>(m, "InvalidInputError", PyExc_ValueError);
+  nb::exception<Infeasible>(m, "InfeasibleError", PyExc_ValueError);
+
+  nb::class_<Profile>(m, "Profile").def_prop_ro("model_name", [](const Profile& p) {
+    return p.model.name;
+  });
+  m.def("load_profile", [](const std::string& path) { return LoadProfile(path); });
+  m.def("parse_profile", [](const std::string& text, const std::string& source) {
+    return ParseProfile(text, source);
+  });
+
+  nb::class_<CandidatesText>(m, "Candidates").def_ro("source", &CandidatesText::source);
+  m.def("candidates_from_text", [](std::string text, std::string source) {
+    return CandidatesText{std::move(text), std::move(source)};
+  });
+
+  nb::class_<PyPipeline>(m, "Pipeline")
+      .def_ro("scheme", &PyPipeline::scheme)
+      .def_ro("capacity_tokens", &PyPipeline::capacity_tokens)
+      .def_ro("estimated_ms", &PyPipeline::estimated_ms)
+      .def_ro("tokens", &PyPipeline::tokens)
+      .def_ro("micro_batches", &PyPipeline::micro_batches)
+      .def_ro("micro_batch_tokens", &PyPipeline::micro_batch_tokens)
+      .def_ro("cu_seqlens", &PyPipeline::cu_seqlens)
+      .def_ro("max_seqlen", &PyPipeline::max_seqlen);
+
+  nb::class_<PyPlan>(m, "Plan")
+      .def_prop_ro("strategy", [](const PyPlan& p) { return p.plan.strategy.name; })
+      .def_prop_ro("strategy_index", [](const PyPlan& p) { return p.plan.strategy_index; })
+      .def_prop_ro("algorithm", [](const PyPlan& p) { return AlgorithmName(p.plan.algorithm); })
+      .def_prop_ro("estimated_step_ms", [](const PyPlan& p) { return p.plan.estimated_step_ms; })
+      .def_prop_ro("lower_bound_ms", [](const PyPlan& p) { return p.plan.lower_bound_ms; })
+      .def_prop_ro("planning_ms", [](const PyPlan& p) { return p.plan.planning_ms; })
+      .def_prop_ro("lengths", [](const PyPlan& p) { return nb::cast(ToNumpy(p.plan.lengths)); })
+      .def_prop_ro("truncated",
+                   [](const PyPlan& p) {
+                     std::vector<std::tuple<int, std::int64_t, std::int64_t>> out;
+                     for (const Truncation& t : p.plan.truncated) {
+                       out.emplace_back(t.index, t.original, t.kept);
+                     }
+                     return out;
+                   })
+      .def_ro("pipelines", &PyPlan::pipelines)
+      .def(
+          "to_json",
+          [](const PyPlan& p, bool pretty, bool include_timing) {
+            return PlanToJson(p.plan, pretty, include_timing) + "\n";
+          },
+          nb::arg("pretty") = false, nb::arg("include_timing") = false);
+
+  nb::class_<Planner>(m, "Planner")
+      .def(
+          "__init__",
+          [](Planner* self, const Profile& profile, const CandidatesText& candidates,
+             const std::string& algorithm, std::uint64_t seed, std::int64_t max_len,
+             bool reject_overlong, double backward_to_forward) {
+            if (max_len < 1) {
+              throw InvalidInput("max_len: must be >= 1, got " + std::to_string(max_len));
+            }
+            if (!std::isfinite(backward_to_forward) || backward_to_forward <= 0) {
+              throw InvalidInput("backward_to_forward: must be a positive finite number");
+            }
+            const CandidateSet set = ParseCandidates(candidates.json, candidates.source, profile);
+            PlannerOptions options;
+            options.algorithm = ParseAlgorithm(algorithm);
+            options.overlong = reject_overlong ? OverlongRule::kReject : OverlongRule::kTruncate;
+            options.context_tokens = max_len;
+            options.seed = seed;
+            options.schedule.backward_to_forward = backward_to_forward;
+            new (self) Planner(profile, set, options);
+          },
+          nb::arg("profile"), nb::arg("candidates"), nb::kw_only(), nb::arg("algorithm") = "ours",
+          nb::arg("seed") = 1, nb::arg("max_len") = 32'768, nb::arg("reject_overlong") = false,
+          nb::arg("backward_to_forward") = 2.0)
+      .def(
+          "plan",
+          [](const Planner& planner, nb::handle lengths) {
+            const std::vector<std::int64_t> values = Lengths(lengths);
+            Plan plan;
+            {
+              nb::gil_scoped_release release;
+              plan = planner.PlanBatch(values);
+            }
+            return MakePyPlan(std::move(plan));
+          },
+          nb::arg("lengths"));
+}

@@ -1,0 +1,185 @@
+"""The Python planner against the CLI and against bad input (issue 10).
+
+Run by ctest (python_tests) with HYDRAULIS_BIN pointing at the CLI; the package must be
+installed into the interpreter (scripts/install-python-package.sh).
+"""
+import json
+import os
+import random
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import hydraulis
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("HYDRAULIS_BIN", os.path.join(ROOT, "build", "release", "tools", "hydraulis"))
+PROFILE = os.path.join(ROOT, "configs", "profiles", "llama-32b-a800.json")
+CANDIDATES = os.path.join(ROOT, "configs", "candidates", "llama-32b-64gpu.json")
+WIKIPEDIA = os.path.join(ROOT, "data", "wikipedia-sample-lengths.txt")
+
+
+@pytest.fixture(scope="module")
+def lengths():
+    return np.loadtxt(WIKIPEDIA, dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def planner():
+    return hydraulis.Planner(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES))
+
+
+def cli_plan(tmp_path, batch, *extra):
+    path = tmp_path / "batch.txt"
+    path.write_text("".join(f"{n}\n" for n in batch))
+    run = subprocess.run([BIN, "plan", "--profile", PROFILE, "--candidates", CANDIDATES,
+                          "--lengths", str(path), "--no-timing", *extra],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+@pytest.mark.parametrize("algorithm", ["ours", "static-fixed", "kk"])
+@pytest.mark.parametrize("start,size", [(0, 300), (5000, 2000), (15000, 40)])
+def test_to_json_is_byte_identical_to_the_cli(tmp_path, lengths, algorithm, start, size):
+    batch = lengths[start:start + size]
+    planner = hydraulis.Planner(hydraulis.load_profile(PROFILE),
+                                hydraulis.load_candidates(CANDIDATES), algorithm=algorithm,
+                                max_len=16384)
+    plan = planner.plan(batch)
+    assert plan.to_json() == cli_plan(tmp_path, batch, "--algorithm", algorithm, "--max-len",
+                                      "16384")
+    assert plan.algorithm == algorithm
+
+
+def test_plan_arrays_cover_every_document_once(planner, lengths):
+    batch = lengths[:1500]
+    plan = planner.plan(batch)
+    seen = []
+    for pipeline in plan.pipelines:
+        assert len(pipeline.micro_batches) == len(pipeline.cu_seqlens)
+        for docs, cu, tokens, longest in zip(pipeline.micro_batches, pipeline.cu_seqlens,
+                                             pipeline.micro_batch_tokens, pipeline.max_seqlen):
+            assert docs.dtype == np.int64 and cu.dtype == np.int64
+            assert cu[0] == 0 and np.array_equal(np.diff(cu), plan.lengths[docs])
+            assert cu[-1] == tokens and longest == plan.lengths[docs].max()
+            assert tokens <= pipeline.capacity_tokens
+            seen.extend(docs.tolist())
+        assert pipeline.tokens == sum(pipeline.micro_batch_tokens)
+    assert sorted(seen) == list(range(len(batch)))
+    assert plan.lower_bound_ms <= plan.estimated_step_ms
+    assert plan.strategy == json.loads(plan.to_json())["strategy"]["name"]
+
+
+def test_dicts_load_like_files(planner, lengths):
+    with open(PROFILE) as f:
+        profile = json.load(f)
+    with open(CANDIDATES) as f:
+        candidates = json.load(f)
+    from_dicts = hydraulis.Planner(hydraulis.load_profile(profile),
+                                   hydraulis.load_candidates(candidates))
+    batch = lengths[:700]
+    assert from_dicts.plan(batch).to_json() == planner.plan(batch).to_json()
+    assert planner.plan(batch.tolist()).to_json() == planner.plan(batch).to_json()
+    assert planner.plan(batch.astype(np.int32)).to_json() == planner.plan(batch).to_json()
+
+
+def test_threads_plan_what_one_thread_plans(planner, lengths):
+    batches = [lengths[i * 400:(i + 1) * 400] for i in range(8)]
+    expected = [planner.plan(b).to_json() for b in batches]
+    got = [None] * len(batches)
+
+    def work(i):
+        got[i] = planner.plan(batches[i]).to_json()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(batches))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == expected
+
+
+def test_overlong_documents_are_truncated_or_rejected(lengths):
+    profile, candidates = hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES)
+    batch = [10_000_000] + lengths[:50].tolist()
+    plan = hydraulis.Planner(profile, candidates).plan(batch)
+    assert len(plan.truncated) == 1 and plan.truncated[0][0] == 0
+    assert plan.truncated[0][1] == 10_000_000 and plan.truncated[0][2] < 10_000_000
+    with pytest.raises(ValueError, match="document 0"):
+        hydraulis.Planner(profile, candidates, reject_overlong=True).plan(batch)
+
+
+def test_input_errors_carry_the_cli_message(tmp_path):
+    bad = tmp_path / "profile.json"
+    with open(PROFILE) as f:
+        profile = json.load(f)
+    profile["model"]["layers"] = -3
+    bad.write_text(json.dumps(profile))
+    with pytest.raises(hydraulis.InvalidInputError) as caught:
+        hydraulis.load_profile(str(bad))
+    run = subprocess.run([BIN, "plan", "--profile", str(bad), "--candidates", CANDIDATES,
+                          "--lengths", WIKIPEDIA], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.strip() == f"hydraulis: error: {caught.value}"
+    assert isinstance(caught.value, ValueError)
+    with pytest.raises(ValueError, match="unknown"):
+        hydraulis.Planner(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES),
+                          algorithm="fastest")
+    mismatched = hydraulis.load_profile(os.path.join(ROOT, "configs", "profiles", "tiny-cpu.json"))
+    with pytest.raises(ValueError):
+        hydraulis.Planner(mismatched, hydraulis.load_candidates(CANDIDATES))
+    with pytest.raises(TypeError):
+        hydraulis.load_profile(42)
+
+
+@pytest.mark.parametrize("value,error,match", [
+    ([], ValueError, "empty"),
+    ([5, 0], ValueError, r"lengths\[1\]"),
+    ([5, -7], ValueError, r"lengths\[1\]"),
+    ([1.0], TypeError, r"lengths\[0\]: expected an integer"),
+    ([float("nan")], TypeError, r"lengths\[0\]"),
+    ([True], TypeError, r"lengths\[0\]"),
+    (["12"], TypeError, r"lengths\[0\]"),
+    ([None], TypeError, r"lengths\[0\]"),
+    ([2 ** 70], ValueError, "beyond 64 bits"),
+    ("1234", TypeError, "string"),
+    (None, TypeError, "NoneType"),
+    (7, TypeError, "int"),
+    (np.array([1.5, 2.0]), TypeError, "float64"),
+    (np.array([3, 0]), ValueError, r"lengths\[1\]"),
+    (np.array([2 ** 64 - 1], dtype=np.uint64), ValueError, "2\\^63"),
+    (np.array([[1, 2]]), TypeError, None),
+])
+def test_bad_lengths_raise_naming_the_value(planner, value, error, match):
+    with pytest.raises(error, match=match):
+        planner.plan(value)
+
+
+def test_random_inputs_only_raise_type_or_value_errors(planner):
+    rng = random.Random(7)
+    atoms = [0, -1, 1, 2, 7, 2 ** 31, 2 ** 63 - 1, 2 ** 64, 1.0, float("nan"), float("inf"),
+             True, None, "x", b"y", [], {}, (1,), 10 ** 6]
+    planned = 0
+    for _ in range(3000):
+        kind = rng.randrange(4)
+        if kind == 0:
+            value = [rng.choice(atoms) for _ in range(rng.randrange(4))]
+        elif kind == 1:
+            value = [rng.randrange(1, 40000) for _ in range(rng.randrange(1, 30))]
+        elif kind == 2:
+            dtype = rng.choice([np.int8, np.int32, np.int64, np.uint16, np.uint64, np.float32,
+                                np.bool_])
+            value = np.array([rng.randrange(0, 120) for _ in range(rng.randrange(0, 20))],
+                             dtype=dtype)
+        else:
+            value = rng.choice(atoms)
+        try:
+            plan = planner.plan(value)
+            planned += 1
+            assert sum(len(mb) for p in plan.pipelines for mb in p.micro_batches) == len(value)
+        except (TypeError, ValueError):
+            pass
+    assert planned > 500
