@@ -180,22 +180,15 @@ void ApplySplit(const SplitStep& step, std::string_view text, std::vector<std::s
     case SplitBehavior::kIsolated:
       for (const Span& s : spans) pieces.push_back({s.begin, s.end, false});
       break;
-    case SplitBehavior::kContiguous: {
-      bool previous_match = false;
-      for (const Span& s : spans) {
-        if (s.is_match == previous_match && !pieces.empty()) {
-          pieces.back().end = s.end;
-        } else {
-          pieces.push_back({s.begin, s.end, false});
-        }
-        previous_match = s.is_match;
-      }
-      break;
-    }
+    case SplitBehavior::kContiguous:
     case SplitBehavior::kMergedWithPrevious: {
+      // Contiguous joins a span to the one before when both match or both do not;
+      // MergedWithPrevious joins a match to the non-match before it.
+      const bool contiguous = step.behavior == SplitBehavior::kContiguous;
       bool previous_match = false;
       for (const Span& s : spans) {
-        if (s.is_match && !previous_match && !pieces.empty()) {
+        const bool join = contiguous ? s.is_match == previous_match : s.is_match && !previous_match;
+        if (join && !pieces.empty()) {
           pieces.back().end = s.end;
         } else {
           pieces.push_back({s.begin, s.end, false});
