@@ -54,13 +54,15 @@ struct PyPipeline {
   nb::object max_seqlen;  // int64 array: per micro-batch, its longest document
 };
 
+// The plan, and its pipelines' arrays made on first access (planning returns without
+// building them, so plan() costs what planning costs).
 struct PyPlan {
   Plan plan;
-  std::vector<PyPipeline> pipelines;
+  nb::object pipelines;  // list of Pipeline, once accessed
 };
 
-PyPlan MakePyPlan(Plan plan) {
-  PyPlan out;
+nb::object MakePipelines(const Plan& plan) {
+  std::vector<PyPipeline> out;
   for (const PipelinePlan& p : plan.pipelines) {
     PyPipeline pp;
     pp.scheme = SchemeName(p.scheme);
@@ -83,18 +85,21 @@ PyPlan MakePyPlan(Plan plan) {
     }
     pp.micro_batch_tokens = nb::cast(ToNumpy(tokens));
     pp.max_seqlen = nb::cast(ToNumpy(longest));
-    out.pipelines.push_back(std::move(pp));
+    out.push_back(std::move(pp));
   }
-  out.plan = std::move(plan);
-  return out;
+  return nb::cast(std::move(out));
 }
 
 // Lengths from a Python sequence of ints or an integer NumPy array; TypeError for anything
 // else (floats are never cast), ValueError naming the first length below 1.
 std::vector<std::int64_t> Lengths(nb::handle obj) {
   std::vector<std::int64_t> lengths;
+  nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>> int64_array;
   nb::ndarray<nb::ro, nb::ndim<1>> array;
-  if (nb::try_cast(obj, array, false)) {
+  if (nb::try_cast(obj, int64_array, false)) {
+    // The common case, read in place: a 1-D int64 array.
+    for (std::size_t i = 0; i < int64_array.shape(0); ++i) lengths.push_back(int64_array(i));
+  } else if (nb::try_cast(obj, array, false)) {
     const nb::dlpack::dtype t = array.dtype();
     if (t.code != static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) &&
         t.code != static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)) {
@@ -214,7 +219,11 @@ NB_MODULE(_core, m) {
                      }
                      return out;
                    })
-      .def_ro("pipelines", &PyPlan::pipelines)
+      .def_prop_ro("pipelines",
+                   [](PyPlan& p) {
+                     if (!p.pipelines.is_valid()) p.pipelines = MakePipelines(p.plan);
+                     return p.pipelines;
+                   })
       .def(
           "to_json",
           [](const PyPlan& p, bool pretty, bool include_timing) {
@@ -255,7 +264,7 @@ NB_MODULE(_core, m) {
               nb::gil_scoped_release release;
               plan = planner.PlanBatch(values);
             }
-            return MakePyPlan(std::move(plan));
+            return PyPlan{std::move(plan), nb::object()};
           },
           nb::arg("lengths"));
 }
