@@ -22,8 +22,9 @@ from . import _core
 from ._core import (Candidates, HydraulisError, InfeasibleError, InvalidInputError, Pipeline,
                     Plan, Profile)
 
-__all__ = ["load_profile", "load_candidates", "Planner", "Plan", "Pipeline", "Profile",
-           "Candidates", "HydraulisError", "InvalidInputError", "InfeasibleError"]
+__all__ = ["load_profile", "load_candidates", "Planner", "LookaheadPlanner", "Plan",
+           "Pipeline", "Profile", "Candidates", "HydraulisError", "InvalidInputError",
+           "InfeasibleError"]
 
 
 def load_profile(path_or_dict):
@@ -62,3 +63,95 @@ class Planner(_core.Planner):
     plan(lengths) takes a sequence of ints or an integer NumPy array (each >= 1) and
     returns a Plan. Caches persist across calls; the GIL is released while planning, so
     another thread may train meanwhile."""
+
+
+class LookaheadPlanner:
+    """Plans step k+1 (and up to `depth` steps ahead) on a background thread while step k
+    trains: the planner releases the GIL, so planning and the training loop overlap.
+
+        with hydraulis.LookaheadPlanner(planner, batches, depth=2) as plans:
+            for lengths, plan in plans:        # in the order of `batches`
+                train_step(lengths, plan)
+
+    `batches` is any iterable of length lists/arrays (a sampler). Plans are exactly those
+    `planner.plan` gives for the same batches, in order (planning is deterministic and
+    independent of what was planned before). At most `depth` plans wait in the queue. An
+    exception raised while planning (or while drawing the next batch) is raised by the
+    iteration at the step that needs that plan; steps before it are delivered first.
+    `close()` (or leaving the `with` block) stops the thread without planning further;
+    `waited_ms` is how long the last step waited for its plan.
+    """
+
+    _DONE = object()
+
+    def __init__(self, planner, batches, depth=2):
+        import queue
+        import threading
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+            raise ValueError(f"depth: must be an integer >= 1, got {depth!r}")
+        self._planner = planner
+        self._batches = iter(batches)
+        self._queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._finished = False
+        self.waited_ms = 0.0
+        self._thread = threading.Thread(target=self._run, name="hydraulis-lookahead",
+                                        daemon=True)
+        self._thread.start()
+
+    def _put(self, item):
+        import queue
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self):
+        try:
+            for lengths in self._batches:
+                if self._stop.is_set():
+                    return
+                plan = self._planner.plan(lengths)
+                if not self._put((lengths, plan, None)):
+                    return
+        except BaseException as e:  # delivered to the consumer at this step
+            self._put((None, None, e))
+            return
+        self._put(self._DONE)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        import time
+        if self._finished:
+            raise StopIteration
+        t0 = time.perf_counter()
+        item = self._queue.get()
+        self.waited_ms = (time.perf_counter() - t0) * 1e3
+        if item is self._DONE:
+            self._finished = True
+            self._thread.join()
+            raise StopIteration
+        lengths, plan, error = item
+        if error is not None:
+            self._finished = True
+            self._thread.join()
+            raise error
+        return lengths, plan
+
+    def close(self):
+        """Stops planning ahead and joins the thread (a plan being made is finished first)."""
+        self._stop.set()
+        self._finished = True
+        self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
