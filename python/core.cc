@@ -16,6 +16,8 @@
 
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/length_source.h"
 #include "hydraulis/spec/scheme.h"
 #include "hydraulis/spec/spec_io.h"
 
@@ -168,6 +170,12 @@ std::vector<std::int64_t> Lengths(nb::handle obj) {
   return lengths;
 }
 
+// A BatchSampler with the dataset it reads (the C++ sampler keeps a view of it).
+struct PySampler {
+  std::vector<std::int64_t> dataset;
+  std::unique_ptr<BatchSampler> sampler;
+};
+
 }  // namespace
 }  // namespace hydraulis
 
@@ -230,6 +238,61 @@ NB_MODULE(_core, m) {
             return PlanToJson(p.plan, pretty, include_timing) + "\n";
           },
           nb::arg("pretty") = false, nb::arg("include_timing") = false);
+
+  m.def(
+      "read_lengths",
+      [](const std::string& path, const std::string& format, const std::string& length_field,
+         const std::string& text_field, const std::string& counter, bool skip_empty) {
+        LengthSourceOptions options;
+        options.format = ParseLengthFormat(format);
+        options.length_field = length_field;
+        options.text_field = text_field;
+        options.count_tokens = ParseTokenCounter(counter);
+        options.skip_empty = skip_empty;
+        std::vector<std::int64_t> lengths;
+        {
+          nb::gil_scoped_release release;
+          lengths = LoadLengths(path, options);
+        }
+        return nb::cast(ToNumpy(lengths));
+      },
+      nb::arg("path"), nb::kw_only(), nb::arg("format") = "auto",
+      nb::arg("length_field") = "length", nb::arg("text_field") = "", nb::arg("counter") = "bytes",
+      nb::arg("skip_empty") = false);
+
+  nb::class_<PySampler>(m, "BatchSampler")
+      .def(
+          "__init__",
+          [](PySampler* self, nb::handle dataset, std::int64_t tokens_per_batch,
+             std::int64_t max_len, std::uint64_t seed, std::int64_t documents_per_batch) {
+            new (self) PySampler();
+            self->dataset = Lengths(dataset);
+            SamplerOptions options;
+            options.tokens_per_batch = tokens_per_batch;
+            options.max_len = max_len;
+            options.seed = seed;
+            options.documents_per_batch = documents_per_batch;
+            self->sampler = std::make_unique<BatchSampler>(self->dataset, options);
+          },
+          nb::arg("dataset"), nb::kw_only(), nb::arg("tokens_per_batch") = 200'000,
+          nb::arg("max_len") = 32'768, nb::arg("seed") = 1, nb::arg("documents_per_batch") = 0)
+      .def("next",
+           [](PySampler& s) {
+             SampledBatch batch = s.sampler->Next();
+             return std::make_tuple(nb::cast(ToNumpy(batch.lengths)),
+                                    nb::cast(ToNumpy(batch.dataset_indices)));
+           })
+      .def_prop_ro("position",
+                   [](const PySampler& s) {
+                     const SamplerPosition p = s.sampler->position();
+                     return std::make_tuple(p.epoch, p.offset);
+                   })
+      .def(
+          "restore",
+          [](PySampler& s, std::tuple<std::int64_t, std::int64_t> position) {
+            s.sampler->Restore({std::get<0>(position), std::get<1>(position)});
+          },
+          nb::arg("position"));
 
   nb::class_<Planner>(m, "Planner")
       .def(

@@ -22,9 +22,21 @@ from . import _core
 from ._core import (Candidates, HydraulisError, InfeasibleError, InvalidInputError, Pipeline,
                     Plan, Profile)
 
-__all__ = ["load_profile", "load_candidates", "Planner", "LookaheadPlanner", "Plan",
+__all__ = ["load_profile", "load_candidates", "read_lengths", "BatchSampler", "Planner",
+           "LookaheadPlanner", "Plan",
            "Pipeline", "Profile", "Candidates", "HydraulisError", "InvalidInputError",
            "InfeasibleError"]
+
+
+def read_lengths(path, *, format="auto", length_field="length", text_field="",
+                 counter="bytes", skip_empty=False):
+    """The document lengths (int64 array) of a dataset, as every `hydraulis` command reads
+    them: one integer per line or a JSON array (text), JSON lines (`length_field`, or the
+    text of `text_field` counted in UTF-8 bytes or whitespace words by `counter`), or a
+    Megatron-LM .idx; the format by extension when "auto" (else text, json-lines or idx).
+    InvalidInputError naming the file and line on bad input."""
+    return _core.read_lengths(_os.fspath(path), format=format, length_field=length_field,
+                              text_field=text_field, counter=counter, skip_empty=skip_empty)
 
 
 def load_profile(path_or_dict):
@@ -52,6 +64,24 @@ def load_candidates(path_or_dict):
         return _core.candidates_from_text(text, path)
     raise TypeError("load_candidates: expected a path or a dict, got "
                     f"{type(path_or_dict).__name__}")
+
+
+class BatchSampler(_core.BatchSampler):
+    """Seeded global batches from a length dataset, as `hydraulis plan --dataset` draws
+    them: BatchSampler(dataset, *, tokens_per_batch=200000, max_len=32768, seed=1,
+    documents_per_batch=0). Each epoch is a seeded shuffle; documents are cut to max_len;
+    a batch takes documents until the token budget is reached (or exactly
+    documents_per_batch of them).
+
+    next() -> (lengths, dataset_indices), two int64 arrays; iterating yields the lengths.
+    position is (epoch, offset); restore(position) on a sampler of the same dataset and
+    options continues with exactly the same batches (save it in a checkpoint)."""
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next()[0]
 
 
 class Planner(_core.Planner):
