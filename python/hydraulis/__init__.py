@@ -103,7 +103,8 @@ class LookaheadPlanner:
             for lengths, plan in plans:        # in the order of `batches`
                 train_step(lengths, plan)
 
-    `batches` is any iterable of length lists/arrays (a sampler). Plans are exactly those
+    `batches` is any iterable of length lists/arrays (a sampler), or of any items when
+    `lengths_of(item)` gives each one's lengths (the iteration yields the items). Plans are exactly those
     `planner.plan` gives for the same batches, in order (planning is deterministic and
     independent of what was planned before). At most `depth` plans wait in the queue. An
     exception raised while planning (or while drawing the next batch) is raised by the
@@ -114,13 +115,14 @@ class LookaheadPlanner:
 
     _DONE = object()
 
-    def __init__(self, planner, batches, depth=2):
+    def __init__(self, planner, batches, depth=2, lengths_of=None):
         import queue
         import threading
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
             raise ValueError(f"depth: must be an integer >= 1, got {depth!r}")
         self._planner = planner
         self._batches = iter(batches)
+        self._lengths_of = lengths_of if lengths_of is not None else (lambda item: item)
         self._queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._finished = False
@@ -144,7 +146,7 @@ class LookaheadPlanner:
             for lengths in self._batches:
                 if self._stop.is_set():
                     return
-                plan = self._planner.plan(lengths)
+                plan = self._planner.plan(self._lengths_of(lengths))
                 if not self._put((lengths, plan, None)):
                     return
         except BaseException as e:  # delivered to the consumer at this step
