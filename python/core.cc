@@ -4,6 +4,7 @@
 // object is made per document. The GIL is released while planning.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -18,6 +19,10 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/length_source.h"
+#include "hydraulis/propose/propose.h"
+#include "hydraulis/sim/report.h"
+#include "hydraulis/sim/simulator.h"
+#include "hydraulis/sim/system.h"
 #include "hydraulis/spec/scheme.h"
 #include "hydraulis/spec/spec_io.h"
 
@@ -196,7 +201,9 @@ NB_MODULE(_core, m) {
     return ParseProfile(text, source);
   });
 
-  nb::class_<CandidatesText>(m, "Candidates").def_ro("source", &CandidatesText::source);
+  nb::class_<CandidatesText>(m, "Candidates")
+      .def_ro("source", &CandidatesText::source)
+      .def("to_json", [](const CandidatesText& c) { return c.json; });
   m.def("candidates_from_text", [](std::string text, std::string source) {
     return CandidatesText{std::move(text), std::move(source)};
   });
@@ -259,6 +266,69 @@ NB_MODULE(_core, m) {
       nb::arg("path"), nb::kw_only(), nb::arg("format") = "auto",
       nb::arg("length_field") = "length", nb::arg("text_field") = "", nb::arg("counter") = "bytes",
       nb::arg("skip_empty") = false);
+
+  m.def(
+      "propose",
+      [](const Profile& profile, nb::handle lengths, int gpus, std::int64_t max_len,
+         std::int64_t resolution, std::int64_t tokens_per_batch, int max_strategies,
+         std::optional<std::tuple<int, int, int>> optimizer_layout) {
+        ProposeOptions options;
+        options.gpus = gpus;
+        options.max_len = max_len;
+        options.resolution_tokens = resolution;
+        options.tokens_per_batch = tokens_per_batch;
+        options.max_strategies = max_strategies;
+        if (optimizer_layout) {
+          const auto [dp, tp, pp] = *optimizer_layout;
+          if (dp < 1 || tp < 1 || pp < 1) {
+            throw InvalidInput("optimizer_layout: expected (dp, tp, pp), three integers >= 1");
+          }
+          options.optimizer_layout = OptimizerLayout{dp, tp, pp};
+        }
+        const std::vector<std::int64_t> values = Lengths(lengths);
+        Proposal proposal;
+        {
+          nb::gil_scoped_release release;
+          proposal = ProposeStrategies(profile, values, options);
+        }
+        std::string json = CandidatesToJson(proposal.candidates);
+        ParseCandidates(json, "proposed candidates", profile);  // as `hydraulis propose` checks
+        return CandidatesText{std::move(json), "proposed candidates"};
+      },
+      nb::arg("profile"), nb::arg("lengths"), nb::kw_only(), nb::arg("gpus"),
+      nb::arg("max_len") = 32'768, nb::arg("resolution") = 128,
+      nb::arg("tokens_per_batch") = 200'000, nb::arg("max_strategies") = 0,
+      nb::arg("optimizer_layout") = nb::none());
+
+  m.def(
+      "simulate",
+      [](const Profile& profile, const CandidatesText& candidates, nb::handle dataset,
+         const std::string& system, int steps, std::int64_t tokens_per_batch, std::int64_t max_len,
+         std::uint64_t seed, bool sync_aware, bool communication, double backward_to_forward) {
+        SimOptions options;
+        options.system = ParseSystem(system);
+        options.steps = steps;
+        options.sampler.tokens_per_batch = tokens_per_batch;
+        options.sampler.max_len = max_len;
+        options.sampler.seed = seed;
+        options.planner_seed = seed;
+        options.sync_aware = sync_aware;
+        options.comm.enabled = communication;
+        options.schedule.backward_to_forward = backward_to_forward;
+        ValidateSimOptions(options);
+        const CandidateSet set = ParseCandidates(candidates.json, candidates.source, profile);
+        const std::vector<std::int64_t> values = Lengths(dataset);
+        std::string summary;
+        {
+          nb::gil_scoped_release release;
+          summary = SimSummaryJson(Simulate(profile, set, values, options));
+        }
+        return summary;
+      },
+      nb::arg("profile"), nb::arg("candidates"), nb::arg("dataset"), nb::kw_only(),
+      nb::arg("system") = "ours", nb::arg("steps") = 1, nb::arg("tokens_per_batch") = 200'000,
+      nb::arg("max_len") = 32'768, nb::arg("seed") = 1, nb::arg("sync_aware") = true,
+      nb::arg("communication") = true, nb::arg("backward_to_forward") = 2.0);
 
   nb::class_<PySampler>(m, "BatchSampler")
       .def(

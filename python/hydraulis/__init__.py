@@ -23,6 +23,7 @@ from ._core import (Candidates, HydraulisError, InfeasibleError, InvalidInputErr
                     Plan, Profile)
 
 __all__ = ["load_profile", "load_candidates", "read_lengths", "BatchSampler", "Planner",
+           "propose", "simulate",
            "LookaheadPlanner", "Plan",
            "Pipeline", "Profile", "Candidates", "HydraulisError", "InvalidInputError",
            "InfeasibleError"]
@@ -64,6 +65,31 @@ def load_candidates(path_or_dict):
         return _core.candidates_from_text(text, path)
     raise TypeError("load_candidates: expected a path or a dict, got "
                     f"{type(path_or_dict).__name__}")
+
+
+def propose(profile, lengths, *, gpus, max_len, resolution=128, tokens_per_batch=200000,
+            max_strategies=0, optimizer_layout=None):
+    """Candidate strategies for a cluster of `gpus` GPUs proposed from a length dataset
+    (`hydraulis propose`, docs/propose.md): a Candidates object, ready for Planner and
+    simulate; its to_json() is the file `hydraulis propose` writes. max_len (the context
+    length, required as --max-len is) must fit the largest usable scheme; optimizer_layout
+    is (dp, tp, pp) or None for the default."""
+    return _core.propose(profile, lengths, gpus=gpus, max_len=max_len, resolution=resolution,
+                         tokens_per_batch=tokens_per_batch, max_strategies=max_strategies,
+                         optimizer_layout=optimizer_layout)
+
+
+def simulate(profile, candidates, dataset, *, system="ours", steps=1, tokens_per_batch=200000,
+             max_len=32768, seed=1, sync_aware=True, communication=True,
+             backward_to_forward=2.0):
+    """A simulated training run (`hydraulis simulate`, docs/simulator.md): `steps` global
+    batches sampled from `dataset` (lengths), planned by `system` (ours, static-fixed,
+    published, ...) and timed. Returns the run summary, the dict of
+    `hydraulis simulate --json`."""
+    return _json.loads(_core.simulate(
+        profile, candidates, dataset, system=system, steps=steps,
+        tokens_per_batch=tokens_per_batch, max_len=max_len, seed=seed, sync_aware=sync_aware,
+        communication=communication, backward_to_forward=backward_to_forward))
 
 
 class BatchSampler(_core.BatchSampler):

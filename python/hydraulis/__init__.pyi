@@ -14,6 +14,7 @@ class Profile:
 
 class Candidates:
     source: str
+    def to_json(self) -> str: ...
 
 class Pipeline:
     scheme: str
@@ -79,3 +80,13 @@ class BatchSampler:
     def restore(self, position: tuple[int, int]) -> None: ...
     def __iter__(self) -> "BatchSampler": ...
     def __next__(self) -> npt.NDArray[np.int64]: ...
+
+def propose(profile: Profile, lengths: Union[Sequence[int], npt.NDArray[np.integer]], *,
+            gpus: int, max_len: int, resolution: int = 128,
+            tokens_per_batch: int = 200000, max_strategies: int = 0,
+            optimizer_layout: Union[tuple[int, int, int], None] = None) -> Candidates: ...
+def simulate(profile: Profile, candidates: Candidates,
+             dataset: Union[Sequence[int], npt.NDArray[np.integer]], *, system: str = "ours",
+             steps: int = 1, tokens_per_batch: int = 200000, max_len: int = 32768,
+             seed: int = 1, sync_aware: bool = True, communication: bool = True,
+             backward_to_forward: float = 2.0) -> dict[str, Any]: ...

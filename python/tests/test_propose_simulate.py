@@ -1,0 +1,48 @@
+"""propose and simulate from Python equal the CLI's output (issue 10)."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import hydraulis
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("HYDRAULIS_BIN", os.path.join(ROOT, "build", "release", "tools", "hydraulis"))
+PROFILE = os.path.join(ROOT, "configs", "profiles", "llama-32b-a800.json")
+CANDIDATES = os.path.join(ROOT, "configs", "candidates", "llama-32b-64gpu.json")
+WIKIPEDIA = os.path.join(ROOT, "data", "wikipedia-sample-lengths.txt")
+
+
+def test_propose_equals_the_cli():
+    run = subprocess.run([BIN, "propose", "--profile", PROFILE, "--lengths", WIKIPEDIA,
+                          "--gpus", "64", "--max-len", "16384", "--max-strategies", "5", "--quiet"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    proposed = hydraulis.propose(hydraulis.load_profile(PROFILE),
+                                 hydraulis.read_lengths(WIKIPEDIA), gpus=64, max_len=16384,
+                                 max_strategies=5)
+    assert proposed.to_json() == run.stdout
+    # Ready for planning as it is.
+    plan = hydraulis.Planner(hydraulis.load_profile(PROFILE), proposed).plan([4000, 900, 120])
+    assert plan.lower_bound_ms <= plan.estimated_step_ms
+    with pytest.raises(ValueError, match="optimizer_layout"):
+        hydraulis.propose(hydraulis.load_profile(PROFILE), [100], gpus=64, max_len=4096,
+                          optimizer_layout=(0, 8, 1))
+
+
+@pytest.mark.parametrize("system", ["ours", "static-fixed"])
+def test_simulate_equals_the_cli(tmp_path, system):
+    summary = tmp_path / "summary.json"
+    run = subprocess.run([BIN, "simulate", "--profile", PROFILE, "--candidates", CANDIDATES,
+                          "--lengths", WIKIPEDIA, "--steps", "3", "--system", system,
+                          "--json", str(summary), "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    ours = hydraulis.simulate(hydraulis.load_profile(PROFILE),
+                              hydraulis.load_candidates(CANDIDATES),
+                              hydraulis.read_lengths(WIKIPEDIA), system=system, steps=3)
+    assert ours == json.loads(summary.read_text())
+    with pytest.raises(ValueError):
+        hydraulis.simulate(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES),
+                           np.array([100, 200]), steps=0)
