@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -174,6 +175,15 @@ std::vector<std::int64_t> Lengths(nb::handle obj) {
   }
   return lengths;
 }
+
+// A Planner and the lock that serialises its calls: its bound cache is not thread-safe,
+// and Python threads may share one Planner (the GIL is released while planning).
+struct PyPlanner {
+  PyPlanner(const Profile& profile, const CandidateSet& candidates, const PlannerOptions& options)
+      : planner(profile, candidates, options) {}
+  Planner planner;
+  std::mutex mutex;
+};
 
 // A BatchSampler with the dataset it reads (the C++ sampler keeps a view of it).
 struct PySampler {
@@ -364,10 +374,10 @@ NB_MODULE(_core, m) {
           },
           nb::arg("position"));
 
-  nb::class_<Planner>(m, "Planner")
+  nb::class_<PyPlanner>(m, "Planner")
       .def(
           "__init__",
-          [](Planner* self, const Profile& profile, const CandidatesText& candidates,
+          [](PyPlanner* self, const Profile& profile, const CandidatesText& candidates,
              const std::string& algorithm, std::uint64_t seed, std::int64_t max_len,
              bool reject_overlong, double backward_to_forward) {
             if (max_len < 1) {
@@ -383,19 +393,20 @@ NB_MODULE(_core, m) {
             options.context_tokens = max_len;
             options.seed = seed;
             options.schedule.backward_to_forward = backward_to_forward;
-            new (self) Planner(profile, set, options);
+            new (self) PyPlanner(profile, set, options);
           },
           nb::arg("profile"), nb::arg("candidates"), nb::kw_only(), nb::arg("algorithm") = "ours",
           nb::arg("seed") = 1, nb::arg("max_len") = 32'768, nb::arg("reject_overlong") = false,
           nb::arg("backward_to_forward") = 2.0)
       .def(
           "plan",
-          [](const Planner& planner, nb::handle lengths) {
+          [](PyPlanner& planner, nb::handle lengths) {
             const std::vector<std::int64_t> values = Lengths(lengths);
             Plan plan;
             {
               nb::gil_scoped_release release;
-              plan = planner.PlanBatch(values);
+              const std::lock_guard<std::mutex> lock(planner.mutex);
+              plan = planner.planner.PlanBatch(values);
             }
             return PyPlan{std::move(plan), nb::object()};
           },

@@ -98,6 +98,8 @@ struct Plan {
 };
 
 // Holds the candidate set with each pipeline's time model and capacity, computed once.
+// Not thread-safe: PlanBatch fills a cache, so one thread at a time may call it (the Python
+// binding serialises calls with a lock; the trainer plans on one look-ahead thread).
 class Planner {
  public:
   // Precondition: `candidates` was validated against `profile` (spec_io.h).
