@@ -40,6 +40,7 @@
 #include "hydraulis/runtime/model.h"
 #include "hydraulis/runtime/packed_batch.h"
 #include "hydraulis/runtime/pipeline_stage.h"
+#include "hydraulis/runtime/plan_ahead.h"
 #include "hydraulis/runtime/sharded_optimizer.h"
 #include "hydraulis/runtime/trainer.h"
 #include "hydraulis/runtime/training_job.h"
@@ -833,6 +834,63 @@ TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
   EXPECT_EQ(second.first[1], straight.first[3]);
   EXPECT_TRUE(at::equal(second.second, straight.second));
   std::filesystem::remove_all(dir);
+}
+
+TEST(PlanAheadTest, GivesTheSynchronousStepsInOrderAndErrorsAtTheirStep) {
+  const std::string root = HYDRAULIS_SOURCE_DIR;
+  const Profile profile = LoadProfile(root + "/configs/profiles/tiny-cpu.json");
+  const CandidateSet candidates =
+      LoadCandidates(root + "/configs/candidates/cpu-2rank.json", profile);
+  PlannerOptions planning;
+  planning.context_tokens = 1024;
+  std::vector<std::int64_t> lengths;
+  {
+    std::ifstream in(root + "/data/wikipedia-sample-lengths.txt");
+    std::int64_t n = 0;
+    for (int i = 0; i < 500 && in >> n; ++i) lengths.push_back(n);
+  }
+  const SamplerOptions sampling{6000, 1024, 3, 0};
+  const Planner sync_planner(profile, candidates, planning);
+  BatchSampler sync_sampler(lengths, sampling);
+  const Planner planner(profile, candidates, planning);
+  BatchSampler sampler(lengths, sampling);
+  {
+    PlanAhead ahead(planner, sampler, 6, 2);
+    for (int step = 0; step < 6; ++step) {
+      const SampledBatch batch = sync_sampler.Next();
+      const Plan plan = sync_planner.PlanBatch(batch.lengths);
+      double waited_ms = -1;
+      const PlanAhead::Step got = ahead.Next(waited_ms);
+      EXPECT_GE(waited_ms, 0.0);
+      EXPECT_EQ(got.batch.dataset_indices, batch.dataset_indices) << "step " << step;
+      EXPECT_EQ(PlanToJson(got.plan, false, false), PlanToJson(plan, false, false));
+      EXPECT_EQ(got.position_after.epoch, sync_sampler.position().epoch);
+      EXPECT_EQ(got.position_after.offset, sync_sampler.position().offset);
+    }
+    double waited_ms = 0;
+    EXPECT_THROW(ahead.Next(waited_ms), InternalError);
+  }
+  {
+    // Destroyed with steps left: the thread stops without planning them.
+    PlanAhead ahead(planner, sampler, 1'000'000, 2);
+    double waited_ms = 0;
+    ahead.Next(waited_ms);
+  }
+  // One document per batch; the overlong one cannot be planned under the reject rule.
+  const std::vector<std::int64_t> with_overlong = {100, 200, 300, 50'000'000, 400, 500};
+  PlannerOptions strict = planning;
+  strict.overlong = OverlongRule::kReject;
+  const SamplerOptions one_each{1, 1 << 30, 9, 1};
+  BatchSampler order(with_overlong, one_each);
+  int bad_step = 0;
+  while (order.Next().lengths[0] != 50'000'000) ++bad_step;
+  const Planner strict_planner(profile, candidates, strict);
+  BatchSampler strict_sampler(with_overlong, one_each);
+  PlanAhead ahead(strict_planner, strict_sampler, 6, 3);
+  double waited_ms = 0;
+  for (int step = 0; step < bad_step; ++step) EXPECT_NO_THROW(ahead.Next(waited_ms));
+  EXPECT_THROW(ahead.Next(waited_ms), Infeasible);
+  EXPECT_THROW(ahead.Next(waited_ms), Infeasible);
 }
 
 }  // namespace

@@ -26,6 +26,10 @@ std::string NumberText(double x) {
 
 }  // namespace
 
+// Steps planned ahead of the one training: one hides planning behind each step; two
+// absorb a step whose plan happens to take longer.
+constexpr int kPlanAheadDepth = 2;
+
 TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
                          const MegatronDataset& dataset, DistributedTrainer& trainer,
                          const TrainingJobOptions& options)
@@ -33,7 +37,8 @@ TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
       sampler_(sampler),
       dataset_(dataset),
       trainer_(trainer),
-      options_(options) {
+      options_(options),
+      position_(sampler.position()) {
   if (options_.steps < 1) {
     throw InvalidInput("training job: steps must be >= 1, got " + std::to_string(options_.steps));
   }
@@ -59,7 +64,9 @@ std::optional<std::string> TrainingJob::Resume() {
                        std::to_string(meta.seed) + ", this run has " +
                        std::to_string(options_.seed) + " (the data order would differ)");
   }
+  if (plans_) throw InternalError("TrainingJob::Resume: steps have run already");
   sampler_.Restore({meta.sampler_epoch, meta.sampler_offset});
+  position_ = sampler_.position();
   next_step_ = static_cast<int>(meta.step);
   return path;
 }
@@ -106,8 +113,8 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume) {
 void TrainingJob::Save(int steps_done) {
   CheckpointMeta meta;
   meta.step = steps_done;
-  meta.sampler_epoch = sampler_.position().epoch;
-  meta.sampler_offset = sampler_.position().offset;
+  meta.sampler_epoch = position_.epoch;
+  meta.sampler_offset = position_.offset;
   meta.seed = options_.seed;
   SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.world(),
                  options_.keep_checkpoints);
@@ -117,8 +124,14 @@ TrainingStepRecord TrainingJob::RunStep() {
   if (done()) throw InternalError("TrainingJob::RunStep: the job is done");
   TrainingStepRecord record;
   record.step = next_step_;
-  const SampledBatch batch = sampler_.Next();
-  const Plan plan = planner_.PlanBatch(batch.lengths);
+  if (!plans_) {
+    plans_ = std::make_unique<PlanAhead>(planner_, sampler_, options_.steps - next_step_,
+                                         kPlanAheadDepth);
+  }
+  PlanAhead::Step planned = plans_->Next(record.plan_wait_ms);
+  const SampledBatch& batch = planned.batch;
+  const Plan& plan = planned.plan;
+  position_ = planned.position_after;
   std::vector<std::vector<std::int64_t>> documents;
   for (std::size_t i = 0; i < plan.lengths.size(); ++i) {
     std::vector<std::int64_t> doc =
@@ -189,6 +202,7 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["switched"] = r.switched;
   j["predicted_step_ms"] = r.predicted_step_ms;
   j["planning_ms"] = r.planning_ms;
+  j["plan_wait_ms"] = r.plan_wait_ms;
   j["compute_ms"] = r.result.compute_ms;
   j["wait_ms"] = r.result.wait_ms;
   j["sync_ms"] = r.result.sync_ms;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/distributed_trainer.h"
+#include "hydraulis/runtime/plan_ahead.h"
 
 namespace hydraulis {
 
@@ -47,12 +49,16 @@ struct TrainingStepRecord {
   bool switched = false;  // another candidate than the previous step's
   double predicted_step_ms = 0;
   double planning_ms = 0;
+  // How long the step waited for its plan: planning runs ahead on a thread (PlanAhead), so
+  // this is 0 unless planning is slower than training (the first step waits for its own).
+  double plan_wait_ms = 0;
   std::vector<int> micro_batches;  // per pipeline
 };
 
 class TrainingJob {
  public:
-  // Every argument must outlive the job. InvalidInput on out-of-range options.
+  // Every argument must outlive the job. InvalidInput on out-of-range options. From the
+  // first RunStep on, the job's look-ahead thread owns `sampler` (PlanAhead).
   TrainingJob(const Planner& planner, BatchSampler& sampler, const MegatronDataset& dataset,
               DistributedTrainer& trainer, const TrainingJobOptions& options);
 
@@ -88,6 +94,9 @@ class TrainingJob {
   TrainingJobOptions options_;
   int next_step_ = 0;
   int previous_strategy_ = -1;
+  // Where the sampler stood after the last step run (the look-ahead has drawn further).
+  SamplerPosition position_;
+  std::unique_ptr<PlanAhead> plans_;  // started at the first RunStep, after any Resume
   Totals totals_;
 };
 
@@ -100,6 +109,7 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume);
 
 // One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
 // documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
+// plan_wait_ms,
 // compute_ms, wait_ms, sync_ms, grad_shards, grad_shards_overlapped, grad_reduce_wait_ms,
 // micro_batches, truncated, cut_documents, cut_tokens, grad_norm, skipped, device,
 // precision.
