@@ -19,7 +19,7 @@ constexpr std::int64_t kMaxGpus = 1 << 20;
 void CheckFormat(JsonObjectReader& r, const char* expected) {
   std::string format = r.String("format");
   if (format != expected) {
-    r.Fail("format", "expected \"" + std::string(expected) + "\", got \"" + format + "\"");
+    r.Fail("format", "expected \"" + std::string(expected) + "\", got " + QuoteForMessage(format));
   }
 }
 

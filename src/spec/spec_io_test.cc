@@ -164,6 +164,17 @@ TEST(SpecIoTest, KeysAreEchoedAsOneBoundedLine) {
   }
 }
 
+TEST(SpecIoTest, FormatValuesAreEchoedEscaped) {
+  // Found by the profile fuzzer: a tab decoded from the format string was echoed raw.
+  std::string bad = ReadFileText(ProfilePath("32b"));
+  const std::string format = "\"hydraulis.profile/1\"";
+  bad.replace(bad.find(format), format.size(), "\"hydr\\taulis.profile/1\"");
+  const std::string msg = InvalidInputMessage([&] { ParseProfile(bad, "p.json"); });
+  EXPECT_NE(msg.find("p.json: format: expected \"hydraulis.profile/1\", got 'hydr\\x09aulis"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(SpecIoTest, ShippedCandidates64Gpus) {
   const CandidateSet c = LoadCandidates(CandidatesPath(64), Profile32b());
   EXPECT_EQ(c.gpus, 64);
