@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hydraulis/base/error.h"
 
@@ -50,6 +51,21 @@ void ExpectValidOrInvalidInput(Parse parse) {
 
 inline std::string AsText(const std::uint8_t* data, std::size_t size) {
   return std::string(reinterpret_cast<const char*>(data), size);
+}
+
+// The first `parts` pieces of a several-file input whose files are separated by two NUL
+// bytes (the last piece is the rest); empty when there are fewer separators.
+inline std::vector<std::string_view> SplitAtNulPairs(std::string_view input, std::size_t parts) {
+  constexpr std::string_view kSeparator("\0\0", 2);
+  std::vector<std::string_view> out;
+  while (out.size() + 1 < parts) {
+    const std::size_t at = input.find(kSeparator);
+    if (at == std::string_view::npos) return {};
+    out.push_back(input.substr(0, at));
+    input.remove_prefix(at + kSeparator.size());
+  }
+  out.push_back(input);
+  return out;
 }
 
 }  // namespace hydraulis::fuzz

@@ -7,15 +7,12 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace hydraulis;
   const std::string input = fuzz::AsText(data, size);
-  const std::string separator("\0\0", 2);
-  const std::size_t a = input.find(separator);
-  if (a == std::string::npos) return 0;
-  const std::size_t b = input.find(separator, a + 2);
-  if (b == std::string::npos) return 0;
+  const std::vector<std::string_view> files = fuzz::SplitAtNulPairs(input, 3);
+  if (files.empty()) return 0;
   fuzz::ExpectValidOrInvalidInput([&] {
-    const Gpt2BpeTokenizer tokenizer = Gpt2BpeTokenizer::Parse(
-        input.substr(0, a), "vocab.json", input.substr(a + 2, b - a - 2), "merges.txt");
-    for (std::int64_t id : tokenizer.Encode(std::string_view(input).substr(b + 2))) {
+    const Gpt2BpeTokenizer tokenizer = Gpt2BpeTokenizer::Parse(std::string(files[0]), "vocab.json",
+                                                               std::string(files[1]), "merges.txt");
+    for (std::int64_t id : tokenizer.Encode(files[2])) {
       fuzz::Require(id >= 0 && id < tokenizer.vocab_size(), "ids inside the vocabulary");
     }
   });

@@ -8,13 +8,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace hydraulis;
   const std::string input = fuzz::AsText(data, size);
-  const std::string separator("\0\0", 2);
-  const std::size_t a = input.find(separator);
-  if (a == std::string::npos) return 0;
+  const std::vector<std::string_view> files = fuzz::SplitAtNulPairs(input, 2);
+  if (files.empty()) return 0;
   fuzz::ExpectValidOrInvalidInput([&] {
-    const HfTokenizer tokenizer =
-        HfTokenizer::Parse(std::string_view(input).substr(0, a), "tokenizer.json");
-    const std::string_view text = std::string_view(input).substr(a + 2);
+    const HfTokenizer tokenizer = HfTokenizer::Parse(files[0], "tokenizer.json");
+    const std::string_view text = files[1];
     const std::vector<std::int64_t> ids = tokenizer.Encode(text);
     for (std::int64_t id : ids) {
       fuzz::Require(id >= 0 && id < tokenizer.vocab_size(), "ids inside the vocabulary");
