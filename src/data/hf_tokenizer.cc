@@ -110,7 +110,7 @@ const std::string& TypeOf(const json& object, const Where& where) {
 
 [[noreturn]] void Unsupported(const Where& where, const std::string& type,
                               const std::string& supported) {
-  where.Fail("type '" + type + "' is not supported (supported: " + supported +
+  where.Fail("type " + QuoteForMessage(type) + " is not supported (supported: " + supported +
              "); hydraulis reads byte-level BPE tokenizers only");
 }
 
@@ -328,8 +328,8 @@ SplitStep ParseSplit(const json& value, const Where& where) {
   const std::string& behavior = RequireString(Require(value, "behavior", where), behavior_where);
   const auto it = kBehaviors.find(behavior);
   if (it == kBehaviors.end()) {
-    behavior_where.Fail("unknown behavior '" + behavior +
-                        "' (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous)");
+    behavior_where.Fail("unknown behavior " + QuoteForMessage(behavior) +
+                        " (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous)");
   }
   return SplitStep{RegexSplitter(text, literal != nullptr, text_where.str()), it->second,
                    BoolOr(value, "invert", false, where)};

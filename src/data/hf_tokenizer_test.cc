@@ -356,6 +356,15 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
                    {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
        },
        "tok.json: pre_tokenizer.pretokenizers[0].behavior: unknown behavior 'Shuffled'"},
+      {[](json& j) {  // found by the fuzzer: a control byte echoed raw
+         j["pre_tokenizer"] = {
+             {"type", "Sequence"},
+             {"pretokenizers",
+              json::array(
+                  {{{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Iso\rlated"}},
+                   {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
+       },
+       "unknown behavior 'Iso\\x0dlated' (Removed"},
       {[](json& j) {
          j["added_tokens"] = json::array({{{"id", 300}, {"content", "<x>"}, {"lstrip", true}}});
        },

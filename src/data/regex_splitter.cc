@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <array>
 
 #include "hydraulis/base/error.h"
@@ -71,7 +72,13 @@ std::string_view ClassAt(std::string_view pattern, std::size_t i) {
 
 [[noreturn]] void RefuseEscape(const std::string& where, std::string_view escape,
                                std::string_view why) {
-  throw InvalidInput(where + ": the pattern uses " + std::string(escape) + ", " + std::string(why) +
+  // A \p{...} escape may hold anything; quote it unless it is printable ASCII.
+  const bool printable = std::all_of(escape.begin(), escape.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  throw InvalidInput(where + ": the pattern uses " +
+                     (printable ? std::string(escape) : QuoteForMessage(escape)) + ", " +
+                     std::string(why) +
                      "; hydraulis refuses it rather than split text differently from tokenizers "
                      "(docs/runtime.md, \"Hugging Face tokenizers\")");
 }
