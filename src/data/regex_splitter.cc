@@ -224,7 +224,6 @@ pcre2_jit_stack* LargeJitStack() {
 
 struct RegexSplitter::Compiled {
   pcre2_code* code = nullptr;
-  bool jit = false;
   ~Compiled() { pcre2_code_free(code); }
 };
 
@@ -255,7 +254,7 @@ RegexSplitter::RegexSplitter(std::string_view pattern, bool literal, const std::
     }
   }
   // Without JIT (a platform PCRE2 lacks it for) matching is slower but the same.
-  compiled_->jit = pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE) == 0;
+  (void)pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);
 }
 
 RegexSplitter::~RegexSplitter() = default;
