@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets (fuzz/README.md).
-#   scripts/fuzz.sh [--seconds N | --runs N] [--jobs N] [NAME...]
+#   scripts/fuzz.sh [--seconds N | --runs N] [--timeout S] [NAME...]
 # builds the `fuzz` preset (clang, ASan + UBSan) and runs each named fuzzer (default: all)
 # on its seed corpus fuzz/corpus/NAME, for N seconds (default 5) or N executions. New
 # inputs go to build/fuzz/corpus/NAME, never into the repository; a finding is written to
 # build/fuzz/findings/ and makes the script exit non-zero. The last line of each run
 # (executions, coverage, speed) is appended to build/fuzz/runs.log.
+# --timeout S: one input running longer than S seconds (wall clock; default 10) is a
+# finding; long runs at nice 19 beside builds raise it, since starvation is not a hang.
 # ctest (`ctest --preset fuzz`) calls it with --build-dir, after the build.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build_dir=""
 limit=(-max_total_time=5)
+timeout=10
 names=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build_dir="$2"; shift 2 ;;
     --seconds) limit=(-max_total_time="$2"); shift 2 ;;
     --runs) limit=(-runs="$2"); shift 2 ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    --timeout) timeout="$2"; shift 2 ;;
+    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) names+=("$1"); shift ;;
   esac
@@ -42,7 +46,7 @@ for name in "${names[@]}"; do
   dict=()
   [[ -f $root/fuzz/$name.dict ]] && dict=(-dict="$root/fuzz/$name.dict")
   log="$build_dir/findings/$name.log"
-  if "$binary" "${limit[@]}" "${dict[@]}" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
+  if "$binary" "${limit[@]}" "${dict[@]}" -max_len=65536 -timeout="$timeout" -rss_limit_mb=4096 \
       -print_final_stats=1 -artifact_prefix="$build_dir/findings/$name-" \
       "$work" "$seeds" >"$log" 2>&1; then
     summary="$(grep -E '^#[0-9]+.*DONE' "$log" | tail -1)"
