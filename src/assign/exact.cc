@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/tolerance.h"
 #include "hydraulis/cost/pipeline_time.h"
 
 namespace hydraulis {
@@ -19,17 +20,14 @@ namespace {
 
 using Mask = std::uint32_t;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kNoPacking = std::numeric_limits<int>::max();
 // The subset DPs below cost 3^n per capacity and per pipeline level; beyond this they stop
 // being a "small instance" tool whatever max_documents says.
 constexpr int kHardMaxDocuments = 16;
 
-// Lower bounds and simulated times round differently, so a bound is only trusted to rule a
-// candidate out when it clears the best time by more than rounding noise.
-bool CannotBeat(double lower_bound, double best) {
-  return lower_bound - 1e-12 * std::abs(lower_bound) >= best;
-}
+// A bound within the tolerance of the best time (base/tolerance.h) can only tie it, so the
+// branch is pruned; the optimum found is then exact up to that tolerance.
+bool CannotBeat(double lower_bound, double best) { return !DefinitelyLess(lower_bound, best); }
 
 int LowestDoc(Mask m) { return std::countr_zero(m); }
 
@@ -402,7 +400,7 @@ class ExactSolver {
     // The search's own simulation must agree with the cost model's; a change to
     // OneFOneBMs that is not mirrored here would otherwise go unnoticed.
     const double reference = SequenceMs(m, search_seq_);
-    if (std::abs(reference - search_best_) > 1e-9 * std::max(1.0, std::abs(reference))) {
+    if (!NearlyEqual(reference, search_best_)) {
       throw InternalError("exact solver's 1F1B simulation gives " + std::to_string(search_best_) +
                           " ms where OneFOneBMs gives " + std::to_string(reference));
     }

@@ -12,11 +12,11 @@
 #include <numeric>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/tolerance.h"
 
 namespace hydraulis {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kBisectionSteps = 24;
 constexpr double kRelaxationMinGpuShare = 0.25;
 

@@ -1,4 +1,5 @@
 #include "hydraulis/assign/pack.h"
+#include "hydraulis/base/tolerance.h"
 
 #include <algorithm>
 #include <limits>
@@ -45,7 +46,7 @@ double OrderForSchedule(const AssignProblem& problem, const PipelineModel& pipe,
   for (std::size_t k = 0; k < orders.size(); ++k) {
     for (int j = 0; j < v; ++j) ordered[j] = t[orders[k][j]];
     double ms = OneFOneBMs(ordered, pipe.scheme.pp, problem.schedule);
-    if (best < 0 || ms < best - 1e-12) {
+    if (best < 0 || DefinitelyLess(ms, best)) {
       best = ms;
       best_k = k;
     }
@@ -196,7 +197,7 @@ bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipe,
   std::vector<int> partner_docs;
   for (int step = 0; step < max_steps; ++step) {
     const int hi = std::prev(by_work.end())->second;
-    double best = work[hi] - 1e-9;
+    double best = work[hi] - ToleranceMs(work[hi]);
     int best_j = -1;
     std::size_t best_i = 0, best_k = 0;
     bool swap = false;
@@ -324,7 +325,7 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
       candidate = fewest;
     }
     const double ms = OrderForSchedule(problem, pipe, candidate);
-    if (result.micro_batches.empty() || ms < result.ms - 1e-9) {
+    if (result.micro_batches.empty() || DefinitelyLess(ms, result.ms)) {
       result.ms = ms;
       result.micro_batches = candidate;
     }
@@ -339,7 +340,7 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
       for (std::size_t j = 0; j < frac.size(); ++j) target[j] = frac[j] * total_work;
       if (!ShapedPack(problem, pipe, docs, target, candidate)) continue;
       const double ms = PipelineMs(problem, pipe, candidate);
-      if (ms < result.ms - 1e-9) {
+      if (DefinitelyLess(ms, result.ms)) {
         result.ms = ms;
         result.micro_batches = candidate;
       }

@@ -1,4 +1,5 @@
 #include "hydraulis/assign/plan_checker.h"
+#include "hydraulis/base/tolerance.h"
 
 #include <cmath>
 #include <vector>
@@ -6,7 +7,7 @@
 namespace hydraulis {
 namespace {
 
-bool Close(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b)); }
+bool Close(double a, double b) { return NearlyEqual(a, b); }
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/json_text.h"
+#include "hydraulis/base/tolerance.h"
 #include "hydraulis/spec/json_reader.h"
 
 namespace hydraulis {
@@ -37,7 +38,7 @@ std::vector<PlanLine> ParsePlanLines(const std::string& text, const std::string&
     PlanLine plan;
     plan.estimated_step_ms = p.Number("estimated_step_ms", 0);
     plan.lower_bound_ms = p.Number("lower_bound_ms", 0);
-    if (plan.lower_bound_ms > plan.estimated_step_ms * (1 + 1e-9)) {
+    if (DefinitelyLess(plan.estimated_step_ms, plan.lower_bound_ms)) {
       p.Fail("lower_bound_ms", "a lower bound above the plan's own estimated_step_ms (" +
                                    std::to_string(plan.lower_bound_ms) + " > " +
                                    std::to_string(plan.estimated_step_ms) + ")");

@@ -9,12 +9,12 @@
 #include "hydraulis/assign/lower_bound.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/tolerance.h"
 #include "hydraulis/cost/capacity.h"
 
 namespace hydraulis {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 // About 30 years: no real micro-batch takes longer; beyond it sums could overflow.
 constexpr double kMaxMicroBatchMs = 1e12;
 
@@ -137,181 +137,241 @@ AssignProblem Planner::Problem(std::span<const std::int64_t> lengths, int i) con
   return p;
 }
 
-Plan Planner::PlanBatch(std::span<const std::int64_t> raw_lengths) const {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Algorithm algo = options_.algorithm;
-  const bool is_static = algo == Algorithm::kStaticFixed || algo == Algorithm::kKarmarkarKarp;
-  const int static_index = options_.only_strategy >= 0 ? options_.only_strategy : static_index_;
-  if (is_static && static_index < 0) {
-    throw InvalidInput("--algorithm " + AlgorithmName(algo) +
-                       ": the candidate set has no homogeneous strategy to run statically");
-  }
-  Plan plan;
-  plan.algorithm = algo;
-  const int S = static_cast<int>(candidates_.strategies.size());
+namespace {
 
-  // The long-document rule, against what the algorithm can run at all.
-  std::int64_t limit = 0;
-  if (is_static || options_.only_strategy >= 0) {
-    limit = MaxCapacity(is_static ? static_index : options_.only_strategy);
-    if (algo == Algorithm::kStaticFixed) limit = std::min(limit, options_.context_tokens);
-  } else {
-    for (int i = 0; i < S; ++i) limit = std::max(limit, MaxCapacity(i));
-  }
-  plan.lengths.assign(raw_lengths.begin(), raw_lengths.end());
-  for (std::size_t d = 0; d < plan.lengths.size(); ++d) {
-    const std::int64_t s = plan.lengths[d];
-    if (s < 1) {
-      throw InvalidInput("document " + std::to_string(d) + ": length must be >= 1, got " +
-                         std::to_string(s));
+// One batch's planning, phase by phase: the long-document rule, the candidates' bounds,
+// the algorithm's search (ours with pruning, or a baseline), and assembling the plan.
+// Holds what the phases share: the plan being built and the best assignment so far.
+class BatchPlanning {
+ public:
+  BatchPlanning(const Planner& planner, const PlannerOptions& options, RelaxationTable& relaxations)
+      : planner_(planner), options_(options), relaxations_(relaxations) {
+    plan_.algorithm = options_.algorithm;
+    static_index_ =
+        options_.only_strategy >= 0 ? options_.only_strategy : planner_.StaticStrategyIndex();
+    if (IsStatic() && static_index_ < 0) {
+      throw InvalidInput("algorithm " + AlgorithmName(options_.algorithm) +
+                         ": the candidate set has no homogeneous strategy to run statically");
     }
-    if (s <= limit) continue;
-    if (options_.overlong == OverlongRule::kReject) {
-      throw Infeasible("document " + std::to_string(d) + " has " + std::to_string(s) +
-                       " tokens, more than any candidate can hold (" + std::to_string(limit) +
-                       "); rerun with truncation allowed or shorten it");
-    }
-    plan.truncated.push_back({static_cast<int>(d), s, limit});
-    plan.lengths[d] = limit;
   }
-  const std::int64_t longest =
-      plan.lengths.empty() ? 0 : *std::max_element(plan.lengths.begin(), plan.lengths.end());
 
-  // Lower bounds for every candidate that can hold the batch.
-  plan.candidates.resize(static_cast<std::size_t>(S));
-  plan.lower_bound_ms = kInf;
-  std::vector<int> feasible;
-  for (int i = 0; i < S; ++i) {
-    auto& rep = plan.candidates[static_cast<std::size_t>(i)];
-    rep.index = i;
-    rep.name = candidates_.strategies[static_cast<std::size_t>(i)].name;
-    if (MaxCapacity(i) < longest) {
-      rep.status = CandidateStatus::kCannotHold;
-      rep.lower_bound_ms = kInf;
-      continue;
+  Plan Run(std::span<const std::int64_t> raw_lengths) {
+    ApplyLongDocumentRule(raw_lengths);
+    std::vector<int> usable = BoundCandidates();
+    switch (options_.algorithm) {
+      case Algorithm::kOurs:
+        SearchOurs(std::move(usable));
+        break;
+      case Algorithm::kPublished:
+        RunPublished(usable);
+        break;
+      case Algorithm::kStaticFixed:
+        Consider(static_index_, AssignStaticFixed(Problem(static_index_), LongDocumentLimit()), 0);
+        break;
+      case Algorithm::kKarmarkarKarp:
+        Consider(static_index_,
+                 AssignKarmarkarKarp(Problem(static_index_), options_.two_stage.pack), 0);
+        break;
     }
-    // Ours computes the full bound lazily (below): it can prune on this cheap one.
-    const bool usable = options_.only_strategy < 0 || i == options_.only_strategy;
-    rep.lower_bound_ms = algo == Algorithm::kOurs && usable
-                             ? LongestDocumentBoundMs(Problem(plan.lengths, i))
-                             : ComputeLowerBound(Problem(plan.lengths, i), &relaxations_).ms;
-    rep.status = CandidateStatus::kNotUsed;
-    if (usable) feasible.push_back(i);
+    Assemble();
+    return std::move(plan_);
   }
-  if (feasible.empty()) throw InternalError("no candidate can hold the truncated batch");
 
-  Assignment best;
-  int best_index = -1;
-  double best_score = kInf;  // what the algorithm minimises
-  auto consider = [&](int i, Assignment a, double score) {
-    auto& rep = plan.candidates[static_cast<std::size_t>(i)];
+ private:
+  bool IsStatic() const {
+    return options_.algorithm == Algorithm::kStaticFixed ||
+           options_.algorithm == Algorithm::kKarmarkarKarp;
+  }
+  int CandidateCount() const { return static_cast<int>(planner_.candidates().strategies.size()); }
+  AssignProblem Problem(int i) const { return planner_.Problem(plan_.lengths, i); }
+  CandidateReport& Report(int i) { return plan_.candidates[static_cast<std::size_t>(i)]; }
+  double Overhead(int i) const {
+    return options_.strategy_overhead_ms.empty()
+               ? 0.0
+               : options_.strategy_overhead_ms[static_cast<std::size_t>(i)];
+  }
+
+  // The longest document the algorithm can run at all: the static candidate's capacity
+  // (static-fixed: also the context length), the restricted candidate's, or the widest.
+  std::int64_t LongDocumentLimit() const {
+    std::int64_t limit = 0;
+    if (IsStatic() || options_.only_strategy >= 0) {
+      limit = planner_.MaxCapacity(IsStatic() ? static_index_ : options_.only_strategy);
+      if (options_.algorithm == Algorithm::kStaticFixed) {
+        limit = std::min(limit, options_.context_tokens);
+      }
+    } else {
+      for (int i = 0; i < CandidateCount(); ++i) limit = std::max(limit, planner_.MaxCapacity(i));
+    }
+    return limit;
+  }
+
+  // Phase 1: validates the lengths and truncates (or rejects) documents over the limit.
+  void ApplyLongDocumentRule(std::span<const std::int64_t> raw_lengths) {
+    const std::int64_t limit = LongDocumentLimit();
+    plan_.lengths.assign(raw_lengths.begin(), raw_lengths.end());
+    for (std::size_t d = 0; d < plan_.lengths.size(); ++d) {
+      const std::int64_t s = plan_.lengths[d];
+      if (s < 1) {
+        throw InvalidInput("document " + std::to_string(d) + ": length must be >= 1, got " +
+                           std::to_string(s));
+      }
+      if (s <= limit) continue;
+      if (options_.overlong == OverlongRule::kReject) {
+        throw Infeasible("document " + std::to_string(d) + " has " + std::to_string(s) +
+                         " tokens, more than any candidate can hold (" + std::to_string(limit) +
+                         "); rerun with truncation allowed or shorten it");
+      }
+      plan_.truncated.push_back({static_cast<int>(d), s, limit});
+      plan_.lengths[d] = limit;
+    }
+  }
+
+  // Phase 2: a report and a lower bound for every candidate; returns those the algorithm
+  // may use (they hold the longest document). Ours starts from the cheap longest-document
+  // bound and computes full bounds lazily in its search, so it can prune on the cheap one.
+  std::vector<int> BoundCandidates() {
+    const std::int64_t longest =
+        plan_.lengths.empty() ? 0 : *std::max_element(plan_.lengths.begin(), plan_.lengths.end());
+    plan_.candidates.resize(static_cast<std::size_t>(CandidateCount()));
+    std::vector<int> usable;
+    for (int i = 0; i < CandidateCount(); ++i) {
+      CandidateReport& rep = Report(i);
+      rep.index = i;
+      rep.name = planner_.candidates().strategies[static_cast<std::size_t>(i)].name;
+      if (planner_.MaxCapacity(i) < longest) {
+        rep.status = CandidateStatus::kCannotHold;
+        rep.lower_bound_ms = kInf;
+        continue;
+      }
+      const bool allowed = options_.only_strategy < 0 || i == options_.only_strategy;
+      rep.lower_bound_ms = options_.algorithm == Algorithm::kOurs && allowed
+                               ? LongestDocumentBoundMs(Problem(i))
+                               : ComputeLowerBound(Problem(i), &relaxations_).ms;
+      rep.status = CandidateStatus::kNotUsed;
+      if (allowed) usable.push_back(i);
+    }
+    if (usable.empty()) throw InternalError("no candidate can hold the truncated batch");
+    return usable;
+  }
+
+  // Records candidate i's assignment; keeps it when its score (what the algorithm
+  // minimises) is below the best so far beyond the tolerance (ties: the earlier one).
+  void Consider(int i, Assignment a, double score) {
+    CandidateReport& rep = Report(i);
     rep.status = CandidateStatus::kPlanned;
     rep.estimated_step_ms = a.step_ms;
-    if (best_index < 0 || score < best_score - 1e-9 * std::max(1.0, best_score)) {
-      best_score = score;
-      best_index = i;
-      best = std::move(a);
+    if (best_index_ < 0 || DefinitelyLess(score, best_score_)) {
+      best_score_ = score;
+      best_index_ = i;
+      best_ = std::move(a);
     }
-  };
-  switch (algo) {
-    case Algorithm::kOurs: {
-      auto lb_of = [&](int i) -> double& {
-        return plan.candidates[static_cast<std::size_t>(i)].lower_bound_ms;
-      };
-      // What ours minimises is compute time plus the candidate's fixed overhead.
-      auto overhead = [&](int i) {
-        return options_.strategy_overhead_ms.empty()
-                   ? 0.0
-                   : options_.strategy_overhead_ms[static_cast<std::size_t>(i)];
-      };
-      auto run = [&](int i) {
-        TwoStageOptions opts = options_.two_stage;
-        opts.pack.relaxations = &relaxations_;
-        opts.stop_below_ms = std::max(opts.stop_below_ms, lb_of(i));
-        Assignment a = AssignTwoStage(Problem(plan.lengths, i), opts);
-        const double score = a.step_ms + overhead(i);
-        consider(i, std::move(a), score);
-      };
-      // Plan the candidate with the least cheap bound first, so a good plan is known
-      // early; then the others whose bounds can still beat it, most promising first.
-      std::stable_sort(feasible.begin(), feasible.end(), [&](int x, int y) {
-        return lb_of(x) + overhead(x) < lb_of(y) + overhead(y);
-      });
-      const int first = feasible.front();
-      lb_of(first) = ComputeLowerBound(Problem(plan.lengths, first), &relaxations_).ms;
-      run(first);
-      std::vector<int> rest;
-      for (std::size_t k = 1; k < feasible.size(); ++k) {
-        const int i = feasible[k];
-        if (lb_of(i) + overhead(i) < best_score) {
-          lb_of(i) = ComputeLowerBound(Problem(plan.lengths, i), &relaxations_).ms;
-        }
-        rest.push_back(i);
+  }
+
+  // Phase 3 (ours): two-stage assignment of the most promising candidate first, then of
+  // every other whose bound plus overhead can still beat the best score; the rest are
+  // pruned. Ours minimises compute time plus the candidate's fixed overhead.
+  void SearchOurs(std::vector<int> usable) {
+    auto promise = [&](int i) { return Report(i).lower_bound_ms + Overhead(i); };
+    auto run = [&](int i) {
+      TwoStageOptions opts = options_.two_stage;
+      opts.pack.relaxations = &relaxations_;
+      opts.stop_below_ms = std::max(opts.stop_below_ms, Report(i).lower_bound_ms);
+      Assignment a = AssignTwoStage(Problem(i), opts);
+      const double score = a.step_ms + Overhead(i);
+      Consider(i, std::move(a), score);
+    };
+    // Plan the candidate with the least cheap bound first, so a good plan is known early;
+    // then the others whose full bounds can still beat it, most promising first.
+    std::stable_sort(usable.begin(), usable.end(),
+                     [&](int x, int y) { return promise(x) < promise(y); });
+    const int first = usable.front();
+    Report(first).lower_bound_ms = ComputeLowerBound(Problem(first), &relaxations_).ms;
+    run(first);
+    std::vector<int> rest;
+    for (std::size_t k = 1; k < usable.size(); ++k) {
+      const int i = usable[k];
+      if (promise(i) < best_score_) {
+        Report(i).lower_bound_ms = ComputeLowerBound(Problem(i), &relaxations_).ms;
       }
-      std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) {
-        return lb_of(x) + overhead(x) < lb_of(y) + overhead(y);
-      });
-      for (int i : rest) {
-        if (lb_of(i) + overhead(i) >= best_score) {
-          plan.candidates[static_cast<std::size_t>(i)].status = CandidateStatus::kPruned;
-        } else {
-          run(i);
-        }
-      }
-      break;
+      rest.push_back(i);
     }
-    case Algorithm::kPublished:
-      for (int i : feasible) {
-        double published_ms = 0;
-        Assignment a = AssignPublished(Problem(plan.lengths, i), options_.published, options_.seed,
-                                       &published_ms);
-        consider(i, std::move(a), published_ms);
+    std::stable_sort(rest.begin(), rest.end(),
+                     [&](int x, int y) { return promise(x) < promise(y); });
+    for (int i : rest) {
+      if (promise(i) >= best_score_) {
+        Report(i).status = CandidateStatus::kPruned;
+      } else {
+        run(i);
       }
-      break;
-    case Algorithm::kStaticFixed:
-      consider(static_index, AssignStaticFixed(Problem(plan.lengths, static_index), limit), 0);
-      break;
-    case Algorithm::kKarmarkarKarp:
-      consider(static_index,
-               AssignKarmarkarKarp(Problem(plan.lengths, static_index), options_.two_stage.pack),
-               0);
-      break;
+    }
   }
-  // Candidates pruned on the cheap bound never set the minimum: their bound is >= the
-  // chosen plan's time >= the chosen candidate's own bound.
-  for (const auto& r : plan.candidates) {
-    plan.lower_bound_ms = std::min(plan.lower_bound_ms, r.lower_bound_ms);
+
+  // Phase 3 (published baseline): every usable candidate, kept by the published objective.
+  void RunPublished(const std::vector<int>& usable) {
+    for (int i : usable) {
+      double published_ms = 0;
+      Assignment a = AssignPublished(Problem(i), options_.published, options_.seed, &published_ms);
+      Consider(i, std::move(a), published_ms);
+    }
   }
-  const AssignProblem problem = Problem(plan.lengths, best_index);
+
+  // Phase 4: the chosen candidate's pipelines with their micro-batches, token counts and
+  // times, and the batch's lower bound.
+  void Assemble() {
+    // Candidates pruned on the cheap bound never set the minimum: their bound is >= the
+    // chosen plan's time >= the chosen candidate's own bound.
+    plan_.lower_bound_ms = kInf;
+    for (const auto& r : plan_.candidates) {
+      plan_.lower_bound_ms = std::min(plan_.lower_bound_ms, r.lower_bound_ms);
+    }
+    const AssignProblem problem = Problem(best_index_);
 #ifndef NDEBUG
-  if (std::string err = CheckAssignment(problem, best); !err.empty()) {
-    throw InternalError(AlgorithmName(algo) + " produced an invalid plan: " + err);
-  }
-#endif
-  plan.strategy_index = best_index;
-  if (!options_.strategy_overhead_ms.empty()) {
-    plan.overhead_ms = options_.strategy_overhead_ms[static_cast<std::size_t>(best_index)];
-  }
-  plan.strategy = candidates_.strategies[static_cast<std::size_t>(best_index)];
-  for (std::size_t p = 0; p < problem.pipelines.size(); ++p) {
-    PipelinePlan pp;
-    pp.scheme = problem.pipelines[p].scheme;
-    pp.capacity_tokens = problem.pipelines[p].capacity_tokens;
-    pp.micro_batches = best.pipelines[p];
-    pp.estimated_ms = best.pipeline_ms[p];
-    std::vector<double> stage_ms;
-    for (const auto& mb : pp.micro_batches) {
-      double t = problem.pipelines[p].time.c_ms;
-      for (int d : mb) {
-        pp.tokens += plan.lengths[static_cast<std::size_t>(d)];
-        t += problem.pipelines[p].time.DocumentMs(plan.lengths[static_cast<std::size_t>(d)]);
-      }
-      stage_ms.push_back(t);
+    if (std::string err = CheckAssignment(problem, best_); !err.empty()) {
+      throw InternalError(AlgorithmName(options_.algorithm) + " produced an invalid plan: " + err);
     }
-    pp.closed_form_ms = OneFOneBUpperBoundMs(stage_ms, pp.scheme.pp);
-    plan.pipelines.push_back(std::move(pp));
+#endif
+    plan_.strategy_index = best_index_;
+    plan_.overhead_ms = Overhead(best_index_);
+    plan_.strategy = planner_.candidates().strategies[static_cast<std::size_t>(best_index_)];
+    for (std::size_t p = 0; p < problem.pipelines.size(); ++p) {
+      const PipelineModel& model = problem.pipelines[p];
+      PipelinePlan pp;
+      pp.scheme = model.scheme;
+      pp.capacity_tokens = model.capacity_tokens;
+      pp.micro_batches = best_.pipelines[p];
+      pp.estimated_ms = best_.pipeline_ms[p];
+      std::vector<double> stage_ms;
+      for (const auto& mb : pp.micro_batches) {
+        double t = model.time.c_ms;
+        for (int d : mb) {
+          const std::int64_t len = plan_.lengths[static_cast<std::size_t>(d)];
+          pp.tokens += len;
+          t += model.time.DocumentMs(len);
+        }
+        stage_ms.push_back(t);
+      }
+      pp.closed_form_ms = OneFOneBUpperBoundMs(stage_ms, pp.scheme.pp);
+      plan_.pipelines.push_back(std::move(pp));
+    }
+    plan_.estimated_step_ms = best_.step_ms;
   }
-  plan.estimated_step_ms = best.step_ms;
+
+  const Planner& planner_;
+  const PlannerOptions& options_;
+  RelaxationTable& relaxations_;
+  int static_index_ = -1;
+  Plan plan_;
+  Assignment best_;
+  int best_index_ = -1;
+  double best_score_ = kInf;
+};
+
+}  // namespace
+
+Plan Planner::PlanBatch(std::span<const std::int64_t> lengths) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  Plan plan = BatchPlanning(*this, options_, relaxations_).Run(lengths);
   plan.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;

@@ -25,14 +25,10 @@
 #include "hydraulis/assign/baselines.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
+#include "hydraulis/base/tolerance.h"
 
 namespace hydraulis {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-// A later candidate (shuffle, micro-batch count) replaces the kept one only when better
-// by more than this relative margin, so rounding noise cannot break a tie.
-constexpr double kRelativeTolerance = 1e-9;
 
 void Validate(const AssignProblem& problem, const PublishedOptions& options) {
   if (options.shuffles < 1) {
@@ -351,13 +347,13 @@ Packed PackPublished(const AssignProblem& problem, const PipelineModel& pipe, st
     // Skipping a v whose bound cannot beat the kept objective changes no result (ties keep
     // the smaller v) and saves its CBC time limit.
     if ((std::max(largest, total / v) + c) * slots >= best_ms) continue;
-    const double max_work_ms =
-        best_ms < kInf ? best_ms * (1 - kRelativeTolerance) / slots - c : kInf;
+    const double max_work_ms = best_ms < kInf ? (best_ms - ToleranceMs(best_ms)) / slots - c : kInf;
     if (!SolveMinMax(problem, pipe, docs, v, max_work_ms, options.milp_time_limit_s, candidate)) {
       continue;
     }
     const double ms = PublishedObjectiveMs(problem, pipe, candidate);
-    if (ms < best_ms * (1 - kRelativeTolerance)) {
+    // A later v replaces the kept one only when better beyond the tolerance (ties: smaller v).
+    if (DefinitelyLess(ms, best_ms)) {
       best_ms = ms;
       best.micro_batches = std::move(candidate);
     }

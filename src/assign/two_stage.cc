@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/tolerance.h"
 
 namespace hydraulis {
 namespace {
@@ -80,8 +81,8 @@ class Solver {
       for (int p = 0; p < P_; ++p) {
         if (!Fits(p, d)) continue;
         const double after = Estimate(p, With(p, load_[p], d));
-        if (best < 0 || after < best_after - 1e-9 ||
-            (after <= best_after + 1e-9 && est_[p] < est_[best] - 1e-9)) {
+        if (best < 0 || DefinitelyLess(after, best_after) ||
+            (!DefinitelyLess(best_after, after) && DefinitelyLess(est_[p], est_[best]))) {
           best = p;
           best_after = after;
         }
@@ -190,9 +191,9 @@ class Solver {
         const auto [first, last] = Crossing(end, q_after, crit_after);
         for (int i = first; i < last; ++i) {
           const double ca = crit_after(i);
-          if (ca >= limit - 1e-9) continue;
+          if (!DefinitelyLess(ca, limit)) continue;
           const double score = std::max(ca, q_after(i));
-          if (score < limit - 1e-9) moves.push_back({score, i, q, -1});
+          if (DefinitelyLess(score, limit)) moves.push_back({score, i, q, -1});
         }
       }
       if (moves.empty()) {
@@ -217,9 +218,9 @@ class Solver {
             const auto [first, last] = Crossing(end, crit_after, q_after);
             for (int k = first; k < last; ++k) {
               const double ca = crit_after(k);
-              if (ca >= limit - 1e-9) continue;
+              if (!DefinitelyLess(ca, limit)) continue;
               const double score = std::max(ca, q_after(k));
-              if (score < limit - 1e-9) moves.push_back({score, i, q, k});
+              if (DefinitelyLess(score, limit)) moves.push_back({score, i, q, k});
             }
           }
         }
@@ -255,7 +256,7 @@ class Solver {
     Insert(m.to, d);
     Repack(crit);
     Repack(m.to);
-    if (std::max(packed_[crit].ms, packed_[m.to].ms) < limit - 1e-9) return true;
+    if (DefinitelyLess(std::max(packed_[crit].ms, packed_[m.to].ms), limit)) return true;
     docs_[crit] = saved_crit, docs_[m.to] = saved_to;
     packed_[crit] = saved_pc, packed_[m.to] = saved_pt;
     load_[crit] = saved_lc, load_[m.to] = saved_lt;

@@ -7,13 +7,10 @@
 #include <string>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/tolerance.h"
 
 namespace hydraulis {
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-}  // namespace
+namespace {}  // namespace
 
 double GroupMs(const DpScheme& s, const IntervalLoad& load, int replicas) {
   const TimeModel& t = s.time;
