@@ -18,7 +18,7 @@ void LengthFlags::AddTo(CLI::App* cmd) {
 
 LengthSourceOptions LengthFlags::ToOptions() const {
   LengthSourceOptions source;
-  source.format = ParseLengthFormat(format);
+  source.format = ParseLengthFormat(format, "--format");
   source.length_field = length_field;
   source.text_field = text_field;
   source.count_tokens = ParseTokenCounter(tokenizer);

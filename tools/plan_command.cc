@@ -47,7 +47,7 @@ int RunPlan(const PlanArgs& a) {
   Profile profile = LoadProfile(a.profile);
   CandidateSet candidates = LoadCandidates(a.candidates, profile);
   PlannerOptions options;
-  options.algorithm = ParseAlgorithm(a.algorithm);
+  options.algorithm = ParseAlgorithm(a.algorithm, "--algorithm");
   options.overlong = a.reject_overlong ? OverlongRule::kReject : OverlongRule::kTruncate;
   options.context_tokens = a.max_len;
   options.seed = a.seed;

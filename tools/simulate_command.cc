@@ -68,7 +68,7 @@ class ProgressBar {
 };
 
 int RunSimulate(SimulateArgs a) {
-  a.options.system = ParseSystem(a.system);
+  a.options.system = ParseSystem(a.system, "--system");
   a.options.comm.enabled = !a.no_communication;
   a.options.sync_aware = !a.sync_blind;
   a.options.planner_seed = a.options.sampler.seed;

@@ -196,7 +196,7 @@ TrainInputs LoadTrainInputs(const TrainArgs& a, int world_size) {
   for (std::size_t i = 0; i < in.dataset->num_documents(); ++i) {
     in.lengths.push_back(in.dataset->DocumentLength(i));
   }
-  in.options.algorithm = ParseAlgorithm(a.algorithm);
+  in.options.algorithm = ParseAlgorithm(a.algorithm, "--algorithm");
   if (in.options.algorithm != Algorithm::kOurs && in.options.algorithm != Algorithm::kStaticFixed) {
     throw InvalidInput("train: --plan-algorithm must be ours or static-fixed, got " + a.algorithm);
   }

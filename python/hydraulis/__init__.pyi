@@ -40,6 +40,15 @@ class Plan:
     @property
     def planning_ms(self) -> float: ...
     @property
+    def gap(self) -> float:
+        """estimated_step_ms / lower_bound_ms - 1: at most this far from optimal."""
+    @property
+    def status(self) -> str:
+        """"optimal", "within-gap" or "time-limit" (a solver stopped at its limit)."""
+    @property
+    def time_limited_solves(self) -> int:
+        """Solver calls (published: CBC) that stopped at their time limit."""
+    @property
     def lengths(self) -> npt.NDArray[np.int64]: ...
     @property
     def truncated(self) -> list[tuple[int, int, int]]: ...

@@ -13,6 +13,7 @@
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
+#include "hydraulis/base/tolerance.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/spec/spec_io.h"
@@ -147,6 +148,41 @@ TEST(PlannerTest, SameInputSamePlanBytes) {
                 PlanToJson(warm.PlanBatch(b), false, false));
     }
   }
+}
+
+// Every plan says how it stands: time-limit exactly when a solver stopped at its limit,
+// optimal exactly when its time meets the lower bound, within-gap otherwise.
+TEST(PlannerTest, PlansCarryTheirSolveStatus) {
+  CaseStudy cs;
+  const auto batches = RealBatches(6, 200'000, 11);
+  PlannerOptions options;
+  Planner ours(cs.profile, cs.candidates, options);
+  for (const auto& batch : batches) {
+    const Plan plan = ours.PlanBatch(batch);
+    EXPECT_EQ(plan.time_limited_solves, 0);
+    EXPECT_EQ(plan.status, NearlyEqual(plan.estimated_step_ms, plan.lower_bound_ms)
+                               ? SolveStatus::kOptimal
+                               : SolveStatus::kWithinGap);
+  }
+  // One document: no assignment can beat running it alone on the fastest candidate.
+  const Plan single = ours.PlanBatch(std::vector<std::int64_t>{5000});
+  EXPECT_EQ(single.status, SolveStatus::kOptimal)
+      << single.estimated_step_ms << " vs " << single.lower_bound_ms;
+  EXPECT_NE(PlanToJson(single, false, false).find(R"("status":"optimal","time_limited_solves":0)"),
+            std::string::npos);
+
+  options.algorithm = Algorithm::kPublished;
+  options.published.shuffles = 1;
+  options.published.micro_batch_counts = 1;
+  options.published.milp_time_limit_s = 1e-6;
+  Planner published(cs.profile, cs.candidates, options);
+  const Plan rushed = published.PlanBatch(batches[0]);
+  EXPECT_GT(rushed.time_limited_solves, 0);
+  EXPECT_EQ(rushed.status, SolveStatus::kTimeLimit);
+  EXPECT_EQ(CheckAssignment(published.Problem(rushed.lengths, rushed.strategy_index),
+                            ToAssignment(rushed)),
+            "");
+  EXPECT_EQ(SolveStatusName(SolveStatus::kTimeLimit), "time-limit");
 }
 
 TEST(PlannerTest, OverlongDocumentsAreTruncatedAndListedOrRejected) {

@@ -32,6 +32,8 @@ std::string PlanToJson(const Plan& plan, bool pretty, bool include_timing) {
   j["lower_bound_ms"] = Ms(plan.lower_bound_ms);
   j["gap"] = plan.lower_bound_ms > 0 ? Ms(plan.estimated_step_ms / plan.lower_bound_ms - 1.0)
                                      : nlohmann::ordered_json(nullptr);
+  j["status"] = SolveStatusName(plan.status);
+  j["time_limited_solves"] = plan.time_limited_solves;
   if (include_timing) j["planning_ms"] = plan.planning_ms;
   j["overhead_ms"] = plan.overhead_ms;
   j["num_documents"] = plan.lengths.size();

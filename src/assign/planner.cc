@@ -8,6 +8,7 @@
 
 #include "hydraulis/assign/lower_bound.h"
 #include "hydraulis/assign/plan_checker.h"
+#include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/tolerance.h"
 #include "hydraulis/cost/capacity.h"
@@ -18,6 +19,21 @@ namespace {
 // About 30 years: no real micro-batch takes longer; beyond it sums could overflow.
 constexpr double kMaxMicroBatchMs = 1e12;
 
+constexpr EnumNames<Algorithm, 4> kAlgorithmNames{{{Algorithm::kOurs, "ours"},
+                                                   {Algorithm::kStaticFixed, "static-fixed"},
+                                                   {Algorithm::kPublished, "published"},
+                                                   {Algorithm::kKarmarkarKarp, "kk"}}};
+
+constexpr EnumNames<CandidateStatus, 4> kCandidateStatusNames{
+    {{CandidateStatus::kPlanned, "planned"},
+     {CandidateStatus::kPruned, "pruned"},
+     {CandidateStatus::kCannotHold, "cannot-hold"},
+     {CandidateStatus::kNotUsed, "not-used"}}};
+
+constexpr EnumNames<SolveStatus, 3> kSolveStatusNames{{{SolveStatus::kOptimal, "optimal"},
+                                                       {SolveStatus::kWithinGap, "within-gap"},
+                                                       {SolveStatus::kTimeLimit, "time-limit"}}};
+
 bool Homogeneous(const Strategy& s) {
   return std::all_of(s.pipelines.begin(), s.pipelines.end(),
                      [&](const Scheme& x) { return x == s.pipelines.front(); });
@@ -25,41 +41,16 @@ bool Homogeneous(const Strategy& s) {
 
 }  // namespace
 
-std::string AlgorithmName(Algorithm a) {
-  switch (a) {
-    case Algorithm::kOurs:
-      return "ours";
-    case Algorithm::kStaticFixed:
-      return "static-fixed";
-    case Algorithm::kPublished:
-      return "published";
-    case Algorithm::kKarmarkarKarp:
-      return "kk";
-  }
-  return "?";
+std::string AlgorithmName(Algorithm a) { return std::string(NameOf(a, kAlgorithmNames)); }
+
+Algorithm ParseAlgorithm(std::string_view name, std::string_view what) {
+  return ParseName(name, kAlgorithmNames, what);
 }
 
-Algorithm ParseAlgorithm(const std::string& name) {
-  for (Algorithm a : {Algorithm::kOurs, Algorithm::kStaticFixed, Algorithm::kPublished,
-                      Algorithm::kKarmarkarKarp}) {
-    if (AlgorithmName(a) == name) return a;
-  }
-  throw InvalidInput("--algorithm: unknown algorithm '" + name +
-                     "' (expected ours, static-fixed, published or kk)");
-}
+std::string SolveStatusName(SolveStatus s) { return std::string(NameOf(s, kSolveStatusNames)); }
 
 std::string CandidateStatusName(CandidateStatus s) {
-  switch (s) {
-    case CandidateStatus::kPlanned:
-      return "planned";
-    case CandidateStatus::kPruned:
-      return "pruned";
-    case CandidateStatus::kCannotHold:
-      return "cannot-hold";
-    case CandidateStatus::kNotUsed:
-      return "not-used";
-  }
-  return "?";
+  return std::string(NameOf(s, kCandidateStatusNames));
 }
 
 Planner::Planner(const Profile& profile, const CandidateSet& candidates,
@@ -261,6 +252,7 @@ class BatchPlanning {
     CandidateReport& rep = Report(i);
     rep.status = CandidateStatus::kPlanned;
     rep.estimated_step_ms = a.step_ms;
+    plan_.time_limited_solves += a.time_limited_solves;
     if (best_index_ < 0 || DefinitelyLess(score, best_score_)) {
       best_score_ = score;
       best_index_ = i;
@@ -317,7 +309,7 @@ class BatchPlanning {
   }
 
   // Phase 4: the chosen candidate's pipelines with their micro-batches, token counts and
-  // times, and the batch's lower bound.
+  // times, the batch's lower bound and the plan's status.
   void Assemble() {
     // Candidates pruned on the cheap bound never set the minimum: their bound is >= the
     // chosen plan's time >= the chosen candidate's own bound.
@@ -355,6 +347,10 @@ class BatchPlanning {
       plan_.pipelines.push_back(std::move(pp));
     }
     plan_.estimated_step_ms = best_.step_ms;
+    plan_.status = plan_.time_limited_solves > 0 ? SolveStatus::kTimeLimit
+                   : NearlyEqual(plan_.estimated_step_ms, plan_.lower_bound_ms)
+                       ? SolveStatus::kOptimal
+                       : SolveStatus::kWithinGap;
   }
 
   const Planner& planner_;

@@ -169,6 +169,7 @@ std::vector<std::vector<int>> DispatchAll(const AssignProblem& problem, int shuf
 struct Packed {
   MicroBatches micro_batches;
   double objective_ms = 0;
+  int time_limited_solves = 0;  // MILPs CBC left unproven at its time limit
 };
 
 double PublishedObjectiveMs(const AssignProblem& problem, const PipelineModel& pipe,
@@ -191,9 +192,11 @@ double PublishedObjectiveMs(const AssignProblem& problem, const PipelineModel& p
 // their first member keeps one of the v! equivalent labellings, and the longest documents
 // are the ones pinned. Costs are divided by the largest so CBC's absolute tolerances are
 // relative ones. `max_work_ms` bounds M from above (kInf: none). Fills `out` with CBC's
-// best solution in the time limit, or returns false when it found none.
+// best solution in the time limit, or returns false when it found none; `*time_limited`
+// says whether CBC stopped at the time limit instead of finishing its search.
 bool SolveMinMax(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
-                 int v, double max_work_ms, double time_limit_s, MicroBatches& out) {
+                 int v, double max_work_ms, double time_limit_s, MicroBatches& out,
+                 bool* time_limited) {
   const int n = static_cast<int>(docs.size());
   std::vector<double> work(docs.size());
   double total = 0, largest = 0;
@@ -294,6 +297,7 @@ bool SolveMinMax(const AssignProblem& problem, const PipelineModel& pipe, std::s
   model.addHeuristic(&local);
   model.addHeuristic(&pump);
   model.branchAndBound();
+  *time_limited = model.isSecondsLimitReached();
   const double* x = model.bestSolution();
   if (x == nullptr) return false;
 
@@ -348,9 +352,11 @@ Packed PackPublished(const AssignProblem& problem, const PipelineModel& pipe, st
     // the smaller v) and saves its CBC time limit.
     if ((std::max(largest, total / v) + c) * slots >= best_ms) continue;
     const double max_work_ms = best_ms < kInf ? (best_ms - ToleranceMs(best_ms)) / slots - c : kInf;
-    if (!SolveMinMax(problem, pipe, docs, v, max_work_ms, options.milp_time_limit_s, candidate)) {
-      continue;
-    }
+    bool time_limited = false;
+    const bool found = SolveMinMax(problem, pipe, docs, v, max_work_ms, options.milp_time_limit_s,
+                                   candidate, &time_limited);
+    best.time_limited_solves += time_limited ? 1 : 0;
+    if (!found) continue;
     const double ms = PublishedObjectiveMs(problem, pipe, candidate);
     // A later v replaces the kept one only when better beyond the tolerance (ties: smaller v).
     if (DefinitelyLess(ms, best_ms)) {
@@ -380,6 +386,7 @@ Assignment AssignPublished(const AssignProblem& problem, const PublishedOptions&
   for (std::size_t p = 0; p < problem.pipelines.size(); ++p) {
     Packed packed = PackPublished(problem, problem.pipelines[p], std::move(docs[p]), options);
     estimate_ms = std::max(estimate_ms, packed.objective_ms);
+    a.time_limited_solves += packed.time_limited_solves;
     a.pipelines[p] = std::move(packed.micro_batches);
   }
   Evaluate(problem, a);

@@ -237,6 +237,26 @@ TEST(PublishedTest, PipelinesWithoutDocumentsGetNoMicroBatches) {
   EXPECT_EQ(estimate, 0);
 }
 
+// CBC proves the tiny MILPs optimal within its limit; on a large pipeline a limit too short
+// for any search stops it, and the result says so (and is still a valid plan).
+TEST(PublishedTest, CountsTheMilpsStoppedAtTheTimeLimit) {
+  AssignProblem tiny;
+  tiny.lengths = {9, 7, 5, 4, 3, 2};
+  tiny.pipelines = {Pipe(1, 1, 2, 0.01, 1, 0.5, 16)};
+  EXPECT_EQ(AssignPublished(tiny, Fast(), 1).time_limited_solves, 0);
+
+  AssignProblem large;
+  large.lengths = RandomLengths(5, 300, 4000);
+  large.pipelines = {Pipe(1, 1, 4, 1e-5, 0.1, 2, 16'000), Pipe(1, 1, 2, 2e-5, 0.2, 1, 8'000)};
+  PublishedOptions rushed = Fast();
+  rushed.micro_batch_counts = 2;
+  rushed.milp_time_limit_s = 1e-6;
+  const Assignment a = AssignPublished(large, rushed, 1);
+  EXPECT_EQ(CheckAssignment(large, a), "");
+  EXPECT_GT(a.time_limited_solves, 0);
+  EXPECT_LE(a.time_limited_solves, 4);  // two pipelines, two micro-batch counts each
+}
+
 TEST(PublishedTest, SameSeedSamePlan) {
   // Small enough that every MILP is solved to optimality well inside its time limit; a
   // MILP stopped by the limit would make the plan depend on the machine's speed.

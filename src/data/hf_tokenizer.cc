@@ -556,7 +556,7 @@ HfTokenizer HfTokenizer::Parse(std::string_view json_text, const std::string& pa
   for (const char* key : {"truncation", "padding"}) {
     if (const json* v = Find(root, key); v != nullptr && !v->is_null()) {
       (top / key).Fail(
-          "is set; hydraulis cuts documents by --max-len itself and never pads, so "
+          "is set; hydraulis cuts documents to the context length itself and never pads, so "
           "set it to null (tokenizer.no_truncation(), no_padding())");
     }
   }

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <iterator>
 
+#include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/data/json_lines.h"
@@ -12,6 +13,15 @@
 
 namespace hydraulis {
 namespace {
+
+constexpr EnumNames<LengthFormat, 7> kLengthFormatNames{
+    {{LengthFormat::kAuto, "auto"},
+     {LengthFormat::kText, "text"},
+     {LengthFormat::kJsonLines, "jsonl"},
+     {LengthFormat::kMegatronIndex, "idx"},
+     {LengthFormat::kText, "txt", true},
+     {LengthFormat::kJsonLines, "json-lines", true},
+     {LengthFormat::kMegatronIndex, "megatron", true}}};
 
 constexpr std::string_view kStdinPath = "-";
 constexpr std::string_view kStdinName = "<stdin>";
@@ -35,27 +45,12 @@ std::vector<std::int64_t> ParseTextual(const std::string& text, const std::strin
 
 }  // namespace
 
-LengthFormat ParseLengthFormat(std::string_view name) {
-  if (name == "auto") return LengthFormat::kAuto;
-  if (name == "text" || name == "txt") return LengthFormat::kText;
-  if (name == "jsonl" || name == "json-lines") return LengthFormat::kJsonLines;
-  if (name == "idx" || name == "megatron") return LengthFormat::kMegatronIndex;
-  throw InvalidInput("unknown lengths format '" + std::string(name) +
-                     "' (expected auto, text, jsonl or idx)");
+LengthFormat ParseLengthFormat(std::string_view name, std::string_view what) {
+  return ParseName(name, kLengthFormatNames, what);
 }
 
 std::string_view LengthFormatName(LengthFormat format) {
-  switch (format) {
-    case LengthFormat::kAuto:
-      return "auto";
-    case LengthFormat::kText:
-      return "text";
-    case LengthFormat::kJsonLines:
-      return "jsonl";
-    case LengthFormat::kMegatronIndex:
-      return "idx";
-  }
-  return "?";
+  return NameOf(format, kLengthFormatNames);
 }
 
 LengthFormat FormatFromExtension(const std::string& path) {

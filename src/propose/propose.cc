@@ -91,7 +91,7 @@ OptimizerLayout DefaultOptimizerLayout(const Profile& profile, int gpus) {
   if (best_capacity == 0) {
     throw InvalidInput("gpus " + std::to_string(gpus) +
                        ": no profiled scheme with cp = 1 and tp*pp dividing it fits the model "
-                       "in memory as a homogeneous optimizer layout; give --optimizer-layout");
+                       "in memory as a homogeneous optimizer layout; give the optimizer layout");
   }
   return best;
 }

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
 
 namespace hydraulis {
@@ -17,23 +18,24 @@ namespace {
 // bf16 tensor cores (and bf16 in cuBLAS) start with Ampere.
 constexpr int kBf16MinComputeMajor = 8;
 
+constexpr EnumNames<DeviceKind, 2> kDeviceNames{
+    {{DeviceKind::kCpu, "cpu"}, {DeviceKind::kCuda, "cuda"}}};
+constexpr EnumNames<Precision, 2> kPrecisionNames{
+    {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}}};
+
 }  // namespace
 
-std::string ToString(DeviceKind device) { return device == DeviceKind::kCuda ? "cuda" : "cpu"; }
+std::string ToString(DeviceKind device) { return std::string(NameOf(device, kDeviceNames)); }
 std::string ToString(Precision precision) {
-  return precision == Precision::kBf16 ? "bf16" : "fp32";
+  return std::string(NameOf(precision, kPrecisionNames));
 }
 
 DeviceKind ParseDeviceKind(const std::string& text, const std::string& what) {
-  if (text == "cpu") return DeviceKind::kCpu;
-  if (text == "cuda") return DeviceKind::kCuda;
-  throw InvalidInput(what + ": expected cpu or cuda, got '" + text + "'");
+  return ParseName(text, kDeviceNames, what);
 }
 
 Precision ParsePrecision(const std::string& text, const std::string& what) {
-  if (text == "fp32") return Precision::kFp32;
-  if (text == "bf16") return Precision::kBf16;
-  throw InvalidInput(what + ": expected fp32 or bf16, got '" + text + "'");
+  return ParseName(text, kPrecisionNames, what);
 }
 
 int CudaDeviceCount() {

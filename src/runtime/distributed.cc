@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
 #include "runtime/torch_compat.h"
 
@@ -89,10 +90,10 @@ Rendezvous::Rendezvous(const DistributedOptions& options) {
         options.master_addr, static_cast<std::uint16_t>(options.master_port), options.rank == 0,
         static_cast<std::size_t>(options.world_size), options.timeout);
   } catch (const std::exception& e) {
-    throw Error(Where(options) + ": rendezvous at " + options.master_addr + ":" +
-                std::to_string(options.master_port) + " failed within " +
-                std::to_string(options.timeout.count()) +
-                " ms (is the port free on rank 0, and did every rank start?): " + e.what());
+    throw IoError(Where(options) + ": rendezvous at " + options.master_addr + ":" +
+                  std::to_string(options.master_port) + " failed within " +
+                  std::to_string(options.timeout.count()) +
+                  " ms (is the port free on rank 0, and did every rank start?): " + e.what());
   }
   impl_ = std::make_unique<Impl>(Impl{options, std::move(store)});
 }
@@ -102,7 +103,9 @@ Rendezvous::~Rendezvous() = default;
 const DistributedOptions& Rendezvous::options() const { return impl_->options; }
 
 std::string ToString(CommBackend backend) {
-  return backend == CommBackend::kNccl ? "nccl" : "gloo";
+  static constexpr EnumNames<CommBackend, 2> kNames{
+      {{CommBackend::kGloo, "gloo"}, {CommBackend::kNccl, "nccl"}}};
+  return std::string(NameOf(backend, kNames));
 }
 
 namespace {
@@ -317,11 +320,11 @@ class C10dCommGroup final : public CommGroup {
   }
 
   // Turns c10d's, Gloo's and NCCL's exceptions (a peer closed its connection, the timeout
-  // passed) into one Error that says which rank, group and operation failed.
+  // passed) into one IoError that says which rank, group and operation failed.
   [[noreturn]] void Fail(const std::string& what, const std::exception& e) const {
-    throw Error(Where() + ": " + what +
-                " failed (a peer rank may have exited or be stuck; timeout " +
-                std::to_string(options_.timeout.count()) + " ms): " + e.what());
+    throw IoError(Where() + ": " + what +
+                  " failed (a peer rank may have exited or be stuck; timeout " +
+                  std::to_string(options_.timeout.count()) + " ms): " + e.what());
   }
 
   template <typename Issue>
@@ -397,9 +400,9 @@ std::unique_ptr<CommGroup> MakeCommGroup(const Rendezvous& rendezvous, const std
   } catch (const InvalidInput&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error(Where(o) + ": creating " + ToString(o.backend) + " group '" + name +
-                "' failed (bind address '" + bind + "', timeout " +
-                std::to_string(o.timeout.count()) + " ms): " + e.what());
+    throw IoError(Where(o) + ": creating " + ToString(o.backend) + " group '" + name +
+                  "' failed (bind address '" + bind + "', timeout " +
+                  std::to_string(o.timeout.count()) + " ms): " + e.what());
   }
   return std::make_unique<C10dCommGroup>(o, name, std::move(members), group_rank,
                                          std::move(backend), device);

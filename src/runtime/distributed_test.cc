@@ -206,7 +206,9 @@ int WorkerMain(const std::string& scenario, const std::string& path) {
     // No rank leaves (and rank 0 takes the store down) while another still needs it.
     group.Barrier();
   } catch (const std::exception& e) {
-    o.error = e.what();
+    // The class travels too: a lost peer must be an IoError, not an internal error.
+    o.error =
+        std::string(dynamic_cast<const IoError*>(&e) != nullptr ? "IoError: " : "") + e.what();
     for (char& ch : o.error) {
       if (ch == '\n') ch = ' ';
     }
@@ -312,7 +314,7 @@ TEST(DataParallelTest, DeadRankMakesTheOtherFailWithinTheTimeout) {
   EXPECT_EQ(runs[1].status, 3);
   ASSERT_EQ(runs[0].status, 0) << "rank 0 hung or crashed";
   const std::string& error = runs[0].outcome.error;
-  EXPECT_NE(error.find("rank 0 of 2, group 'dp' (gloo): all-reduce"), std::string::npos) << error;
+  EXPECT_EQ(error.find("IoError: rank 0 of 2, group 'dp' (gloo): all-reduce"), 0u) << error;
   EXPECT_NE(error.find("a peer rank may have exited"), std::string::npos) << error;
   // The 3 s Gloo timeout plus process start-up; a hang would reach the 30 s deadline.
   EXPECT_LT(seconds, 15.0);
@@ -324,7 +326,7 @@ TEST(DataParallelTest, StuckRankMakesTheOtherFailAtTheTimeout) {
   EXPECT_EQ(runs[1].status, 4);
   ASSERT_EQ(runs[0].status, 0) << "rank 0 hung or crashed";
   const std::string& error = runs[0].outcome.error;
-  EXPECT_NE(error.find("rank 0 of 2, group 'dp' (gloo): all-reduce"), std::string::npos) << error;
+  EXPECT_EQ(error.find("IoError: rank 0 of 2, group 'dp' (gloo): all-reduce"), 0u) << error;
   // Gloo's 3 s timeout, not rank 1's exit at 6 s, ended rank 0's wait.
   EXPECT_LT(runs[0].exit_s, runs[1].exit_s - 1.0);
   std::cout << "[ stuck rank ] rank 0 failed after " << runs[0].exit_s << " s (rank 1 exited at "

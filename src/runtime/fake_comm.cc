@@ -33,8 +33,8 @@ struct FakeCommWorld::State {
   template <typename Ready>
   void Wait(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what) {
     if (!changed.wait_for(lock, timeout, ready)) {
-      throw Error("fake communication: " + what + " timed out after " +
-                  std::to_string(timeout.count()) + " ms (a peer thread did not join)");
+      throw IoError("fake communication: " + what + " timed out after " +
+                    std::to_string(timeout.count()) + " ms (a peer thread did not join)");
     }
   }
 };
@@ -130,9 +130,9 @@ class FakeCommGroup final : public CommGroup {
     const at::Tensor message = box.front();
     box.erase(box.begin());
     if (message.numel() != tensor.numel()) {
-      throw Error("fake communication: group '" + name_ + "': received " +
-                  std::to_string(message.numel()) + " elements, expected " +
-                  std::to_string(tensor.numel()));
+      throw InternalError("fake communication: group '" + name_ + "': received " +
+                          std::to_string(message.numel()) + " elements, expected " +
+                          std::to_string(tensor.numel()));
     }
     tensor.copy_(message.view(tensor.sizes()));
   }

@@ -74,7 +74,7 @@ std::optional<std::string> TrainingJob::Resume() {
 void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume) {
   if (checkpoint_dir.empty()) return;
   namespace fs = std::filesystem;
-  const std::string flag = "--checkpoint-dir " + checkpoint_dir + ": ";
+  const std::string flag = "checkpoint directory " + checkpoint_dir + ": ";
   std::error_code ec;
   if (fs::exists(checkpoint_dir, ec) && !fs::is_directory(checkpoint_dir, ec)) {
     throw InvalidInput(flag + "exists and is not a directory");
@@ -164,7 +164,7 @@ TrainingStepRecord TrainingJob::RunStep() {
                             : "gradient norm is " + NumberText(record.result.grad_norm)) +
                   "; stopped before the update, so the parameters are those after step " +
                   std::to_string(record.step - 1) +
-                  " (--skip-nonfinite-steps skips such steps instead, counting them)");
+                  " (the skip-nonfinite-steps option skips such steps instead, counting them)");
     }
     record.skipped = true;
     ++totals_.skipped_steps;

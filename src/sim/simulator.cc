@@ -37,7 +37,7 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
     if (!no_static && options.sampler.max_len > capacity) {
       throw InvalidInput("max-len " + std::to_string(options.sampler.max_len) +
                          " exceeds the largest micro-batch capacity (" + std::to_string(capacity) +
-                         " tokens) of the strategies --system " + SystemName(options.system) +
+                         " tokens) of the strategies system " + SystemName(options.system) +
                          " can use: every longer document would be truncated");
     }
   }

@@ -22,7 +22,7 @@ PlannerOptions OptionsFor(const Profile& profile, const CandidateSet& candidates
   const bool is_static = system == System::kPadding || system == System::kStaticFixed ||
                          system == System::kStaticBalanced;
   if (is_static && *static_index < 0) {
-    throw InvalidInput("--system " + SystemName(system) +
+    throw InvalidInput("system " + SystemName(system) +
                        ": the candidate set has no homogeneous strategy to run statically");
   }
   switch (system) {

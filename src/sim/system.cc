@@ -1,32 +1,22 @@
 #include "hydraulis/sim/system.h"
 
-#include "hydraulis/base/error.h"
+#include "hydraulis/base/enum_names.h"
 
 namespace hydraulis {
+namespace {
 
-std::string SystemName(System system) {
-  switch (system) {
-    case System::kPadding:
-      return "padding";
-    case System::kStaticFixed:
-      return "static-fixed";
-    case System::kStaticBalanced:
-      return "static-balanced";
-    case System::kPublished:
-      return "published";
-    case System::kOurs:
-      return "ours";
-  }
-  return "?";
-}
+constexpr EnumNames<System, 5> kSystemNames{{{System::kPadding, "padding"},
+                                             {System::kStaticFixed, "static-fixed"},
+                                             {System::kStaticBalanced, "static-balanced"},
+                                             {System::kPublished, "published"},
+                                             {System::kOurs, "ours"}}};
 
-System ParseSystem(const std::string& name) {
-  for (System s : {System::kPadding, System::kStaticFixed, System::kStaticBalanced,
-                   System::kPublished, System::kOurs}) {
-    if (SystemName(s) == name) return s;
-  }
-  throw InvalidInput("--system: unknown system '" + name +
-                     "' (expected padding, static-fixed, static-balanced, published or ours)");
+}  // namespace
+
+std::string SystemName(System system) { return std::string(NameOf(system, kSystemNames)); }
+
+System ParseSystem(std::string_view name, std::string_view what) {
+  return ParseName(name, kSystemNames, what);
 }
 
 }  // namespace hydraulis

@@ -30,7 +30,8 @@ struct PublishedOptions {
 // for each v from ceil(tokens/capacity), keeping the v minimising (max + c)*(pp - 1 + v).
 // `published_estimate_ms` (optional) receives the published objective of the result:
 // the max over pipelines of (max_j work_j + c) * (pp - 1 + v). The only assigner whose
-// result may depend on the wall clock (CBC time limits), as published.
+// result may depend on the wall clock (CBC time limits), as published; the result's
+// time_limited_solves counts the MILPs CBC stopped at the limit instead of proving.
 Assignment AssignPublished(const AssignProblem& problem, const PublishedOptions& options,
                            std::uint64_t seed, double* published_estimate_ms = nullptr);
 

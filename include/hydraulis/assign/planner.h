@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hydraulis/assign/baselines.h"
@@ -21,8 +22,9 @@ enum class Algorithm { kOurs, kStaticFixed, kPublished, kKarmarkarKarp };
 
 // "ours", "static-fixed", "published", "kk".
 std::string AlgorithmName(Algorithm algorithm);
-// InvalidInput naming the value when unknown.
-Algorithm ParseAlgorithm(const std::string& name);
+// The algorithm named `name`; InvalidInput naming `what` (the caller's name for the value:
+// a field, a keyword argument or a flag) and the value when unknown.
+Algorithm ParseAlgorithm(std::string_view name, std::string_view what = "algorithm");
 
 // What happens to a document longer than every candidate's capacity.
 enum class OverlongRule {
@@ -64,6 +66,17 @@ enum class CandidateStatus {
 };
 std::string CandidateStatusName(CandidateStatus status);
 
+// How a plan stands, as HiGHS' and OR-tools' results say it. The gap is the plan's
+// estimated_step_ms over the batch's lower bound, minus 1.
+enum class SolveStatus {
+  kOptimal,    // its time equals the proven lower bound (within base/tolerance.h)
+  kWithinGap,  // valid, at most `gap` from the optimum
+  kTimeLimit,  // valid, but a solver stopped at its time limit (published: CBC) for some
+               // candidate, so the choice itself is unproven; the gap still holds
+};
+// "optimal", "within-gap", "time-limit".
+std::string SolveStatusName(SolveStatus status);
+
 struct CandidateReport {
   int index = 0;
   std::string name;
@@ -95,6 +108,8 @@ struct Plan {
   std::vector<std::int64_t> lengths;  // after the long-document rule
   std::vector<Truncation> truncated;
   std::vector<CandidateReport> candidates;
+  SolveStatus status = SolveStatus::kWithinGap;
+  int time_limited_solves = 0;  // over every candidate the algorithm assigned
 };
 
 // Holds the candidate set with each pipeline's time model and capacity, computed once.

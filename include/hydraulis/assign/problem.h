@@ -38,6 +38,9 @@ struct Assignment {
   std::vector<MicroBatches> pipelines;
   std::vector<double> pipeline_ms;
   double step_ms = 0;  // max of pipeline_ms
+  // Solver calls inside the assigner that stopped at their time limit rather than proving
+  // their answer (the published baseline's CBC MILPs); 0 for assigners without a solver.
+  int time_limited_solves = 0;
 };
 
 // Exact 1F1B time (ms) of `pipeline` running `micro_batches` (no communication terms).

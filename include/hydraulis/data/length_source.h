@@ -37,9 +37,9 @@ struct LengthSourceOptions {
   bool skip_empty = false;
 };
 
-// Parses a format name at the CLI edge: auto, text (txt), jsonl (json-lines), idx
-// (megatron). InvalidInput listing the accepted names otherwise.
-LengthFormat ParseLengthFormat(std::string_view name);
+// Parses a format name: auto, text (txt), jsonl (json-lines), idx (megatron). Otherwise
+// InvalidInput naming `what` (the caller's name for the value) and the accepted names.
+LengthFormat ParseLengthFormat(std::string_view name, std::string_view what = "format");
 
 // The canonical name of a format (the first of each list above).
 std::string_view LengthFormatName(LengthFormat format);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace hydraulis {
 
@@ -18,7 +19,8 @@ enum class System {
 // "padding", "static-fixed", "static-balanced", "published", "ours".
 std::string SystemName(System system);
 
-// InvalidInput naming the value when unknown.
-System ParseSystem(const std::string& name);
+// The system named `name`; InvalidInput naming `what` (the caller's name for the value)
+// and the value when unknown.
+System ParseSystem(std::string_view name, std::string_view what = "system");
 
 }  // namespace hydraulis
