@@ -269,12 +269,9 @@ NB_MODULE(_core, m) {
       "read_lengths",
       [](const std::string& path, const std::string& format, const std::string& length_field,
          const std::string& text_field, const std::string& counter, bool skip_empty) {
-        LengthSourceOptions options;
-        options.format = ParseLengthFormat(format);
-        options.length_field = length_field;
-        options.text_field = text_field;
-        options.count_tokens = ParseTokenCounter(counter);
-        options.skip_empty = skip_empty;
+        const LengthSourceOptions options =
+            LengthSourceSpec{format, length_field, text_field, counter, skip_empty}.ToOptions(
+                "format", "counter");
         std::vector<std::int64_t> lengths;
         {
           nb::gil_scoped_release release;

@@ -10,11 +10,7 @@
 namespace hydraulis::tools {
 
 struct LengthFlags {
-  std::string format = "auto";
-  std::string length_field = "length";
-  std::string text_field;
-  std::string tokenizer = "bytes";
-  bool skip_empty = false;
+  LengthSourceSpec spec;
 
   // Registers the flags on `cmd`; `this` must outlive the parse.
   void AddTo(CLI::App* cmd);

@@ -144,7 +144,7 @@ check "a run that does not resume refuses a directory holding checkpoints"
   2>"$TMP/again.err"
 RC=$?
 [[ $RC -eq 2 ]] || fail "exit status $RC"
-grep -q "holds checkpoints already; pass --resume" "$TMP/again.err" ||
+grep -q "holds checkpoints already; resume to continue" "$TMP/again.err" ||
   fail "stderr: $(tail -c 600 "$TMP/again.err")"
 
 check "--keep-checkpoints 2 keeps the newest two"

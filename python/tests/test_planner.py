@@ -54,6 +54,25 @@ def test_to_json_is_byte_identical_to_the_cli(tmp_path, lengths, algorithm, star
     assert plan.algorithm == algorithm
 
 
+def test_status_and_gap_agree_with_the_json(planner, lengths):
+    for batch in (lengths[:300], lengths[2000:2001]):
+        plan = planner.plan(batch)
+        record = json.loads(plan.to_json())
+        assert plan.status == record["status"]
+        assert plan.time_limited_solves == record["time_limited_solves"] == 0
+        assert plan.gap == pytest.approx(record["gap"], rel=1e-12, abs=1e-15)
+        assert plan.gap >= 0
+    # One document alone on the fastest candidate meets the bound.
+    assert planner.plan([5000]).status == "optimal"
+
+
+def test_unknown_algorithm_names_the_keyword_not_a_flag():
+    with pytest.raises(ValueError, match=r"^algorithm: expected ours, static-fixed, "
+                                         r"published or kk, got 'fastest'$"):
+        hydraulis.Planner(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES),
+                          algorithm="fastest")
+
+
 def test_plan_arrays_cover_every_document_once(planner, lengths):
     batch = lengths[:1500]
     plan = planner.plan(batch)
@@ -125,9 +144,6 @@ def test_input_errors_carry_the_cli_message(tmp_path):
     assert run.returncode == 2
     assert run.stderr.strip() == f"hydraulis: error: {caught.value}"
     assert isinstance(caught.value, ValueError)
-    with pytest.raises(ValueError, match="unknown"):
-        hydraulis.Planner(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES),
-                          algorithm="fastest")
     mismatched = hydraulis.load_profile(os.path.join(ROOT, "configs", "profiles", "tiny-cpu.json"))
     with pytest.raises(ValueError):
         hydraulis.Planner(mismatched, hydraulis.load_candidates(CANDIDATES))

@@ -60,10 +60,21 @@ LengthFormat FormatFromExtension(const std::string& path) {
   return LengthFormat::kAuto;
 }
 
-TokenCounter ParseTokenCounter(std::string_view name) {
+TokenCounter ParseTokenCounter(std::string_view name, std::string_view what) {
   if (name == "bytes") return CountUtf8Bytes;
   if (name == "words") return CountWhitespaceWords;
-  throw InvalidInput("unknown token counter '" + std::string(name) + "' (expected bytes or words)");
+  throw InvalidInput(std::string(what) + ": expected bytes or words, got " + QuoteForMessage(name));
+}
+
+LengthSourceOptions LengthSourceSpec::ToOptions(std::string_view format_what,
+                                                std::string_view counter_what) const {
+  LengthSourceOptions options;
+  options.format = ParseLengthFormat(format, format_what);
+  options.length_field = length_field;
+  options.text_field = text_field;
+  options.count_tokens = ParseTokenCounter(token_counter, counter_what);
+  options.skip_empty = skip_empty;
+  return options;
 }
 
 std::vector<std::int64_t> LoadLengths(const std::string& path, const LengthSourceOptions& options) {

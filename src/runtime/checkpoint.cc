@@ -185,7 +185,7 @@ std::optional<std::string> LatestCheckpoint(const std::string& dir) {
       throw InvalidInput(latest + ": missing, but " + std::to_string(complete.size()) +
                          " complete checkpoint(s) exist (newest " + complete.back() +
                          "); restore it (echo " + complete.back() + " > " + latest +
-                         ") or use another --checkpoint-dir to start from scratch");
+                         ") or use another checkpoint directory to start from scratch");
     }
     return std::nullopt;
   }

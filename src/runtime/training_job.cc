@@ -105,7 +105,7 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume) {
   }
   if (exists) {
     throw InvalidInput(flag +
-                       "holds checkpoints already; pass --resume to continue that run, or "
+                       "holds checkpoints already; resume to continue that run, or "
                        "choose an empty directory");
   }
 }

@@ -48,9 +48,24 @@ std::string_view LengthFormatName(LengthFormat format);
 // .idx, kJsonLines for .jsonl and .ndjson, kAuto (decide by content) otherwise.
 LengthFormat FormatFromExtension(const std::string& path);
 
-// Parses a token-counter name at the CLI edge: bytes (CountUtf8Bytes) or words
-// (CountWhitespaceWords). InvalidInput otherwise.
-TokenCounter ParseTokenCounter(std::string_view name);
+// Parses a token-counter name: bytes (CountUtf8Bytes) or words (CountWhitespaceWords).
+// InvalidInput naming `what` (the caller's name for the value) otherwise.
+TokenCounter ParseTokenCounter(std::string_view name, std::string_view what = "token counter");
+
+// A length source's settings as names, the way the CLI's flags and Python's keywords hold
+// them, so both front ends build LengthSourceOptions alike.
+struct LengthSourceSpec {
+  std::string format = "auto";  // a ParseLengthFormat name
+  std::string length_field = "length";
+  std::string text_field;
+  std::string token_counter = "bytes";  // a ParseTokenCounter name
+  bool skip_empty = false;
+
+  // The checked options; InvalidInput naming a bad format by `format_what` and a bad
+  // counter by `counter_what` (the caller's names for them: flags or keywords).
+  LengthSourceOptions ToOptions(std::string_view format_what = "format",
+                                std::string_view counter_what = "token counter") const;
+};
 
 // Loads the document lengths (tokens, each >= 1) of a dataset; "-" reads standard input
 // (text or JSON lines). With kAuto, a file that is not .idx/.jsonl/.ndjson is JSON lines
