@@ -66,14 +66,4 @@ std::string JsonForMessage(const nlohmann::json& value) {
   return text.substr(0, 60) + "...(" + std::to_string(text.size()) + " bytes)";
 }
 
-std::string QuotedForMessage(std::string_view s) {
-  constexpr std::size_t kMaxBytes = 60;
-  std::string q =
-      nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (q.size() <= kMaxBytes + 2) return q;
-  std::size_t cut = kMaxBytes;
-  while (cut > 1 && (static_cast<unsigned char>(q[cut]) & 0xC0) == 0x80) --cut;
-  return q.substr(0, cut) + "\"...(" + std::to_string(s.size()) + " bytes)";
-}
-
 }  // namespace hydraulis

@@ -50,7 +50,7 @@ void Gpt2BpeTokenizer::Load(const std::string& vocab_json, const std::string& vo
   std::unordered_map<std::int64_t, std::string> symbol_of_id;
   std::int64_t max_id = -1;
   for (const auto& [symbol, value] : vocab.items()) {
-    const std::string where = vocab_json_path + ": key " + QuotedForMessage(symbol) + ": ";
+    const std::string where = vocab_json_path + ": key " + QuoteForMessage(symbol) + ": ";
     if (!value.is_number_integer() ||
         (value.is_number_unsigned() &&
          value.get<std::uint64_t>() >
@@ -62,14 +62,14 @@ void Gpt2BpeTokenizer::Load(const std::string& vocab_json, const std::string& vo
     const auto id = value.get<std::int64_t>();
     if (const auto [it, added] = symbol_of_id.emplace(id, symbol); !added) {
       throw InvalidInput(where + "id " + std::to_string(id) + " is also the id of " +
-                         QuotedForMessage(it->second));
+                         QuoteForMessage(it->second));
     }
     ids_.emplace(symbol, id);
     max_id = std::max(max_id, id);
   }
   for (int b = 0; b < kByteValues; ++b) {
     if (!ids_.contains(byte_symbols_[b])) {
-      throw InvalidInput(vocab_json_path + ": key " + QuotedForMessage(byte_symbols_[b]) +
+      throw InvalidInput(vocab_json_path + ": key " + QuoteForMessage(byte_symbols_[b]) +
                          " (the symbol of byte " + std::to_string(b) +
                          ") is missing; a byte-level BPE vocabulary needs all 256 byte symbols");
     }
@@ -93,14 +93,14 @@ void Gpt2BpeTokenizer::Load(const std::string& vocab_json, const std::string& vo
     if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
         line.find(' ', space + 1) != std::string_view::npos) {
       throw InvalidInput(where + "expected two symbols separated by one space, got " +
-                         QuotedForMessage(std::string(line)));
+                         QuoteForMessage(std::string(line)));
     }
     const std::string first(line.substr(0, space));
     const std::string second(line.substr(space + 1));
     for (const std::string& symbol : {first, second, first + second}) {
       if (!ids_.contains(symbol)) {
-        throw InvalidInput(where + "merge " + QuotedForMessage(std::string(line)) + ": " +
-                           QuotedForMessage(symbol) + " is not in " + vocab_json_path);
+        throw InvalidInput(where + "merge " + QuoteForMessage(std::string(line)) + ": " +
+                           QuoteForMessage(symbol) + " is not in " + vocab_json_path);
       }
     }
     // A repeated merge keeps its first (lowest) rank, as GPT-2's dictionary of ranks
@@ -154,7 +154,7 @@ void Gpt2BpeTokenizer::EncodePiece(std::string_view piece, std::vector<std::int6
     const auto it = ids_.find(symbol);
     // The constructor checked every byte symbol and every merge result.
     if (it == ids_.end())
-      throw InternalError("Gpt2BpeTokenizer: no id for " + QuotedForMessage(symbol));
+      throw InternalError("Gpt2BpeTokenizer: no id for " + QuoteForMessage(symbol));
     out.push_back(it->second);
   }
 }

@@ -393,12 +393,12 @@ void ParseModel(const json& value, const Where& where, data_internal::HfPipeline
   std::unordered_map<std::string, std::int32_t> ids;
   std::unordered_map<std::int32_t, const std::string*> symbol_of_id;
   for (const auto& [symbol, id_value] : vocab.items()) {
-    const Where entry = vocab_where / QuotedForMessage(symbol);
+    const Where entry = vocab_where / QuoteForMessage(symbol);
     const std::int32_t id = RequireId(id_value, entry);
     const auto [it, added] = ids.emplace(symbol, id);
     if (const auto [other, fresh] = symbol_of_id.emplace(id, &it->first); !fresh) {
       entry.Fail("id " + std::to_string(id) + " is also the id of " +
-                 QuotedForMessage(*other->second));
+                 QuoteForMessage(*other->second));
     }
     p.vocab_size = std::max<std::int64_t>(p.vocab_size, std::int64_t{id} + 1);
     p.token_ids.emplace(symbol, id);
@@ -408,7 +408,7 @@ void ParseModel(const json& value, const Where& where, data_internal::HfPipeline
   for (int b = 0; b < 256; ++b) {
     const auto it = ids.find(symbols[static_cast<std::size_t>(b)]);
     if (it == ids.end()) {
-      vocab_where.Fail("the symbol " + QuotedForMessage(symbols[static_cast<std::size_t>(b)]) +
+      vocab_where.Fail("the symbol " + QuoteForMessage(symbols[static_cast<std::size_t>(b)]) +
                        " of byte " + std::to_string(b) +
                        " is missing; a byte-level BPE vocabulary needs all 256 byte symbols");
     }
@@ -426,7 +426,7 @@ void ParseModel(const json& value, const Where& where, data_internal::HfPipeline
       if (line.starts_with("#version")) continue;  // not a merge, and not ranked
       const std::size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        m.Fail("expected \"FIRST SECOND\" (two symbols, one space), got " + QuotedForMessage(line));
+        m.Fail("expected \"FIRST SECOND\" (two symbols, one space), got " + QuoteForMessage(line));
       }
       first = line.substr(0, space);
       second = line.substr(space + 1);
@@ -441,7 +441,7 @@ void ParseModel(const json& value, const Where& where, data_internal::HfPipeline
     const std::array<std::string, 3> names = {first, second, first + second};
     for (std::size_t k = 0; k < 3; ++k) {
       const auto it = ids.find(names[k]);
-      if (it == ids.end()) m.Fail(QuotedForMessage(names[k]) + " is not in model.vocab");
+      if (it == ids.end()) m.Fail(QuoteForMessage(names[k]) + " is not in model.vocab");
       parts[k] = it->second;
     }
     p.merges.Add(parts[0], parts[1], rank++, parts[2]);
@@ -459,7 +459,7 @@ void ParseAddedTokens(const json& value, const Where& where, data_internal::HfPi
     if (content.empty()) (t / "content").Fail("an added token cannot be empty");
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {
       if (BoolOr(value[i], key, false, t)) {
-        (t / key).Fail("is true for " + QuotedForMessage(content) + "; not supported");
+        (t / key).Fail("is true for " + QuoteForMessage(content) + "; not supported");
       }
     }
     if (BoolOr(value[i], "normalized", true, t)) {
@@ -479,8 +479,8 @@ std::vector<std::int64_t> TemplateTokenIds(const json& processor, const std::str
   const json& table = RequireObject(Require(processor, "special_tokens", where), table_where);
   const json* entry = Find(table, name);
   if (entry == nullptr)
-    table_where.Fail("no entry for the template's token " + QuotedForMessage(name));
-  const Where entry_where = table_where / QuotedForMessage(name);
+    table_where.Fail("no entry for the template's token " + QuoteForMessage(name));
+  const Where entry_where = table_where / QuoteForMessage(name);
   const json& ids = RequireArray(Require(RequireObject(*entry, entry_where), "ids", entry_where),
                                  entry_where / "ids");
   std::vector<std::int64_t> out;
@@ -582,7 +582,7 @@ HfTokenizer HfTokenizer::Parse(std::string_view json_text, const std::string& pa
   if (!eos_token.empty()) {
     const auto it = p->token_ids.find(std::string(eos_token));
     if (it == p->token_ids.end()) {
-      top.Fail("the end-of-document token " + QuotedForMessage(eos_token) +
+      top.Fail("the end-of-document token " + QuoteForMessage(eos_token) +
                " is neither an added token nor in model.vocab");
     }
     p->eod_id = it->second;

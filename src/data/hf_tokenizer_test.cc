@@ -298,17 +298,17 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
       {[](json& j) { j["model"]["type"] = "WordPiece"; },
        "tok.json: model.type: type 'WordPiece' is not supported"},
       {[](json& j) { j["model"]["vocab"].erase("A"); },
-       "tok.json: model.vocab: the symbol \"A\" of byte 65 is missing"},
+       "tok.json: model.vocab: the symbol 'A' of byte 65 is missing"},
       {[](json& j) { j["model"]["merges"] = json::array({"h"}); },
        "tok.json: model.merges[0]: expected \"FIRST SECOND\""},
       {[](json& j) {
          j["model"]["merges"] = json::array({json::array({"h", "q"})});
        },
-       "tok.json: model.merges[0]: \"hq\" is not in model.vocab"},
+       "tok.json: model.merges[0]: 'hq' is not in model.vocab"},
       {[](json& j) { j["model"]["vocab"]["x2"] = 65; },
-       "tok.json: model.vocab.\"x2\": id 65 is also the id of \"A\""},
+       "tok.json: model.vocab.'x2': id 65 is also the id of 'A'"},
       {[](json& j) { j["model"]["vocab"]["x2"] = -1; },
-       "tok.json: model.vocab.\"x2\": an id must be an integer"},
+       "tok.json: model.vocab.'x2': an id must be an integer"},
       {[](json& j) { j["model"]["dropout"] = 0.1; },
        "tok.json: model.dropout: dropout is not supported"},
       {[](json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
@@ -368,7 +368,7 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
       {[](json& j) {
          j["added_tokens"] = json::array({{{"id", 300}, {"content", "<x>"}, {"lstrip", true}}});
        },
-       "tok.json: added_tokens[0].lstrip: is true for \"<x>\"; not supported"},
+       "tok.json: added_tokens[0].lstrip: is true for '<x>'; not supported"},
       {[](json& j) {
          j["added_tokens"] = json::array({{{"id", 300}, {"content", ""}}});
        },
@@ -399,7 +399,7 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
         << "expected: " << c.expected << "\n     got: " << m;
   }
   const std::string eos = InvalidInputMessage([] { Load(MakeTokenizer(), "</s>"); });
-  EXPECT_NE(eos.find("the end-of-document token \"</s>\" is neither"), std::string::npos) << eos;
+  EXPECT_NE(eos.find("the end-of-document token '</s>' is neither"), std::string::npos) << eos;
 }
 
 TEST(HfTokenizerTest, LoadReadsEosFromTheConfigBeside) {

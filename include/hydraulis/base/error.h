@@ -42,8 +42,11 @@ class InternalError : public Error {
 };
 
 // `value` as it may appear inside an error message: in single quotes, at most `max_chars`
-// characters of it (then "...(N bytes)"), non-printable bytes escaped as \xHH, so echoing
-// a user's input never floods the terminal or breaks the one-line message.
+// characters of it (then "...(N bytes)"). Printable ASCII and well-formed UTF-8 letters
+// show as they are (a tokenizer's 'Ġthe' stays readable); control bytes, the backslash,
+// bytes that are not UTF-8, and code points that could break or reorder the line (C1
+// controls, U+2028/2029, bidirectional controls, the BOM) are escaped as \xHH per byte. So
+// echoing a user's input never floods the terminal or breaks the one-line message.
 std::string QuoteForMessage(std::string_view value, std::size_t max_chars = 60);
 
 }  // namespace hydraulis

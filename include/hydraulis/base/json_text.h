@@ -23,8 +23,4 @@ nlohmann::json ParseJson(std::string_view text, const std::string& source);
 // an array or object by its kind and size, never dumped (it may be huge or deep).
 std::string JsonForMessage(const nlohmann::json& value);
 
-// `s` as a JSON string literal (bytes that are not UTF-8 replaced), cut after 60 bytes at
-// a character boundary, so a message never echoes a whole line or key of a damaged file.
-std::string QuotedForMessage(std::string_view s);
-
 }  // namespace hydraulis
