@@ -279,7 +279,12 @@ int Train(const TrainArgs& a) {
     std::fflush(stdout);
     // One complete line per step, flushed, so a log read during or after a failed run
     // never holds half a record.
-    if (log.is_open()) log << StepLogLine(r, compute) << '\n' << std::flush;
+    if (log.is_open()) {
+      log << StepLogLine(r, compute) << '\n' << std::flush;
+      if (!log)
+        throw IoError("--log-json " + a.log_json + ": write failed (step " +
+                      std::to_string(r.step) + ")");
+    }
   }
   trainer.world().Barrier();  // rank 0 hosts the store: no rank may still need it
   if (chief) {

@@ -139,6 +139,16 @@ grep -q '"device":"cpu"' "$TMP/one.jsonl" || fail "no device field: $(head -c 40
 grep -q '"precision":"fp32"' "$TMP/one.jsonl" || fail "no precision field"
 grep -q '"grad_shards_overlapped":' "$TMP/one.jsonl" || fail "no overlap field"
 
+check "a step log that cannot be written (a full device) stops the run with exit status 1"
+if [[ -w /dev/full ]]; then
+  "$BIN" train "${COMMON[@]}" --steps 2 --nproc 1 --log-json /dev/full >"$TMP/full.out" \
+    2>"$TMP/full.err"
+  RC=$?
+  [[ $RC -eq 1 ]] || fail "exit status $RC"
+  grep -q -- "--log-json /dev/full: write failed (step 0)" "$TMP/full.err" ||
+    fail "stderr: $(tail -c 600 "$TMP/full.err")"
+fi
+
 check "a run that does not resume refuses a directory holding checkpoints"
 "$BIN" train "${COMMON[@]}" --steps 1 --nproc 2 --checkpoint-dir "$TMP/ckpt" >"$TMP/again.out" \
   2>"$TMP/again.err"

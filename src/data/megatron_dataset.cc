@@ -256,7 +256,7 @@ void MegatronDatasetWriter::AddDocument(std::span<const std::int64_t> tokens) {
     AppendLittleEndian(buffer_, static_cast<std::uint64_t>(id), token_bytes);
   }
   bin_.write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
-  if (!bin_) throw InvalidInput(bin_tmp_ + ": write failed: " + std::strerror(errno));
+  if (!bin_) throw IoError(bin_tmp_ + ": write failed: " + std::strerror(errno));
   lengths_.push_back(static_cast<std::int32_t>(tokens.size()));
   num_tokens_ += static_cast<std::int64_t>(tokens.size());
 }
@@ -266,7 +266,7 @@ void MegatronDatasetWriter::Finish() {
   bin_.close();
   if (!bin_) {
     RemoveTemporaries();
-    throw InvalidInput(bin_tmp_ + ": write failed");
+    throw IoError(bin_tmp_ + ": write failed");
   }
 
   const std::size_t sequences = lengths_.size();
@@ -298,7 +298,7 @@ void MegatronDatasetWriter::Finish() {
     out.close();
     if (!out) {
       RemoveTemporaries();
-      throw InvalidInput(idx_tmp_ + ": write failed");
+      throw IoError(idx_tmp_ + ": write failed");
     }
   }
   // The .bin first: once the new .idx is visible, the .bin it describes is already there.
@@ -307,7 +307,7 @@ void MegatronDatasetWriter::Finish() {
     std::filesystem::rename(*from, *to, ec);
     if (ec) {
       RemoveTemporaries();
-      throw InvalidInput(*to + ": cannot rename " + *from + " into place: " + ec.message());
+      throw IoError(*to + ": cannot rename " + *from + " into place: " + ec.message());
     }
   }
   finished_ = true;
