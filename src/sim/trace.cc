@@ -45,8 +45,9 @@ std::string ChromeTraceJson(const SimResult& result, std::span<const int> steps)
   std::vector<int> max_stages;  // per pipeline index, over the traced steps
   for (int s : steps) {
     if (s < 0 || s >= num_steps) {
-      throw InvalidInput("trace_steps: step " + std::to_string(s) + " is out of range (0.." +
-                         std::to_string(num_steps - 1) + ")");
+      throw InvalidInput("traced step " + std::to_string(s) +
+                         " is out of range (the run has steps 0.." + std::to_string(num_steps - 1) +
+                         ")");
     }
     const StepResult& r = result.steps[static_cast<std::size_t>(s)];
     max_pipelines = std::max(max_pipelines, r.pipelines.size());
