@@ -157,6 +157,15 @@ TEST(RegexSplitterTest, RefusesEscapesItCannotMatchExactly) {
   EXPECT_EQ(Matches(RegexSplitter("[a]", true, "p"), "x[a]").size(), 1u);
 }
 
+// A Sequence pre-tokenizer: one Split step (`regex`, `behavior`), then ByteLevel.
+json SplitThenByteLevel(const std::string& regex, const std::string& behavior) {
+  return {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", behavior}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
+}
+
 // A byte-level BPE tokenizer.json: the 256 byte symbols (ids 0..255 in byte order), plus
 // `merges` whose results get the next ids in order.
 json MakeTokenizer(const std::vector<std::pair<std::string, std::string>>& merges = {}) {
@@ -338,31 +347,12 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
        },
        "tok.json: pre_tokenizer.pretokenizers[0].type: the sequence must be Split steps then one "
        "ByteLevel step"},
-      {[](json& j) {
-         j["pre_tokenizer"] = {
-             {"type", "Sequence"},
-             {"pretokenizers",
-              json::array(
-                  {{{"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}, {"behavior", "Isolated"}},
-                   {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
-       },
+      {[](json& j) { j["pre_tokenizer"] = SplitThenByteLevel("\\w+", "Isolated"); },
        "tok.json: pre_tokenizer.pretokenizers[0].pattern.Regex: the pattern uses \\w"},
-      {[](json& j) {
-         j["pre_tokenizer"] = {
-             {"type", "Sequence"},
-             {"pretokenizers",
-              json::array(
-                  {{{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Shuffled"}},
-                   {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
-       },
+      {[](json& j) { j["pre_tokenizer"] = SplitThenByteLevel("a", "Shuffled"); },
        "tok.json: pre_tokenizer.pretokenizers[0].behavior: unknown behavior 'Shuffled'"},
       {[](json& j) {  // found by the fuzzer: a control byte echoed raw
-         j["pre_tokenizer"] = {
-             {"type", "Sequence"},
-             {"pretokenizers",
-              json::array(
-                  {{{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Iso\rlated"}},
-                   {{"type", "ByteLevel"}, {"add_prefix_space", false}}})}};
+         j["pre_tokenizer"] = SplitThenByteLevel("a", "Iso\rlated");
        },
        "unknown behavior 'Iso\\x0dlated' (Removed"},
       {[](json& j) {
