@@ -235,12 +235,11 @@ NB_MODULE(_core, m) {
       .def_prop_ro("estimated_step_ms", [](const PyPlan& p) { return p.plan.estimated_step_ms; })
       .def_prop_ro("lower_bound_ms", [](const PyPlan& p) { return p.plan.lower_bound_ms; })
       .def_prop_ro("planning_ms", [](const PyPlan& p) { return p.plan.planning_ms; })
-      .def_prop_ro("gap",
-                   [](const PyPlan& p) {
-                     return p.plan.lower_bound_ms > 0
-                                ? p.plan.estimated_step_ms / p.plan.lower_bound_ms - 1.0
-                                : 0.0;
-                   })
+      .def_prop_ro(
+          "gap",
+          [](const PyPlan& p) {
+            return RelativeGap(p.plan.estimated_step_ms, p.plan.lower_bound_ms).value_or(0.0);
+          })
       .def_prop_ro("status", [](const PyPlan& p) { return SolveStatusName(p.plan.status); })
       .def_prop_ro("time_limited_solves",
                    [](const PyPlan& p) { return p.plan.time_limited_solves; })

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "hydraulis/assign/plan_lines.h"
+#include "hydraulis/assign/planner.h"
 #include "hydraulis/base/file_io.h"
 
 namespace hydraulis::tools {
@@ -22,7 +23,7 @@ int RunSummarize(const std::string& path) {
     const PlanLine& p = plans[step];
     fmt::print("{:>5} {:<24.24} {:>5} {:>8} {:>11.1f} {:>11.1f} {:>6.2f}% {:>9.2f}\n", step,
                p.strategy, p.num_documents, p.num_tokens, p.estimated_step_ms, p.lower_bound_ms,
-               p.lower_bound_ms > 0 ? 100.0 * (p.estimated_step_ms / p.lower_bound_ms - 1.0) : 0.0,
+               100.0 * RelativeGap(p.estimated_step_ms, p.lower_bound_ms).value_or(0.0),
                p.planning_ms);
     sum_est += p.estimated_step_ms;
     sum_lb += p.lower_bound_ms;
@@ -33,8 +34,8 @@ int RunSummarize(const std::string& path) {
   fmt::print(
       "steps {}: mean step {:.1f} ms, mean lower bound {:.1f} ms (mean gap {:.2f}%), "
       "median planning {:.2f} ms\n",
-      plans.size(), sum_est / steps, sum_lb / steps, 100.0 * (sum_est / sum_lb - 1.0),
-      planning[planning.size() / 2]);
+      plans.size(), sum_est / steps, sum_lb / steps,
+      100.0 * RelativeGap(sum_est, sum_lb).value_or(0.0), planning[planning.size() / 2]);
   return 0;
 }
 

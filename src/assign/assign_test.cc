@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 
@@ -183,6 +184,15 @@ TEST(PlannerTest, PlansCarryTheirSolveStatus) {
                             ToAssignment(rushed)),
             "");
   EXPECT_EQ(SolveStatusName(SolveStatus::kTimeLimit), "time-limit");
+}
+
+TEST(PlannerTest, RelativeGapIsEmptyWithoutAPositiveFiniteBound) {
+  EXPECT_DOUBLE_EQ(RelativeGap(125.0, 100.0).value(), 0.25);
+  EXPECT_DOUBLE_EQ(RelativeGap(100.0, 100.0).value(), 0.0);
+  EXPECT_FALSE(RelativeGap(100.0, 0.0).has_value());
+  EXPECT_FALSE(RelativeGap(100.0, -1.0).has_value());
+  EXPECT_FALSE(RelativeGap(100.0, kInf).has_value());
+  EXPECT_FALSE(RelativeGap(100.0, std::nan("")).has_value());
 }
 
 TEST(PlannerTest, OverlongDocumentsAreTruncatedAndListedOrRejected) {

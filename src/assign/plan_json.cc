@@ -30,8 +30,8 @@ std::string PlanToJson(const Plan& plan, bool pretty, bool include_timing) {
   j["strategy"] = strategy;
   j["estimated_step_ms"] = Ms(plan.estimated_step_ms);
   j["lower_bound_ms"] = Ms(plan.lower_bound_ms);
-  j["gap"] = plan.lower_bound_ms > 0 ? Ms(plan.estimated_step_ms / plan.lower_bound_ms - 1.0)
-                                     : nlohmann::ordered_json(nullptr);
+  const std::optional<double> gap = RelativeGap(plan.estimated_step_ms, plan.lower_bound_ms);
+  j["gap"] = gap ? Ms(*gap) : nlohmann::ordered_json(nullptr);
   j["status"] = SolveStatusName(plan.status);
   j["time_limited_solves"] = plan.time_limited_solves;
   if (include_timing) j["planning_ms"] = plan.planning_ms;

@@ -47,6 +47,11 @@ Algorithm ParseAlgorithm(std::string_view name, std::string_view what) {
   return ParseName(name, kAlgorithmNames, what);
 }
 
+std::optional<double> RelativeGap(double estimated_step_ms, double lower_bound_ms) {
+  if (!(lower_bound_ms > 0) || std::isinf(lower_bound_ms)) return std::nullopt;
+  return estimated_step_ms / lower_bound_ms - 1.0;
+}
+
 std::string SolveStatusName(SolveStatus s) { return std::string(NameOf(s, kSolveStatusNames)); }
 
 std::string CandidateStatusName(CandidateStatus s) {

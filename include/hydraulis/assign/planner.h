@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -143,6 +144,10 @@ class Planner {
   // plans do not depend on what was planned before.
   mutable RelaxationTable relaxations_;
 };
+
+// How far a step time may be from optimal: estimated / lower bound - 1. Empty when there is
+// no positive bound to compare with (the plan JSON then writes null).
+std::optional<double> RelativeGap(double estimated_step_ms, double lower_bound_ms);
 
 // The plan as JSON (docs/plan-format.md), one line when `pretty` is false. With
 // `include_timing` false, planning_ms is left out so the text is byte-identical across runs.
