@@ -50,6 +50,7 @@ struct TrainArgs {
   std::int64_t max_len = 1024;
   std::uint64_t seed = 1;
   double lr = 1e-3;
+  std::int64_t ddp_bucket_size = kDefaultBucketElements;
   int master_port = 0;
   double timeout_s = 60;
   std::string checkpoint_dir;
@@ -191,6 +192,11 @@ TrainInputs LoadTrainInputs(const TrainArgs& a, int world_size) {
                        std::to_string(in.model.shape.hidden));
   }
   in.candidates = Candidates(a, in.profile, world_size);
+  try {
+    MakeShardLayout(MakeFlatLayout(in.model).numel, world_size, a.ddp_bucket_size);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(std::string("--ddp-bucket-size: ") + e.what());
+  }
   in.dataset = std::make_unique<MegatronDataset>(a.data.empty() ? DefaultCorpusPrefix() : a.data);
   in.dataset->RequireIdsInVocabulary(in.model.shape.vocab, model_source);
   for (std::size_t i = 0; i < in.dataset->num_documents(); ++i) {
@@ -236,7 +242,8 @@ int Train(const TrainArgs& a) {
   AdamWOptions adam;
   adam.lr = a.lr;
   DistributedTrainer trainer(model, a.seed, adam, rendezvous, candidates.strategies, compute,
-                             in.init ? HfInitialWeights(*in.init) : InitialWeights());
+                             in.init ? HfInitialWeights(*in.init) : InitialWeights(),
+                             a.ddp_bucket_size);
   const bool chief = dist.rank == 0;
   TrainingJobOptions job_options;
   job_options.steps = a.steps;
@@ -349,6 +356,11 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_option("--plan-algorithm", a->algorithm, "ours or static-fixed")->capture_default_str();
   cmd->add_option("--log-json", a->log_json, "one JSON object per step (rank 0)");
   cmd->add_option("--lr", a->lr, "AdamW learning rate")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--ddp-bucket-size", a->ddp_bucket_size,
+                  "elements per gradient bucket: one reduce-scatter and one all-gather each, "
+                  "started during backward (as Megatron's flag)")
       ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--master-port", a->master_port, "rendezvous port with --nproc (0: a free one)")

@@ -64,7 +64,8 @@ grep -q "step    2  loss" "$TMP/one.out" || fail "no progress line: $(head -c 30
 
 # The step's loss is that of the global batch whatever the layout, so every layout trains
 # the same model.
-for layout in "--nproc 2 --tp 2" "--nproc 2 --pp 2" "--nproc 2" "--nproc 2 --plan-algorithm static-fixed"; do
+for layout in "--nproc 2 --tp 2" "--nproc 2 --pp 2" "--nproc 2" "--nproc 2 --plan-algorithm static-fixed" \
+  "--nproc 2 --ddp-bucket-size 5000"; do
   name=$(echo "$layout" | tr -d ' -')
   check "$layout trains like one rank"
   # shellcheck disable=SC2086
@@ -72,6 +73,11 @@ for layout in "--nproc 2 --tp 2" "--nproc 2 --pp 2" "--nproc 2" "--nproc 2 --pla
   [[ -f $TMP/$name.jsonl ]] && same_losses one "$name"
   grep -q '^\[rank 1\]' "$TMP/$name.out" "$TMP/$name.err" && fail "rank 1 wrote output"
 done
+
+check "small buckets: one reduce-scatter per bucket"
+grep -q '"grad_buckets":25,' "$TMP/nproc2ddpbucketsize5000.jsonl" ||
+  fail "expected 25 buckets: $(head -c 600 "$TMP/nproc2ddpbucketsize5000.jsonl")"
+grep -q '"grad_buckets":1,' "$TMP/nproc2.jsonl" || fail "expected one bucket by default"
 
 if [[ -f $CANDS2 ]]; then
   check "heterogeneous candidates train like one rank"
@@ -92,8 +98,8 @@ grep -q "resumed from .*step-00000003 at step 3" "$TMP/resume.out" || fail "no r
 # Same ranks, same data order, same optimizer state: bit for bit the same losses.
 [[ "$(losses six)" == "$(losses half)" ]] || fail "losses differ: $(losses six | tr '\n' ' ') vs $(losses half | tr '\n' ' ')"
 
-check "a checkpoint written under one layout resumes under another"
-train dp_half --nproc 2 --checkpoint-dir "$TMP/ckpt2"
+check "a checkpoint written under one layout and bucket size resumes under others"
+train dp_half --nproc 2 --checkpoint-dir "$TMP/ckpt2" --ddp-bucket-size 5000
 "$BIN" train "${COMMON[@]}" --log-json "$TMP/dp_half.jsonl" --nproc 2 --tp 2 --steps 6 \
   --checkpoint-dir "$TMP/ckpt2" --resume >"$TMP/resume2.out" 2>"$TMP/resume2.err" ||
   fail "resume failed: $(tail -c 600 "$TMP/resume2.err")"
@@ -134,10 +140,20 @@ if ! command -v nvidia-smi >/dev/null; then
   bad_flags "--device cuda --precision bf16: device cuda: no CUDA GPU is visible" --device cuda
 fi
 
+check "a bucket size that makes more than 2^16 buckets is one clear error"
+# One rank: buckets of 1 element, one per parameter (the tiny model has 123,712).
+"$BIN" train "${COMMON[@]}" --steps 1 --nproc 1 --ddp-bucket-size 1 >"$TMP/b.out" 2>"$TMP/b.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "exited $RC"
+[[ $(wc -l <"$TMP/b.err") -eq 1 ]] || fail "not one line: $(head -c 600 "$TMP/b.err")"
+grep -q -- "--ddp-bucket-size: buckets of 1 elements cut 123712 parameters into more than 65536" \
+  "$TMP/b.err" || fail "stderr: $(head -c 600 "$TMP/b.err")"
+[[ ! -s $TMP/b.out ]] || fail "a rank started: $(head -c 300 "$TMP/b.out")"
+
 check "--log-json records carry device and precision"
 grep -q '"device":"cpu"' "$TMP/one.jsonl" || fail "no device field: $(head -c 400 "$TMP/one.jsonl")"
 grep -q '"precision":"fp32"' "$TMP/one.jsonl" || fail "no precision field"
-grep -q '"grad_shards_overlapped":' "$TMP/one.jsonl" || fail "no overlap field"
+grep -q '"grad_buckets_overlapped":' "$TMP/one.jsonl" || fail "no overlap field"
 
 check "a step log that cannot be written (a full device) stops the run with exit status 1"
 if [[ -w /dev/full ]]; then

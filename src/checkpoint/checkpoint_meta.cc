@@ -15,8 +15,10 @@
 namespace hydraulis {
 namespace {
 
-constexpr char kFormat[] = "hydraulis.checkpoint/2";
-// Written before checksums; still loaded, unverified.
+constexpr char kFormat[] = "hydraulis.checkpoint/3";
+// Written before the optimizer's buckets (one bucket); still loaded.
+constexpr char kFormatWithoutBuckets[] = "hydraulis.checkpoint/2";
+// Written before checksums and buckets; still loaded, unverified.
 constexpr char kFormatWithoutChecksums[] = "hydraulis.checkpoint/1";
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 
@@ -56,6 +58,7 @@ std::string CheckpointMetaToJson(const CheckpointMeta& meta,
   j["seed"] = meta.seed;
   j["world_size"] = meta.world_size;
   j["parameters"] = meta.parameters;
+  j["bucket_elements"] = meta.bucket_elements;
   j["shards"] = nlohmann::json::array();
   for (const ShardRecord& shard : shards) {
     j["shards"].push_back({{"bytes", shard.bytes}, {"xxh3_64", shard.xxh3_64}});
@@ -72,10 +75,10 @@ CheckpointMetaFile ParseCheckpointMeta(const std::string& text, const std::strin
   }
   JsonObjectReader r(j, meta_path, "");
   const std::string format = r.String("format");
-  if (format != kFormat && format != kFormatWithoutChecksums) {
+  if (format != kFormat && format != kFormatWithoutBuckets && format != kFormatWithoutChecksums) {
     r.Fail("format", "expected \"" + std::string(kFormat) + "\", got " + QuoteForMessage(format));
   }
-  const bool verified = format == kFormat;
+  const bool verified = format != kFormatWithoutChecksums;
   if (verified && r.String("checksum") != MetaChecksum(j)) {
     throw InvalidInput(meta_path +
                        ": checksum mismatch: the file was edited or damaged since it was saved");
@@ -97,6 +100,7 @@ CheckpointMetaFile ParseCheckpointMeta(const std::string& text, const std::strin
   meta.seed = seed.get<std::uint64_t>();
   meta.world_size = static_cast<int>(r.Int("world_size", 1));
   meta.parameters = r.Int("parameters", 0, kInt64Max);
+  if (format == kFormat) meta.bucket_elements = r.Int("bucket_elements", 0, kInt64Max);
   if (verified) {
     const nlohmann::json& shards = r.Array("shards");
     if (shards.size() != static_cast<std::size_t>(meta.world_size)) {

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#define XXH_INLINE_ALL  // header-only xxHash, as the parser uses it
+#include <xxhash.h>
+
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "../base/test_support.h"
@@ -18,6 +22,7 @@ CheckpointMeta SampleMeta() {
   meta.seed = 18446744073709551615ull;
   meta.world_size = 2;
   meta.parameters = 1000;
+  meta.bucket_elements = 400;
   return meta;
 }
 
@@ -34,6 +39,7 @@ TEST(CheckpointMetaTest, RoundTrips) {
   EXPECT_EQ(file.meta.seed, 18446744073709551615ull);
   EXPECT_EQ(file.meta.world_size, 2);
   EXPECT_EQ(file.meta.parameters, 1000);
+  EXPECT_EQ(file.meta.bucket_elements, 400);
   ASSERT_TRUE(file.verified());
   EXPECT_EQ(file.shards[1].bytes, 2048);
   EXPECT_EQ(file.shards[1].xxh3_64, "fedcba9876543210");
@@ -44,8 +50,9 @@ TEST(CheckpointMetaTest, RoundTrips) {
 TEST(CheckpointMetaTest, DetectsEveryEditedField) {
   const std::string text = CheckpointMetaToJson(SampleMeta(), SampleShards());
   // Any single changed digit of a recorded value breaks the checksum.
-  for (const std::string from : {"\"step\": 12", "\"offset\": 345", "\"bytes\": 2048",
-                                 "\"world_size\": 2", "\"parameters\": 1000"}) {
+  for (const std::string from :
+       {"\"step\": 12", "\"offset\": 345", "\"bytes\": 2048", "\"world_size\": 2",
+        "\"parameters\": 1000", "\"bucket_elements\": 400"}) {
     std::string edited = text;
     const std::size_t at = edited.find(from);
     ASSERT_NE(at, std::string::npos) << from;
@@ -89,7 +96,7 @@ TEST(CheckpointMetaTest, RejectsInconsistentFields) {
   EXPECT_NE(test_support::InvalidInputMessage([&] {
               ParseCheckpointMeta(R"({"format": "hydraulis.checkpoint/9"})", "m.json",
                                   "step-00000012");
-            }).find("m.json: format: expected \"hydraulis.checkpoint/2\""),
+            }).find("m.json: format: expected \"hydraulis.checkpoint/3\""),
             std::string::npos);
 }
 
@@ -101,6 +108,31 @@ TEST(CheckpointMetaTest, ReadsTheFormatWithoutChecksumsUnverified) {
   EXPECT_FALSE(file.verified());
   EXPECT_EQ(file.meta.world_size, 4);
   EXPECT_EQ(file.meta.sampler_offset, 9);
+  EXPECT_EQ(file.meta.bucket_elements, 0);
+}
+
+// hydraulis.checkpoint/2 (checksums, no buckets; its checksum covers its own fields, as
+// the writer of that format computed it): read verified, as one bucket.
+TEST(CheckpointMetaTest, ReadsTheFormatWithoutBucketsAsOneBucket) {
+  nlohmann::json j = nlohmann::json::parse(CheckpointMetaToJson(SampleMeta(), SampleShards()));
+  j["format"] = "hydraulis.checkpoint/2";
+  j.erase("bucket_elements");
+  j.erase("checksum");
+  const std::string fields = j.dump();
+  j["checksum"] = HexDigest(XXH3_64bits(fields.data(), fields.size()));
+  const CheckpointMetaFile file = ParseCheckpointMeta(j.dump(2), "m.json", "step-00000012");
+  EXPECT_TRUE(file.verified());
+  EXPECT_EQ(file.meta.bucket_elements, 0);
+  EXPECT_EQ(file.meta.parameters, 1000);
+  // The current format requires the field.
+  j["format"] = "hydraulis.checkpoint/3";
+  j.erase("checksum");
+  const std::string current = j.dump();
+  j["checksum"] = HexDigest(XXH3_64bits(current.data(), current.size()));
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
+              ParseCheckpointMeta(j.dump(2), "m.json", "step-00000012");
+            }).find("m.json: bucket_elements"),
+            std::string::npos);
 }
 
 }  // namespace

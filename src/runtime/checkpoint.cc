@@ -134,7 +134,7 @@ void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAd
   fs::create_directories(step_dir, ec);
   const ShardedAdamW::ShardState state = optimizer.shard_state();
   const ShardHeader header{world.size(), world.rank(), optimizer.layout().numel,
-                           optimizer.shard_numel(), state.steps};
+                           optimizer.shard_layout().shard_numel, state.steps};
   WrittenShard mine;
   if (ec) {
     mine.error = "cannot create " + step_dir + ": " + ec.message();
@@ -159,6 +159,7 @@ void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAd
   if (world.rank() == 0) {
     meta.world_size = world.size();
     meta.parameters = optimizer.layout().numel;
+    meta.bucket_elements = optimizer.shard_layout().bucket_elements;
     std::vector<ShardRecord> shards;
     for (int r = 0; r < world.size(); ++r) {
       shards.push_back(
@@ -209,6 +210,13 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
                        std::to_string(meta.parameters) + " parameters, this model has " +
                        std::to_string(optimizer.layout().numel) + " (another model config?)");
   }
+  const ShardLayout layout = [&] {
+    try {
+      return MakeShardLayout(meta.parameters, meta.world_size, meta.bucket_elements);
+    } catch (const InvalidInput& e) {
+      throw InvalidInput(meta_path + ": " + e.what());
+    }
+  }();
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
   std::vector<at::Tensor> master, exp_avg, exp_avg_sq;
   std::int64_t steps = -1;
@@ -237,11 +245,11 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
       throw InvalidInput(shard_path + ": not a hydraulis checkpoint shard (bad header)");
     }
     if (h.world_size != meta.world_size || h.rank != r || h.parameters != meta.parameters ||
-        h.shard_numel * h.world_size < h.parameters || (steps >= 0 && h.steps != steps) ||
-        h.steps < 0 || h.steps > meta.step) {
+        h.shard_numel != layout.shard_numel || (steps >= 0 && h.steps != steps) || h.steps < 0 ||
+        h.steps > meta.step) {
       throw InvalidInput(shard_path +
-                         ": header does not match meta.json (world_size, rank, "
-                         "parameters or steps)");
+                         ": header does not match meta.json (world_size, rank, parameters, "
+                         "shard size or steps)");
     }
     steps = h.steps;
     for (std::vector<at::Tensor>* out : {&master, &exp_avg, &exp_avg_sq}) {
@@ -257,7 +265,7 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
     }
   }
   auto whole = [&](const std::vector<at::Tensor>& shards) {
-    return at::cat(shards).slice(0, 0, meta.parameters);
+    return layout.Unshard(shards, meta.parameters);
   };
   optimizer.LoadFullState(whole(master), whole(exp_avg), whole(exp_avg_sq), steps);
   return meta;

@@ -180,7 +180,8 @@ class C10dCommGroup final : public CommGroup {
   void AllReduceMax(const at::Tensor& t) override { AllReduce(t, c10d::ReduceOp::MAX, "max"); }
   void AllReduceMin(const at::Tensor& t) override { AllReduce(t, c10d::ReduceOp::MIN, "min"); }
 
-  void ReduceScatterSum(const at::Tensor& full, const at::Tensor& shard) override {
+  std::unique_ptr<CommWork> ReduceScatterSumAsync(const at::Tensor& full,
+                                                  const at::Tensor& shard) override {
     CheckContiguous(full, "reduce-scatter");
     CheckContiguous(shard, "reduce-scatter");
     if (full.numel() != shard.numel() * size()) {
@@ -190,9 +191,14 @@ class C10dCommGroup final : public CommGroup {
     at::Tensor out = Staged(shard);
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
-    Run("reduce-scatter of " + std::to_string(full.numel()) + " elements",
-        [&] { return backend_->_reduce_scatter_base(out, in, opts); });
-    Unstage(out, shard);
+    const std::string what = "reduce-scatter of " + std::to_string(full.numel()) + " elements";
+    c10::intrusive_ptr<torch_compat::Work> work;
+    try {
+      work = backend_->_reduce_scatter_base(out, in, opts);
+    } catch (const std::exception& e) {
+      Fail(what, e);
+    }
+    return std::make_unique<Pending>(this, std::move(work), in, out, shard, what);
   }
 
   void AllGather(const at::Tensor& shard, const at::Tensor& full) override {
@@ -213,27 +219,6 @@ class C10dCommGroup final : public CommGroup {
     // device from the rank number.
     AllReduce(at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_)),
               c10d::ReduceOp::SUM, "barrier");
-  }
-
-  std::unique_ptr<CommWork> ReduceSumAsync(const at::Tensor& tensor, int root) override {
-    CheckContiguous(tensor, "reduce");
-    if (root < 0 || root >= size()) {
-      throw InternalError(Where() + ": reduce to invalid root " + std::to_string(root));
-    }
-    at::Tensor t = Staged(tensor);
-    std::vector<at::Tensor> tensors = {t};
-    c10d::ReduceOptions opts;
-    opts.reduceOp = c10d::ReduceOp::SUM;
-    opts.rootRank = root;
-    c10::intrusive_ptr<torch_compat::Work> work;
-    const std::string what = "reduce of " + std::to_string(tensor.numel()) +
-                             " elements to group rank " + std::to_string(root);
-    try {
-      work = backend_->reduce(tensors, opts);
-    } catch (const std::exception& e) {
-      Fail(what, e);
-    }
-    return std::make_unique<Pending>(this, std::move(work), t, tensor, what);
   }
 
   void Send(const at::Tensor& tensor, int peer, int tag) override {
@@ -274,13 +259,15 @@ class C10dCommGroup final : public CommGroup {
   }
 
  private:
-  // An asynchronous reduce: copies a staged result back on Wait.
+  // An asynchronous collective: keeps its staged input alive until it completes and copies
+  // a staged result back on Wait.
   class Pending final : public CommWork {
    public:
     Pending(const C10dCommGroup* group, c10::intrusive_ptr<torch_compat::Work> work,
-            at::Tensor staged, at::Tensor target, std::string what)
+            at::Tensor input, at::Tensor staged, at::Tensor target, std::string what)
         : group_(group),
           work_(std::move(work)),
+          input_(std::move(input)),
           staged_(std::move(staged)),
           target_(std::move(target)),
           what_(std::move(what)) {}
@@ -305,7 +292,7 @@ class C10dCommGroup final : public CommGroup {
    private:
     const C10dCommGroup* group_;
     c10::intrusive_ptr<torch_compat::Work> work_;
-    at::Tensor staged_, target_;
+    at::Tensor input_, staged_, target_;
     std::string what_;
   };
 

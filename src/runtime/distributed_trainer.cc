@@ -79,7 +79,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
                                        const AdamWOptions& options, Rendezvous& rendezvous,
                                        const std::vector<Strategy>& candidates,
                                        const ComputeOptions& compute_options,
-                                       const InitialWeights& initial)
+                                       const InitialWeights& initial, std::int64_t bucket_elements)
     : config_(config),
       seed_(seed),
       compute_(compute_options),
@@ -118,7 +118,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
   // so no process ever holds a second full copy of the weights (issue 11).
   optimizer_ =
       std::make_unique<ShardedAdamW>(config_, initial ? initial : SeededWeights(config_, seed_),
-                                     *world_, options, TorchDevice(compute_));
+                                     *world_, options, TorchDevice(compute_), bucket_elements);
   for (const Strategy& s : candidates_) {
     auto compute = std::make_unique<Compute>();
     const std::vector<ComputeRole> roles = ComputePlacement(s, o.world_size);
@@ -268,8 +268,8 @@ DistributedStepResult DistributedTrainer::Step(
       optimizer_->Step(compute.model.get(), std::isfinite(result.loss));
   result.grad_norm = outcome.grad_norm;
   result.applied = outcome.applied;
-  result.grad_shards = optimizer_->overlap_stats().shards;
-  result.grad_shards_overlapped = optimizer_->overlap_stats().shards_started_in_backward;
+  result.grad_buckets = optimizer_->overlap_stats().buckets;
+  result.grad_buckets_overlapped = optimizer_->overlap_stats().buckets_started_in_backward;
   result.grad_reduce_wait_ms = optimizer_->overlap_stats().reduce_wait_ms;
   result.sync_ms = MsSince(sync_start);
   result.tokens_run = static_cast<std::int64_t>(sums[2].item<double>());

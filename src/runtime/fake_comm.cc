@@ -65,19 +65,6 @@ class FakeCommGroup final : public CommGroup {
     Reduce(t, [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); });
   }
 
-  void ReduceScatterSum(const at::Tensor& full, const at::Tensor& shard) override {
-    if (full.numel() != shard.numel() * size()) {
-      throw InternalError("FakeCommGroup::ReduceScatterSum: full must be size * shard");
-    }
-    const std::vector<at::Tensor> all = Exchange(full);
-    const std::int64_t n = shard.numel();
-    at::Tensor sum = all[0].reshape({-1}).slice(0, n * rank(), n * (rank() + 1)).clone();
-    for (std::size_t r = 1; r < all.size(); ++r) {
-      sum = sum + all[r].reshape({-1}).slice(0, n * rank(), n * (rank() + 1));
-    }
-    shard.copy_(sum.view(shard.sizes()));
-  }
-
   void AllGather(const at::Tensor& shard, const at::Tensor& full) override {
     if (full.numel() != shard.numel() * size()) {
       throw InternalError("FakeCommGroup::AllGather: full must be size * shard");
@@ -91,25 +78,31 @@ class FakeCommGroup final : public CommGroup {
   void Barrier() override { Exchange(at::zeros({1})); }
 
   // Deferred: the exchange happens at Wait, which every member reaches in issue order.
-  std::unique_ptr<CommWork> ReduceSumAsync(const at::Tensor& tensor, int root) override {
+  std::unique_ptr<CommWork> ReduceScatterSumAsync(const at::Tensor& full,
+                                                  const at::Tensor& shard) override {
+    if (full.numel() != shard.numel() * size()) {
+      throw InternalError("FakeCommGroup::ReduceScatterSum: full must be size * shard");
+    }
     class Deferred final : public CommWork {
      public:
-      Deferred(FakeCommGroup* group, at::Tensor tensor, int root)
-          : group_(group), tensor_(std::move(tensor)), root_(root) {}
+      Deferred(FakeCommGroup* group, at::Tensor full, at::Tensor shard)
+          : group_(group), full_(std::move(full)), shard_(std::move(shard)) {}
       void Wait() override {
-        const std::vector<at::Tensor> all = group_->Exchange(tensor_);
-        if (group_->rank() != root_) return;
-        at::Tensor acc = all[0];
-        for (std::size_t r = 1; r < all.size(); ++r) acc = acc + all[r];
-        tensor_.copy_(acc);
+        const std::vector<at::Tensor> all = group_->Exchange(full_);
+        const std::int64_t n = shard_.numel();
+        const std::int64_t first = n * group_->rank();
+        at::Tensor sum = all[0].reshape({-1}).slice(0, first, first + n).clone();
+        for (std::size_t r = 1; r < all.size(); ++r) {
+          sum = sum + all[r].reshape({-1}).slice(0, first, first + n);
+        }
+        shard_.copy_(sum.view(shard_.sizes()));
       }
 
      private:
       FakeCommGroup* group_;
-      at::Tensor tensor_;
-      int root_;
+      at::Tensor full_, shard_;
     };
-    return std::make_unique<Deferred>(this, tensor, root);
+    return std::make_unique<Deferred>(this, full, shard);
   }
 
   void Send(const at::Tensor& tensor, int peer, int tag) override {

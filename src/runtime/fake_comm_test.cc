@@ -148,34 +148,43 @@ TEST(FakeCommTest, ShardedOptimizerOverTwoRanksMatchesOneProcess) {
   std::vector<at::Tensor> expected;
   for (const auto& p : reference.named_parameters()) expected.push_back(p.value.detach());
 
-  FakeCommWorld world(2);
-  std::vector<at::Tensor> results(2);
-  OnThreads(2, [&](int r) {
-    auto everyone = world.Group(r, "world");
-    ShardedAdamW optimizer(Transformer(c, 11), *everyone, adam);
-    Transformer model(c, 11);
-    for (const Documents& docs : batches) {
-      std::int64_t targets = 0;
-      for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
-      // Rank 0 runs the first half of the documents, rank 1 the rest.
-      const std::size_t half = docs.size() / 2;
-      const Documents mine(docs.begin() + (r == 0 ? 0 : static_cast<std::ptrdiff_t>(half)),
-                           r == 0 ? docs.begin() + static_cast<std::ptrdiff_t>(half) : docs.end());
-      optimizer.Materialise(model);
-      ZeroGradients(model);
-      ForwardBackward(model, {PackDocuments(mine, c.shape.vocab)}, targets);
-      optimizer.Step(&model);
+  // One bucket (the tiny model is far below the default), and buckets of 999 elements
+  // (rounded to 1000: dozens of reduce-scatters and all-gathers per step).
+  for (std::int64_t bucket : {kDefaultBucketElements, std::int64_t{999}}) {
+    SCOPED_TRACE("buckets of " + std::to_string(bucket));
+    FakeCommWorld world(2);
+    std::vector<at::Tensor> results(2);
+    OnThreads(2, [&](int r) {
+      auto everyone = world.Group(r, "world");
+      ShardedAdamW optimizer(Transformer(c, 11), *everyone, adam, at::Device(at::kCPU), bucket);
+      if (bucket != kDefaultBucketElements) {
+        EXPECT_GT(optimizer.shard_layout().buckets.size(), 20u);
+      }
+      Transformer model(c, 11);
+      for (const Documents& docs : batches) {
+        std::int64_t targets = 0;
+        for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+        // Rank 0 runs the first half of the documents, rank 1 the rest.
+        const std::size_t half = docs.size() / 2;
+        const Documents mine(
+            docs.begin() + (r == 0 ? 0 : static_cast<std::ptrdiff_t>(half)),
+            r == 0 ? docs.begin() + static_cast<std::ptrdiff_t>(half) : docs.end());
+        optimizer.Materialise(model);
+        ZeroGradients(model);
+        ForwardBackward(model, {PackDocuments(mine, c.shape.vocab)}, targets);
+        optimizer.Step(&model);
+      }
+      results[r] = optimizer.full_parameters().clone();
+    });
+    EXPECT_TRUE(at::equal(results[0], results[1]));
+    const FlatLayout layout = MakeFlatLayout(c);
+    double worst = 0.0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const NamedParameter& p = reference.named_parameters()[i];
+      worst = std::max(worst, RelativeError(RegionOf(results[0], layout, p, 1, 0), expected[i]));
     }
-    results[r] = optimizer.full_parameters().clone();
-  });
-  EXPECT_TRUE(at::equal(results[0], results[1]));
-  const FlatLayout layout = MakeFlatLayout(c);
-  double worst = 0.0;
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    const NamedParameter& p = reference.named_parameters()[i];
-    worst = std::max(worst, RelativeError(RegionOf(results[0], layout, p, 1, 0), expected[i]));
+    EXPECT_LT(worst, 1e-5);
   }
-  EXPECT_LT(worst, 1e-5);
 }
 
 // A NaN gradient on one rank: every rank sees the same non-finite norm and skips the
@@ -241,7 +250,9 @@ TEST(FakeCommTest, OverlappedReductionEqualsThePlainOne) {
         PackDocuments(Documents(mine.begin(), mine.begin() + 2), c.shape.vocab),
         PackDocuments(Documents(mine.begin() + 2, mine.end()), c.shape.vocab)};
     for (bool overlap : {false, true}) {
-      ShardedAdamW optimizer(Transformer(c, 11), *everyone, adam);
+      // Four buckets, so that reduce-scatters can start while backward goes on.
+      ShardedAdamW optimizer(Transformer(c, 11), *everyone, adam, at::Device(at::kCPU),
+                             MakeFlatLayout(c).numel / 4 + 2);
       Transformer model(c, 11);
       optimizer.Materialise(model);
       ZeroGradients(model);
@@ -255,8 +266,8 @@ TEST(FakeCommTest, OverlappedReductionEqualsThePlainOne) {
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_LT(RelativeError(overlapped[r], plain[r]), 1e-6);
-    EXPECT_EQ(stats[r].shards, 2);
-    EXPECT_EQ(stats[r].shards_started_in_backward, 1) << "rank " << r;
+    EXPECT_EQ(stats[r].buckets, 4);
+    EXPECT_EQ(stats[r].buckets_started_in_backward, 3) << "rank " << r;
   }
   EXPECT_TRUE(at::equal(overlapped[0], overlapped[1]));
 }

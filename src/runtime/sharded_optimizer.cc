@@ -73,18 +73,20 @@ InitialWeights WeightsOf(const Transformer& model) {
 }  // namespace
 
 ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
-                           const AdamWOptions& options, at::Device device)
-    : ShardedAdamW(initial.config(), WeightsOf(initial), world, options, device) {}
+                           const AdamWOptions& options, at::Device device,
+                           std::int64_t bucket_elements)
+    : ShardedAdamW(initial.config(), WeightsOf(initial), world, options, device, bucket_elements) {}
 
 ShardedAdamW::ShardedAdamW(const ModelConfig& config, const InitialWeights& initial,
-                           CommGroup& world, const AdamWOptions& options, at::Device device)
+                           CommGroup& world, const AdamWOptions& options, at::Device device,
+                           std::int64_t bucket_elements)
     : world_(world), options_(options), layout_(MakeFlatLayout(config)) {
   ValidateAdamWOptions(options_);
-  const std::int64_t ranks = world_.size();
-  shard_numel_ = (layout_.numel + ranks - 1) / ranks;
+  shards_ = MakeShardLayout(layout_.numel, world_.size(), bucket_elements);
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  full_ = at::zeros({shard_numel_ * ranks}, fp32);
-  grad_ = at::zeros({shard_numel_ * ranks}, fp32);
+  full_ = at::zeros({shards_.padded_numel}, fp32);
+  grad_ = at::zeros({shards_.padded_numel}, fp32);
+  grad_shard_ = at::zeros({shards_.shard_numel}, fp32);
   at::NoGradGuard no_grad;
   for (const FlatParameter& f : layout_.parameters) {
     const at::Tensor v = initial(f.parameter);
@@ -95,13 +97,12 @@ ShardedAdamW::ShardedAdamW(const ModelConfig& config, const InitialWeights& init
     }
     full_.slice(0, f.offset, f.offset + f.numel).view(f.parameter.shape).copy_(v);
   }
-  exp_avg_ = at::zeros({shard_numel_}, fp32);
-  exp_avg_sq_ = at::zeros({shard_numel_}, fp32);
+  exp_avg_ = at::zeros({shards_.shard_numel}, fp32);
+  exp_avg_sq_ = at::zeros({shards_.shard_numel}, fp32);
 }
 
-at::Tensor ShardedAdamW::Shard(const at::Tensor& padded) const {
-  const std::int64_t first = shard_numel_ * world_.rank();
-  return padded.slice(0, first, first + shard_numel_);
+std::pair<int, int> ShardedAdamW::BucketsOf(const FlatParameter& flat) const {
+  return {shards_.BucketOf(flat.offset), shards_.BucketOf(flat.offset + flat.numel - 1)};
 }
 
 void ShardedAdamW::Materialise(const Transformer& model) const {
@@ -153,9 +154,9 @@ void ShardedAdamW::BeginStep(const Transformer* model, int micro_batches) {
   pending_.clear();
   begun_ = true;
   stats_ = OverlapStats{};
-  const int shards = world_.size();
-  stats_.shards = shards;
-  waiting_.assign(static_cast<std::size_t>(shards), 0);
+  const int buckets = static_cast<int>(shards_.buckets.size());
+  stats_.buckets = buckets;
+  waiting_.assign(static_cast<std::size_t>(buckets), 0);
   calls_.clear();
   active_ = micro_batches > 0 ? model : nullptr;
   micro_batches_ = micro_batches;
@@ -164,15 +165,13 @@ void ShardedAdamW::BeginStep(const Transformer* model, int micro_batches) {
     for (const NamedParameter& p : active_->named_parameters()) {
       if (!Contributes(*active_, p)) continue;
       // The parameter's whole flat range: a tp shard covers a subset, so this may wait for
-      // a shard it does not touch, never start one too early.
-      const FlatParameter& flat = layout_.Find(p.full_name);
-      const std::int64_t first = flat.offset / shard_numel_;
-      const std::int64_t last = (flat.offset + flat.numel - 1) / shard_numel_;
-      for (std::int64_t k = first; k <= last; ++k) ++waiting_[static_cast<std::size_t>(k)];
+      // a bucket it does not touch, never start one too early.
+      const auto [first, last] = BucketsOf(layout_.Find(p.full_name));
+      for (int k = first; k <= last; ++k) ++waiting_[static_cast<std::size_t>(k)];
     }
   }
-  next_shard_ = shards - 1;
-  IssueReadyShards();
+  next_bucket_ = buckets - 1;
+  IssueReadyBuckets();
 }
 
 void ShardedAdamW::OnGradient(const Transformer& model, std::size_t index, const at::Tensor& grad) {
@@ -182,25 +181,24 @@ void ShardedAdamW::OnGradient(const Transformer& model, std::size_t index, const
   at::NoGradGuard no_grad;
   RegionOf(grad_, layout_, p, model.tp_size(), model.tp_rank()).add_(grad);
   if (++calls_[index] != micro_batches_) return;
-  const FlatParameter& flat = layout_.Find(p.full_name);
-  const std::int64_t first = flat.offset / shard_numel_;
-  const std::int64_t last = (flat.offset + flat.numel - 1) / shard_numel_;
-  for (std::int64_t k = first; k <= last; ++k) --waiting_[static_cast<std::size_t>(k)];
-  IssueReadyShards();
+  const auto [first, last] = BucketsOf(layout_.Find(p.full_name));
+  for (int k = first; k <= last; ++k) --waiting_[static_cast<std::size_t>(k)];
+  IssueReadyBuckets();
 }
 
-void ShardedAdamW::IssueReadyShards() {
-  while (next_shard_ >= 0 && waiting_[static_cast<std::size_t>(next_shard_)] == 0) {
-    // Hidden behind this rank's own computation when a gradient of a lower shard is still
+void ShardedAdamW::IssueReadyBuckets() {
+  while (next_bucket_ >= 0 && waiting_[static_cast<std::size_t>(next_bucket_)] == 0) {
+    // Hidden behind this rank's own computation when a gradient of a lower bucket is still
     // to come from backward.
-    if (std::any_of(waiting_.begin(), waiting_.begin() + next_shard_,
+    if (std::any_of(waiting_.begin(), waiting_.begin() + next_bucket_,
                     [](int w) { return w > 0; })) {
-      ++stats_.shards_started_in_backward;
+      ++stats_.buckets_started_in_backward;
     }
-    const std::int64_t first = shard_numel_ * next_shard_;
-    pending_.push_back(
-        world_.ReduceSumAsync(grad_.slice(0, first, first + shard_numel_), next_shard_));
-    --next_shard_;
+    const ShardBucket& b = shards_.buckets[static_cast<std::size_t>(next_bucket_)];
+    pending_.push_back(world_.ReduceScatterSumAsync(
+        grad_.slice(0, b.offset, b.offset + b.numel),
+        grad_shard_.slice(0, b.shard_offset, b.shard_offset + b.piece)));
+    --next_bucket_;
   }
 }
 
@@ -221,24 +219,24 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
     }
     pending_.clear();
     stats_ = OverlapStats{};
-    stats_.shards = world_.size();
-    next_shard_ = world_.size() - 1;
+    stats_.buckets = static_cast<int>(shards_.buckets.size());
+    next_bucket_ = stats_.buckets - 1;
   }
-  // Every backward pass has run: every shard is final (a parameter that missed a hook
+  // Every backward pass has run: every bucket is final (a parameter that missed a hook
   // would change nothing, its gradients were collected as they came).
-  waiting_.assign(static_cast<std::size_t>(world_.size()), 0);
-  IssueReadyShards();
+  waiting_.assign(shards_.buckets.size(), 0);
+  IssueReadyBuckets();
   begun_ = false;
   active_ = nullptr;
   const auto wait_start = std::chrono::steady_clock::now();
   for (auto& work : pending_) work->Wait();
   stats_.reduce_wait_ms = MsSince(wait_start);
   pending_.clear();
-  // This rank's shard of the sum is in place in its slice of the buffer. One small
-  // collective gives every rank the global norm, so all of them decide alike.
+  // This rank's pieces of the sum are in grad_shard_. One small collective gives every rank
+  // the global norm, so all of them decide alike.
   // Summed in double chunk by chunk: a double copy of the whole shard would cost 8 (and its
   // square another 8) bytes per parameter at the step's peak.
-  const at::Tensor shard = Shard(grad_);
+  const at::Tensor& shard = grad_shard_;
   at::Tensor norm_sq = at::zeros({1}, shard.options().dtype(at::kDouble));
   for (std::int64_t begin = 0; begin < shard.numel(); begin += kUpdateChunk) {
     const at::Tensor chunk = shard.slice(0, begin, std::min(begin + kUpdateChunk, shard.numel()));
@@ -250,22 +248,25 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   outcome.grad_norm = std::sqrt(norm_sq.item<double>());
   if (!apply || !std::isfinite(outcome.grad_norm)) return outcome;
   ++steps_;
-  const at::Tensor master = Shard(full_).clone();
+  const at::Tensor master = shards_.Shard(full_, world_.rank());
   // Chunk by chunk, so the update's temporaries stay small; the update is elementwise, so
   // the values are the same as in one piece.
-  const at::Tensor grad = Shard(grad_);
-  for (std::int64_t begin = 0; begin < shard_numel_; begin += kUpdateChunk) {
-    const std::int64_t end = std::min(begin + kUpdateChunk, shard_numel_);
-    AdamWUpdate(master.slice(0, begin, end), grad.slice(0, begin, end),
+  const std::int64_t n = shards_.shard_numel;
+  for (std::int64_t begin = 0; begin < n; begin += kUpdateChunk) {
+    const std::int64_t end = std::min(begin + kUpdateChunk, n);
+    AdamWUpdate(master.slice(0, begin, end), grad_shard_.slice(0, begin, end),
                 exp_avg_.slice(0, begin, end), exp_avg_sq_.slice(0, begin, end), steps_, options_);
   }
-  world_.AllGather(master, full_);
+  for (const ShardBucket& b : shards_.buckets) {
+    world_.AllGather(master.slice(0, b.shard_offset, b.shard_offset + b.piece),
+                     full_.slice(0, b.offset, b.offset + b.numel));
+  }
   outcome.applied = true;
   return outcome;
 }
 
 ShardedAdamW::ShardState ShardedAdamW::shard_state() const {
-  return {Shard(full_).clone(), exp_avg_.clone(), exp_avg_sq_.clone(), steps_};
+  return {shards_.Shard(full_, world_.rank()), exp_avg_.clone(), exp_avg_sq_.clone(), steps_};
 }
 
 void ShardedAdamW::LoadFullState(const at::Tensor& master, const at::Tensor& exp_avg,
@@ -288,8 +289,8 @@ void ShardedAdamW::LoadFullState(const at::Tensor& master, const at::Tensor& exp
     return out;
   };
   full_.copy_(padded(master));
-  exp_avg_.copy_(Shard(padded(exp_avg)));
-  exp_avg_sq_.copy_(Shard(padded(exp_avg_sq)));
+  exp_avg_.copy_(shards_.Shard(padded(exp_avg), world_.rank()));
+  exp_avg_sq_.copy_(shards_.Shard(padded(exp_avg_sq), world_.rank()));
   steps_ = steps;
 }
 

@@ -206,8 +206,8 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["compute_ms"] = r.result.compute_ms;
   j["wait_ms"] = r.result.wait_ms;
   j["sync_ms"] = r.result.sync_ms;
-  j["grad_shards"] = r.result.grad_shards;
-  j["grad_shards_overlapped"] = r.result.grad_shards_overlapped;
+  j["grad_buckets"] = r.result.grad_buckets;
+  j["grad_buckets_overlapped"] = r.result.grad_buckets_overlapped;
   j["grad_reduce_wait_ms"] = r.result.grad_reduce_wait_ms;
   j["micro_batches"] = r.micro_batches;
   j["truncated"] = r.truncated;

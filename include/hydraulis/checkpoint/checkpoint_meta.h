@@ -18,6 +18,9 @@ struct CheckpointMeta {
   std::uint64_t seed = 0;
   int world_size = 0;           // ranks that wrote the shards
   std::int64_t parameters = 0;  // elements of the flat parameter vector (checked on load)
+  // The shards' bucket size (runtime/shard_layout.h); 0: one bucket, as in the formats
+  // before buckets.
+  std::int64_t bucket_elements = 0;
 };
 
 // One rank's shard file as meta.json records it.
@@ -27,7 +30,7 @@ struct ShardRecord {
 };
 
 // meta.json as read. `shards` is empty for the old format without checksums
-// (hydraulis.checkpoint/1), whose shards load unverified.
+// (hydraulis.checkpoint/1), whose shards load unverified; /1 and /2 have no buckets.
 struct CheckpointMetaFile {
   CheckpointMeta meta;
   std::vector<ShardRecord> shards;
@@ -40,7 +43,7 @@ std::string StepDirName(std::int64_t step);
 // 16 lowercase hex digits.
 std::string HexDigest(std::uint64_t hash);
 
-// meta.json's text (format hydraulis.checkpoint/2) with one record per rank and its checksum.
+// meta.json's text (format hydraulis.checkpoint/3) with one record per rank and its checksum.
 std::string CheckpointMetaToJson(const CheckpointMeta& meta,
                                  const std::vector<ShardRecord>& shards);
 
@@ -48,8 +51,8 @@ std::string CheckpointMetaToJson(const CheckpointMeta& meta,
 // `dir_name`. InvalidInput naming meta_path and the field: invalid JSON, an unknown format,
 // a checksum that does not match (edited or damaged), a missing or mistyped field, a step
 // that is negative or not the directory's, a negative sampler position, world_size < 1,
-// parameters < 0, not one shard record per rank, a record with negative bytes or a hash
-// that is not 16 hex digits.
+// parameters < 0, bucket_elements < 0 (format /3), not one shard record per rank, a record
+// with negative bytes or a hash that is not 16 hex digits.
 CheckpointMetaFile ParseCheckpointMeta(const std::string& text, const std::string& meta_path,
                                        const std::string& dir_name);
 

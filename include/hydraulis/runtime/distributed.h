@@ -65,7 +65,7 @@ class Rendezvous {
   std::unique_ptr<Impl> impl_;
 };
 
-// An asynchronous collective in flight (CommGroup::ReduceSumAsync). Wait blocks until it
+// An asynchronous collective in flight (CommGroup::ReduceScatterSumAsync). Wait blocks until it
 // completed (Error as the blocking calls); the destructor of an unwaited one waits quietly.
 class CommWork {
  public:
@@ -97,17 +97,18 @@ class CommGroup {
   virtual void AllReduceMin(const at::Tensor& tensor) = 0;
   // `full` (contiguous, size() * n elements) summed over the ranks; this rank receives
   // chunk rank() of the sum in `shard` (contiguous, n elements).
-  virtual void ReduceScatterSum(const at::Tensor& full, const at::Tensor& shard) = 0;
+  void ReduceScatterSum(const at::Tensor& full, const at::Tensor& shard) {
+    ReduceScatterSumAsync(full, shard)->Wait();
+  }
+  // The same, started and returned at once: `shard` holds the result after Wait, and
+  // neither tensor may change until then. Every member must issue the same asynchronous
+  // collectives in the same order, and wait for them in that order.
+  virtual std::unique_ptr<CommWork> ReduceScatterSumAsync(const at::Tensor& full,
+                                                          const at::Tensor& shard) = 0;
   // Concatenates every rank's `shard` (contiguous, the same size on every rank) into
   // `full` (contiguous, size() times as many elements), in group-rank order.
   virtual void AllGather(const at::Tensor& shard, const at::Tensor& full) = 0;
   virtual void Barrier() = 0;
-  // Starts summing `tensor` (contiguous, the same size on every rank) into group rank
-  // `root`'s tensor and returns at once; the result is in place on the root after Wait
-  // (other ranks' tensors must not change until then and hold no result). Every member
-  // must issue the same asynchronous collectives in the same order, and wait for them in
-  // that order.
-  virtual std::unique_ptr<CommWork> ReduceSumAsync(const at::Tensor& tensor, int root) = 0;
 
   // Point-to-point, for pipeline stages. Send does not block: the tensor is kept alive and
   // the transfer completes in the background, so a 1F1B schedule whose receives are

@@ -56,11 +56,11 @@ struct DistributedStepResult {
   double wait_ms = 0;     // this rank: blocked in pipeline receives
   double sync_ms = 0;     // this rank: gradient reduction + optimizer + parameter gather
   double step_ms = 0;     // this rank: the whole step, from the plan check to the end
-  // Communication hidden behind computation: of the gradient shard reductions (one per
-  // rank), how many started while this rank's backward was still running, and how long
-  // the optimizer step then waited for all of them to finish.
-  int grad_shards = 0;
-  int grad_shards_overlapped = 0;
+  // Communication hidden behind computation: of the gradient buckets' reduce-scatters, how
+  // many started while this rank's backward was still running, and how long the optimizer
+  // step then waited for all of them to finish.
+  int grad_buckets = 0;
+  int grad_buckets_overlapped = 0;
   double grad_reduce_wait_ms = 0;
 };
 
@@ -75,9 +75,11 @@ class DistributedTrainer {
   // `initial`: the starting weights instead of the draw from `seed` (a Hugging Face
   // checkpoint, hf_weights.h); they become the optimizer's fp32 master weights, from which
   // every step's compute layout is materialised, so any strategy starts from them.
+  // `bucket_elements`: the optimizer's gradient bucket (shard_layout.h).
   DistributedTrainer(const ModelConfig& config, std::uint64_t seed, const AdamWOptions& options,
                      Rendezvous& rendezvous, const std::vector<Strategy>& candidates,
-                     const ComputeOptions& compute = {}, const InitialWeights& initial = {});
+                     const ComputeOptions& compute = {}, const InitialWeights& initial = {},
+                     std::int64_t bucket_elements = kDefaultBucketElements);
   ~DistributedTrainer();
   DistributedTrainer(const DistributedTrainer&) = delete;
   DistributedTrainer& operator=(const DistributedTrainer&) = delete;

@@ -1,15 +1,15 @@
 // The optimizer layout of the disaggregated design (method.md 2.2): fp32 master weights and
 // AdamW state live in one fixed layout, the single-process model's parameters flattened in
-// their fixed order (FullParameters) and cut into world_size equal shards, shard r owned by
-// rank r, whatever compute strategy runs the step. Each step:
+// their fixed order (FullParameters) and sharded over the world's ranks in buckets
+// (shard_layout.h), whatever compute strategy runs the step. Each step:
 //   1. Materialise: copy this rank's compute parameters (its pipeline stage and tp shard,
 //      any strategy) out of the full parameter vector every rank holds.
 //   2. Reduce: every rank adds the gradients it owns into a zero full-size buffer (a tp
 //      shard into its slice; a tp-replicated parameter from tp rank 0 only, since its tp
-//      copies carry the same gradient; both copies of a tied embedding add up) and the
-//      buffer's shard k is summed into rank k (one asynchronous reduce per shard, started
-//      during backward as soon as the shard's gradients are final: Attach/BeginStep).
-//   3. AdamW on the shard, then an all-gather of the updated shards rebuilds the full vector.
+//      copies carry the same gradient; both copies of a tied embedding add up), and one
+//      asynchronous reduce-scatter per bucket sums each bucket's pieces into their owners,
+//      started during backward as soon as the bucket's gradients are final (Attach/BeginStep).
+//   3. AdamW on this rank's pieces, then one all-gather per bucket rebuilds the full vector.
 // Switching strategy between steps therefore moves no optimizer state. The bytes each rank
 // moves per step do not depend on the strategy: docs/runtime.md.
 #pragma once
@@ -17,10 +17,12 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/model.h"
+#include "hydraulis/runtime/shard_layout.h"
 #include "hydraulis/runtime/trainer.h"
 
 namespace hydraulis {
@@ -54,16 +56,18 @@ void AdamWUpdate(const at::Tensor& param, const at::Tensor& grad, const at::Tens
 class ShardedAdamW {
  public:
   // Master weights from `initial` (the whole model, e.g. Transformer(config, seed)), sharded
-  // over `world` (which must outlive this). InvalidInput on out-of-range options.
-  // The fp32 vectors (full parameters, gradient buffer, moments) live on `device`, the
-  // compute device of this rank.
+  // over `world` (which must outlive this) in buckets of `bucket_elements` (shard_layout.h).
+  // InvalidInput on out-of-range options. The fp32 vectors (full parameters, gradient
+  // buffer, moments) live on `device`, the compute device of this rank.
   ShardedAdamW(const Transformer& initial, CommGroup& world, const AdamWOptions& options,
-               at::Device device = at::Device(at::kCPU));
+               at::Device device = at::Device(at::kCPU),
+               std::int64_t bucket_elements = kDefaultBucketElements);
   // The same from a source of the whole model's weights (SeededWeights, HfInitialWeights),
   // each copied into the master weights as it is read: no other full copy is ever held.
   // InvalidInput when a value has another shape than the parameter.
   ShardedAdamW(const ModelConfig& config, const InitialWeights& initial, CommGroup& world,
-               const AdamWOptions& options, at::Device device = at::Device(at::kCPU));
+               const AdamWOptions& options, at::Device device = at::Device(at::kCPU),
+               std::int64_t bucket_elements = kDefaultBucketElements);
 
   // Copies this rank's compute parameters of `model` (any part, any tp) from the current
   // full parameters. Not a collective.
@@ -73,10 +77,10 @@ class ShardedAdamW {
   // `model`'s parameters (once per model; the model must outlive this). BeginStep(model,
   // micro_batches) before a step's first backward (model: nullptr on a rank without compute
   // this step) makes those hooks add every gradient, in fp32, straight into the reduction
-  // buffer and count its micro-batches: when every local parameter touching shard k has
-  // seen its last micro-batch, the sum of shard k to its owner starts (an asynchronous
-  // reduce), shards in descending order (the order backward produces them), while backward
-  // goes on. Without BeginStep, Step reads the parameters' accumulated gradients instead.
+  // buffer and count its micro-batches: when every local parameter touching bucket k has
+  // seen its last micro-batch, bucket k's reduce-scatter starts, buckets in descending
+  // order (the order backward produces them), while backward goes on. Without BeginStep,
+  // Step reads the parameters' accumulated gradients instead.
   void Attach(const Transformer& model);
   void BeginStep(const Transformer* model, int micro_batches);
 
@@ -95,12 +99,12 @@ class ShardedAdamW {
   // call it once per step, with the same `apply`.
   StepOutcome Step(const Transformer* model, bool apply = true);
 
-  // Of the last step: the shard reductions, how many started while this rank's backward
-  // still had gradients to produce (hidden behind its computation), and how long Step
-  // waited for all of them to finish.
+  // Of the last step: the buckets' reduce-scatters, how many started while this rank's
+  // backward still had gradients to produce (hidden behind its computation), and how long
+  // Step waited for all of them to finish.
   struct OverlapStats {
-    int shards = 0;
-    int shards_started_in_backward = 0;
+    int buckets = 0;
+    int buckets_started_in_backward = 0;
     double reduce_wait_ms = 0;
   };
   const OverlapStats& overlap_stats() const { return stats_; }
@@ -108,35 +112,37 @@ class ShardedAdamW {
   // The full fp32 parameters (identical on every rank), [layout().numel].
   at::Tensor full_parameters() const { return full_.slice(0, 0, layout_.numel); }
   const FlatLayout& layout() const { return layout_; }
-  std::int64_t shard_numel() const { return shard_numel_; }
+  const ShardLayout& shard_layout() const { return shards_; }
   std::int64_t steps() const { return steps_; }
 
-  // This rank's optimizer state, for checkpoints: master shard, moments and step count.
+  // This rank's optimizer state, for checkpoints: master shard, moments (each
+  // [shard_layout().shard_numel], this rank's pieces in bucket order) and step count.
   struct ShardState {
     at::Tensor master, exp_avg, exp_avg_sq;
     std::int64_t steps = 0;
   };
   ShardState shard_state() const;
-  // Restores the whole optimizer state (each [layout().numel], e.g. the concatenated shards
-  // of a checkpoint written by any number of ranks): this rank keeps its own shard of the
-  // moments and every rank the full parameters. Not a collective (every rank passes the
-  // same state). InvalidInput when a size differs from the layout's.
+  // Restores the whole optimizer state (each [layout().numel], e.g. the shards of a
+  // checkpoint written by any number of ranks, ShardLayout::Unshard): this rank keeps its
+  // own shard of the moments and every rank the full parameters. Not a collective (every
+  // rank passes the same state). InvalidInput when a size differs from the layout's.
   void LoadFullState(const at::Tensor& master, const at::Tensor& exp_avg,
                      const at::Tensor& exp_avg_sq, std::int64_t steps);
 
  private:
-  at::Tensor Shard(const at::Tensor& padded) const;
-
-  // Starts the reductions of the ready shards, in descending order.
-  void IssueReadyShards();
+  // Bucket range [first, last] that flat parameter `flat` touches.
+  std::pair<int, int> BucketsOf(const FlatParameter& flat) const;
+  // Starts the reduce-scatters of the ready buckets, in descending order.
+  void IssueReadyBuckets();
   void OnGradient(const Transformer& model, std::size_t index, const at::Tensor& grad);
 
   CommGroup& world_;
   AdamWOptions options_;
   FlatLayout layout_;
-  std::int64_t shard_numel_ = 0;
-  at::Tensor full_;  // [shard_numel * world], the padding stays zero
-  at::Tensor grad_;  // [shard_numel * world]: gradients in, this rank's summed shard out
+  ShardLayout shards_;
+  at::Tensor full_;        // [padded_numel], the padding stays zero
+  at::Tensor grad_;        // [padded_numel]: every rank's gradients, reduce-scatter input
+  at::Tensor grad_shard_;  // [shard_numel]: this rank's pieces of the summed gradients
   at::Tensor exp_avg_, exp_avg_sq_;
   std::int64_t steps_ = 0;
 
@@ -145,8 +151,8 @@ class ShardedAdamW {
   const Transformer* active_ = nullptr;             // the model whose hooks collect this step
   int micro_batches_ = 0;                           // backward passes each parameter sees
   std::vector<int> calls_;                          // per parameter of active_: hooks seen
-  std::vector<int> waiting_;                        // per shard: local parameters not final yet
-  int next_shard_ = -1;                             // next shard to start (descending), -1: all
+  std::vector<int> waiting_;                        // per bucket: local parameters not final yet
+  int next_bucket_ = -1;                            // next bucket to start (descending), -1: all
   std::vector<std::unique_ptr<CommWork>> pending_;  // in issue order
   std::vector<const Transformer*> attached_;
   OverlapStats stats_;

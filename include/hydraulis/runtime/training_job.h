@@ -110,7 +110,7 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume);
 // One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
 // documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
 // plan_wait_ms,
-// compute_ms, wait_ms, sync_ms, grad_shards, grad_shards_overlapped, grad_reduce_wait_ms,
+// compute_ms, wait_ms, sync_ms, grad_buckets, grad_buckets_overlapped, grad_reduce_wait_ms,
 // micro_batches, truncated, cut_documents, cut_tokens, grad_norm, skipped, device,
 // precision.
 std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute);
