@@ -111,7 +111,34 @@ def train_parity(binary, src, tmp, ckpt, model, ids):
         if label == "1 rank":
             failures += export_parity(binary, tmp, run_dir, ids)
             failures += export_forms(binary, run_dir, ckpt)
-    return failures
+    return failures + unchanged_at_lr_zero(binary, src, tmp, ckpt, tokens)
+
+
+def unchanged_at_lr_zero(binary, src, tmp, ckpt, tokens):
+    """--lr 0 (tp=2, buckets of 5000): training runs, and the export is the checkpoint it
+    started from, bit for bit."""
+    run_dir = os.path.join(tmp, "train-lr0")
+    train = subprocess.run(
+        [binary, "train", "--init-from", ckpt, "--data", os.path.join(tmp, "corpus"),
+         "--profile", os.path.join(src, "configs/profiles/tiny-cpu.json"),
+         "--tokens-per-batch", str(tokens), "--max-len", str(MAX_LEN), "--steps", str(STEPS),
+         "--lr", "0", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--timeout-s", "60",
+         "--nproc", "2", "--tp", "2", "--ddp-bucket-size", "5000"],
+        capture_output=True, text=True)
+    if train.returncode != 0:
+        return [f"train --lr 0: {train.stderr.strip()[-600:]}"]
+    export = subprocess.run(
+        [binary, "export", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--model",
+         os.path.join(ckpt, "config.json"), "-o", os.path.join(run_dir, "hf")],
+        capture_output=True, text=True)
+    if export.returncode != 0:
+        return [f"export --lr 0: {export.stderr.strip()}"]
+    ours = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
+    initial = load_file(os.path.join(ckpt, "model.safetensors"))
+    changed = [n for n, t in ours.items() if not torch.equal(t, initial[n])]
+    print(f"train --lr 0: {STEPS} steps (tp=2), export equals the initial checkpoint: "
+          f"{'every weight' if not changed else 'NO: ' + ', '.join(changed[:3])}")
+    return [f"train --lr 0 changed {n}" for n in changed]
 
 
 def export_forms(binary, run_dir, ckpt):

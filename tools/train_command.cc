@@ -355,8 +355,8 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "model initialisation and data order")->capture_default_str();
   cmd->add_option("--plan-algorithm", a->algorithm, "ours or static-fixed")->capture_default_str();
   cmd->add_option("--log-json", a->log_json, "one JSON object per step (rank 0)");
-  cmd->add_option("--lr", a->lr, "AdamW learning rate")
-      ->check(PositiveNumber())
+  cmd->add_option("--lr", a->lr, "AdamW learning rate (0: a run that changes no parameter)")
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--ddp-bucket-size", a->ddp_bucket_size,
                   "elements per gradient bucket: one reduce-scatter and one all-gather each, "

@@ -67,7 +67,7 @@ void ValidateAdamWOptions(const AdamWOptions& o) {
       throw InvalidInput("AdamW options: " + field + ": out of range, got " +
                          std::to_string(value));
   };
-  check(o.lr > 0.0, "lr", o.lr);
+  check(o.lr >= 0.0, "lr", o.lr);  // 0: a run that changes no parameter, for checks
   check(o.beta1 >= 0.0 && o.beta1 < 1.0, "beta1", o.beta1);
   check(o.beta2 >= 0.0 && o.beta2 < 1.0, "beta2", o.beta2);
   check(o.eps > 0.0, "eps", o.eps);

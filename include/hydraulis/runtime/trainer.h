@@ -21,7 +21,7 @@ namespace hydraulis {
 
 // AdamW hyper-parameters (decoupled weight decay, as torch::optim::AdamW).
 struct AdamWOptions {
-  double lr = 1e-3;           // learning rate, > 0
+  double lr = 1e-3;           // learning rate, >= 0 (0 changes no parameter)
   double beta1 = 0.9;         // first-moment decay, in [0, 1)
   double beta2 = 0.95;        // second-moment decay, in [0, 1)
   double eps = 1e-8;          // added to the RMS of the gradient, > 0
