@@ -47,6 +47,24 @@ at::Tensor Rows(const at::Tensor& t, const PackedBatch& b, std::size_t doc) {
   return t.slice(0, b.cu_seqlens[doc], b.cu_seqlens[doc + 1]);
 }
 
+TEST(AdamWOptionsTest, ZeroLearningRateIsAllowedNegativeOrNanIsNot) {
+  AdamWOptions o;
+  o.lr = 0.0;
+  EXPECT_NO_THROW(ValidateAdamWOptions(o));
+  for (double lr : {-1e-3, std::nan("")}) {
+    o.lr = lr;
+    try {
+      ValidateAdamWOptions(o);
+      ADD_FAILURE() << "lr " << lr << " accepted";
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find("lr: out of range"), std::string::npos) << e.what();
+    }
+  }
+  o.lr = 1e-3;
+  o.beta1 = 1.0;
+  EXPECT_THROW(ValidateAdamWOptions(o), InvalidInput);
+}
+
 TEST(PackedBatchTest, PacksDocumentsWithBoundaries) {
   PackedBatch b = PackDocuments({{1, 2, 3}, {4}, {5, 6}}, 8);
   EXPECT_EQ(b.cu_seqlens, (std::vector<std::int64_t>{0, 3, 4, 6}));
