@@ -86,7 +86,9 @@ ShardedAdamW::ShardedAdamW(const ModelConfig& config, const InitialWeights& init
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
   full_ = at::zeros({shards_.padded_numel}, fp32);
   grad_ = at::zeros({shards_.padded_numel}, fp32);
-  grad_shard_ = at::zeros({shards_.shard_numel}, fp32);
+  // One rank owns every piece, in place: its shard is the buffer itself, and summing over
+  // one rank is nothing to do (so a single rank holds no second gradient vector).
+  grad_shard_ = world_.size() == 1 ? grad_ : at::zeros({shards_.shard_numel}, fp32);
   at::NoGradGuard no_grad;
   for (const FlatParameter& f : layout_.parameters) {
     const at::Tensor v = initial(f.parameter);
@@ -195,9 +197,11 @@ void ShardedAdamW::IssueReadyBuckets() {
       ++stats_.buckets_started_in_backward;
     }
     const ShardBucket& b = shards_.buckets[static_cast<std::size_t>(next_bucket_)];
-    pending_.push_back(world_.ReduceScatterSumAsync(
-        grad_.slice(0, b.offset, b.offset + b.numel),
-        grad_shard_.slice(0, b.shard_offset, b.shard_offset + b.piece)));
+    if (world_.size() > 1) {
+      pending_.push_back(world_.ReduceScatterSumAsync(
+          grad_.slice(0, b.offset, b.offset + b.numel),
+          grad_shard_.slice(0, b.shard_offset, b.shard_offset + b.piece)));
+    }
     --next_bucket_;
   }
 }
@@ -248,7 +252,10 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   outcome.grad_norm = std::sqrt(norm_sq.item<double>());
   if (!apply || !std::isfinite(outcome.grad_norm)) return outcome;
   ++steps_;
-  const at::Tensor master = shards_.Shard(full_, world_.rank());
+  // One rank updates the full vector in place (its shard); more update a copy of their
+  // pieces, which the all-gathers then write back into every rank's full vector.
+  const bool alone = world_.size() == 1;
+  const at::Tensor master = alone ? full_ : shards_.Shard(full_, world_.rank());
   // Chunk by chunk, so the update's temporaries stay small; the update is elementwise, so
   // the values are the same as in one piece.
   const std::int64_t n = shards_.shard_numel;
@@ -257,9 +264,11 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
     AdamWUpdate(master.slice(0, begin, end), grad_shard_.slice(0, begin, end),
                 exp_avg_.slice(0, begin, end), exp_avg_sq_.slice(0, begin, end), steps_, options_);
   }
-  for (const ShardBucket& b : shards_.buckets) {
-    world_.AllGather(master.slice(0, b.shard_offset, b.shard_offset + b.piece),
-                     full_.slice(0, b.offset, b.offset + b.numel));
+  if (!alone) {
+    for (const ShardBucket& b : shards_.buckets) {
+      world_.AllGather(master.slice(0, b.shard_offset, b.shard_offset + b.piece),
+                       full_.slice(0, b.offset, b.offset + b.numel));
+    }
   }
   outcome.applied = true;
   return outcome;
