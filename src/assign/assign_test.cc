@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "../base/test_support.h"
 #include "hydraulis/assign/lower_bound.h"
 #include "hydraulis/assign/pack.h"
 #include "hydraulis/assign/pipeline_relaxation.h"
@@ -257,6 +258,30 @@ TEST(PlannerTest, OnlyStrategyRestrictsOursToOneCandidate) {
   PlannerOptions bad;
   bad.only_strategy = 7;
   EXPECT_THROW(Planner(cs.profile, cs.candidates, bad), InvalidInput);
+  bad.only_strategy = -3;
+  EXPECT_THROW(Planner(cs.profile, cs.candidates, bad), InvalidInput);
+}
+
+TEST(PlannerTest, TheStaticCandidateIsResolvedByThePlanner) {
+  CaseStudy cs;
+  PlannerOptions options;
+  options.only_strategy = PlannerOptions::kStaticCandidate;
+  const Planner planner(cs.profile, cs.candidates, options);
+  ASSERT_GE(planner.StaticStrategyIndex(), 0);
+  EXPECT_EQ(planner.options().only_strategy, planner.StaticStrategyIndex());
+  EXPECT_EQ(planner.PlanBatch(RealBatches(1, 200'000, 3)[0]).strategy_index,
+            planner.StaticStrategyIndex());
+  // Without a homogeneous candidate there is nothing to resolve it to.
+  CandidateSet heterogeneous = cs.candidates;
+  std::erase_if(heterogeneous.strategies, [](const Strategy& s) {
+    return std::all_of(s.pipelines.begin(), s.pipelines.end(),
+                       [&](const Scheme& p) { return p == s.pipelines.front(); });
+  });
+  ASSERT_FALSE(heterogeneous.strategies.empty());
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
+              Planner(cs.profile, heterogeneous, options);
+            }).find("no homogeneous strategy"),
+            std::string::npos);
 }
 
 TEST(PlannerTest, StrategyOverheadsShiftTheChoiceButNotTheComputeEstimate) {

@@ -61,7 +61,8 @@ std::string CandidateStatusName(CandidateStatus s) {
 Planner::Planner(const Profile& profile, const CandidateSet& candidates,
                  const PlannerOptions& options)
     : candidates_(candidates), options_(options), relaxations_(options.schedule) {
-  if (options_.only_strategy >= static_cast<int>(candidates.strategies.size())) {
+  if (options_.only_strategy < PlannerOptions::kStaticCandidate ||
+      options_.only_strategy >= static_cast<int>(candidates.strategies.size())) {
     throw InvalidInput("only_strategy " + std::to_string(options_.only_strategy) +
                        " is not a candidate index (there are " +
                        std::to_string(candidates.strategies.size()) + ")");
@@ -116,6 +117,12 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
       static_cap = models_.back()[0].capacity_tokens;
       static_index_ = static_cast<int>(i);
     }
+  }
+  if (options_.only_strategy == PlannerOptions::kStaticCandidate) {
+    if (static_index_ < 0) {
+      throw InvalidInput("the candidate set has no homogeneous strategy to run statically");
+    }
+    options_.only_strategy = static_index_;
   }
 }
 

@@ -22,25 +22,6 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
                        " is smaller than one full-length document (max-len " +
                        std::to_string(options.sampler.max_len) + ")");
   }
-  {
-    // Every document is cut to max-len; it must then fit a pipeline the system can use,
-    // or documents would be cut again silently.
-    const Planner probe(profile, candidates, {});
-    const bool is_static = options.system != System::kOurs && options.system != System::kPublished;
-    std::int64_t capacity = 0;
-    for (int i = 0; i < static_cast<int>(candidates.strategies.size()); ++i) {
-      if (!is_static || i == probe.StaticStrategyIndex()) {
-        capacity = std::max(capacity, probe.MaxCapacity(i));
-      }
-    }
-    const bool no_static = is_static && probe.StaticStrategyIndex() < 0;  // reported below
-    if (!no_static && options.sampler.max_len > capacity) {
-      throw InvalidInput("max-len " + std::to_string(options.sampler.max_len) +
-                         " exceeds the largest micro-batch capacity (" + std::to_string(capacity) +
-                         " tokens) of the strategies system " + SystemName(options.system) +
-                         " can use: every longer document would be truncated");
-    }
-  }
   PlannerOptions planner_options;
   planner_options.context_tokens = options.sampler.max_len;
   planner_options.seed = options.planner_seed;
@@ -54,6 +35,23 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
     }
   }
   const StepPlanner planner(profile, candidates, options.system, planner_options);
+  {
+    // Every document is cut to max-len; it must then fit a pipeline the system can use,
+    // or documents would be cut again silently (capacities do not depend on the options).
+    const bool is_static = options.system != System::kOurs && options.system != System::kPublished;
+    std::int64_t capacity = 0;
+    for (int i = 0; i < static_cast<int>(candidates.strategies.size()); ++i) {
+      if (!is_static || i == planner.StaticStrategyIndex()) {
+        capacity = std::max(capacity, planner.planner().MaxCapacity(i));
+      }
+    }
+    if (options.sampler.max_len > capacity) {
+      throw InvalidInput("max-len " + std::to_string(options.sampler.max_len) +
+                         " exceeds the largest micro-batch capacity (" + std::to_string(capacity) +
+                         " tokens) of the strategies system " + SystemName(options.system) +
+                         " can use: every longer document would be truncated");
+    }
+  }
   const StepTimer timer(profile, candidates, options);
   BatchSampler sampler(dataset, options.sampler);
 

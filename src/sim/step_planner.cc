@@ -12,27 +12,19 @@ std::int64_t AlignUp(std::int64_t tokens) {
   return (tokens + kTokenAlignment - 1) / kTokenAlignment * kTokenAlignment;
 }
 
-// The planner options of `system`; static systems need the default static candidate,
-// which only a planner knows, so a probe planner finds it.
-PlannerOptions OptionsFor(const Profile& profile, const CandidateSet& candidates, System system,
-                          PlannerOptions options, int* static_index) {
+// The planner options of `system`: the static systems run the default static candidate,
+// which the planner resolves.
+PlannerOptions OptionsFor(System system, PlannerOptions options) {
   options.only_strategy = -1;
   options.algorithm = Algorithm::kOurs;
-  *static_index = Planner(profile, candidates, options).StaticStrategyIndex();
-  const bool is_static = system == System::kPadding || system == System::kStaticFixed ||
-                         system == System::kStaticBalanced;
-  if (is_static && *static_index < 0) {
-    throw InvalidInput("system " + SystemName(system) +
-                       ": the candidate set has no homogeneous strategy to run statically");
-  }
   switch (system) {
     case System::kPadding:
     case System::kStaticBalanced:
-      options.only_strategy = *static_index;
+      options.only_strategy = PlannerOptions::kStaticCandidate;
       break;
     case System::kStaticFixed:
       options.algorithm = Algorithm::kStaticFixed;
-      options.only_strategy = *static_index;
+      options.only_strategy = PlannerOptions::kStaticCandidate;
       break;
     case System::kPublished:
       options.algorithm = Algorithm::kPublished;
@@ -43,13 +35,20 @@ PlannerOptions OptionsFor(const Profile& profile, const CandidateSet& candidates
   return options;
 }
 
+Planner PlannerFor(const Profile& profile, const CandidateSet& candidates, System system,
+                   const PlannerOptions& options) {
+  try {
+    return Planner(profile, candidates, OptionsFor(system, options));
+  } catch (const InvalidInput& e) {
+    throw InvalidInput("system " + SystemName(system) + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 StepPlanner::StepPlanner(const Profile& profile, const CandidateSet& candidates, System system,
                          const PlannerOptions& options)
-    : system_(system),
-      planner_(profile, candidates,
-               OptionsFor(profile, candidates, system, options, &static_index_)) {}
+    : system_(system), planner_(PlannerFor(profile, candidates, system, options)) {}
 
 StepWork StepPlanner::Plan(std::span<const std::int64_t> lengths) const {
   if (system_ == System::kPadding) return PlanPadding(lengths);
@@ -93,12 +92,13 @@ StepWork StepPlanner::Plan(std::span<const std::int64_t> lengths) const {
 // strategy's capacity), so every micro-batch costs the same; dealing them round-robin in
 // batch order is then also the least-loaded assignment (counts differ by at most one).
 StepWork StepPlanner::PlanPadding(std::span<const std::int64_t> lengths) const {
-  const AssignProblem problem = planner_.Problem(lengths, static_index_);
+  const int static_index = planner_.StaticStrategyIndex();
+  const AssignProblem problem = planner_.Problem(lengths, static_index);
   const std::int64_t pad_tokens =
-      std::min(planner_.options().context_tokens, planner_.MaxCapacity(static_index_));
+      std::min(planner_.options().context_tokens, planner_.MaxCapacity(static_index));
   StepWork work;
-  work.strategy_index = static_index_;
-  work.strategy = planner_.candidates().strategies[static_cast<std::size_t>(static_index_)];
+  work.strategy_index = static_index;
+  work.strategy = planner_.candidates().strategies[static_cast<std::size_t>(static_index)];
   work.lengths.assign(lengths.begin(), lengths.end());
   for (std::size_t d = 0; d < work.lengths.size(); ++d) {
     std::int64_t& s = work.lengths[d];

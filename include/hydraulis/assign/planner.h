@@ -40,8 +40,10 @@ struct PlannerOptions {
   std::int64_t context_tokens = 32'768;
   std::uint64_t seed = 1;  // randomised baselines only; ours is deterministic
   // Restrict the algorithm to this candidate (index into the candidate set), e.g. ours
-  // on one static strategy; -1 considers every candidate. The static baselines then run
-  // this candidate instead of the default static one.
+  // on one static strategy; -1 considers every candidate; kStaticCandidate the default
+  // static one (Planner::StaticStrategyIndex; InvalidInput when there is none). The static
+  // baselines then run this candidate instead of the default static one.
+  static constexpr int kStaticCandidate = -2;
   int only_strategy = -1;
   // Per-candidate step cost outside the pipelines (ms, >= 0), e.g. the disaggregated
   // design's parameter materialisation and gradient reduce-scatter, which depend on the

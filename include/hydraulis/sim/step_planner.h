@@ -26,13 +26,14 @@ class StepPlanner {
 
   System system() const { return system_; }
   // The homogeneous candidate the static systems run; -1 when there is none.
-  int StaticStrategyIndex() const { return static_index_; }
+  int StaticStrategyIndex() const { return planner_.StaticStrategyIndex(); }
+  // The planner behind it (capacities, the candidate set, the options it runs with).
+  const Planner& planner() const { return planner_; }
 
  private:
   StepWork PlanPadding(std::span<const std::int64_t> lengths) const;
 
   System system_;
-  int static_index_ = -1;
   Planner planner_;
 };
 
