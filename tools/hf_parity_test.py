@@ -71,6 +71,26 @@ def reference_training(model, ids):
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
+def train_and_export(binary, src, tmp, ckpt, tokens, run_dir, lr, extra):
+    """`hydraulis train --init-from ckpt` for STEPS steps at `lr` with `extra` flags, then
+    `export` of its checkpoint to run_dir/hf; a failure message, or None."""
+    train = subprocess.run(
+        [binary, "train", "--init-from", ckpt, "--data", os.path.join(tmp, "corpus"),
+         "--profile", os.path.join(src, "configs/profiles/tiny-cpu.json"),
+         "--tokens-per-batch", str(tokens), "--max-len", str(MAX_LEN), "--steps", str(STEPS),
+         "--lr", str(lr), "--checkpoint-dir", os.path.join(run_dir, "ckpt"),
+         "--timeout-s", "60"] + extra, capture_output=True, text=True)
+    if train.returncode != 0:
+        return f"train: {train.stderr.strip()[-600:]}"
+    export = subprocess.run(
+        [binary, "export", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--model",
+         os.path.join(ckpt, "config.json"), "-o", os.path.join(run_dir, "hf")],
+        capture_output=True, text=True)
+    if export.returncode != 0:
+        return f"export: {export.stderr.strip()}"
+    return None
+
+
 def train_parity(binary, src, tmp, ckpt, model, ids):
     failures = []
     reference = reference_training(model, ids)
@@ -84,21 +104,9 @@ def train_parity(binary, src, tmp, ckpt, model, ids):
     }
     for label, extra in runs.items():
         run_dir = os.path.join(tmp, "train-" + label.replace(" ", "-").replace("=", ""))
-        train = subprocess.run(
-            [binary, "train", "--init-from", ckpt, "--data", os.path.join(tmp, "corpus"),
-             "--profile", os.path.join(src, "configs/profiles/tiny-cpu.json"),
-             "--tokens-per-batch", str(tokens), "--max-len", str(MAX_LEN), "--steps", str(STEPS),
-             "--lr", str(LR), "--checkpoint-dir", os.path.join(run_dir, "ckpt"),
-             "--timeout-s", "60"] + extra, capture_output=True, text=True)
-        if train.returncode != 0:
-            failures.append(f"train {label}: {train.stderr.strip()[-600:]}")
-            continue
-        export = subprocess.run(
-            [binary, "export", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--model",
-             os.path.join(ckpt, "config.json"), "-o", os.path.join(run_dir, "hf")],
-            capture_output=True, text=True)
-        if export.returncode != 0:
-            failures.append(f"export {label}: {export.stderr.strip()}")
+        failure = train_and_export(binary, src, tmp, ckpt, tokens, run_dir, LR, extra)
+        if failure:
+            failures.append(f"{label}: {failure}")
             continue
         ours = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
         worst = 0.0
@@ -118,21 +126,10 @@ def unchanged_at_lr_zero(binary, src, tmp, ckpt, tokens):
     """--lr 0 (tp=2, buckets of 5000): training runs, and the export is the checkpoint it
     started from, bit for bit."""
     run_dir = os.path.join(tmp, "train-lr0")
-    train = subprocess.run(
-        [binary, "train", "--init-from", ckpt, "--data", os.path.join(tmp, "corpus"),
-         "--profile", os.path.join(src, "configs/profiles/tiny-cpu.json"),
-         "--tokens-per-batch", str(tokens), "--max-len", str(MAX_LEN), "--steps", str(STEPS),
-         "--lr", "0", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--timeout-s", "60",
-         "--nproc", "2", "--tp", "2", "--ddp-bucket-size", "5000"],
-        capture_output=True, text=True)
-    if train.returncode != 0:
-        return [f"train --lr 0: {train.stderr.strip()[-600:]}"]
-    export = subprocess.run(
-        [binary, "export", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--model",
-         os.path.join(ckpt, "config.json"), "-o", os.path.join(run_dir, "hf")],
-        capture_output=True, text=True)
-    if export.returncode != 0:
-        return [f"export --lr 0: {export.stderr.strip()}"]
+    failure = train_and_export(binary, src, tmp, ckpt, tokens, run_dir, 0,
+                               ["--nproc", "2", "--tp", "2", "--ddp-bucket-size", "5000"])
+    if failure:
+        return [f"--lr 0: {failure}"]
     ours = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
     initial = load_file(os.path.join(ckpt, "model.safetensors"))
     changed = [n for n, t in ours.items() if not torch.equal(t, initial[n])]

@@ -36,14 +36,13 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
   }
   const StepPlanner planner(profile, candidates, options.system, planner_options);
   {
-    // Every document is cut to max-len; it must then fit a pipeline the system can use,
-    // or documents would be cut again silently (capacities do not depend on the options).
-    const bool is_static = options.system != System::kOurs && options.system != System::kPublished;
+    // Every document is cut to max-len; it must then fit a pipeline the system can use (the
+    // one candidate a static system's planner is restricted to, or any), or documents would
+    // be cut again silently.
+    const int only = planner.planner().options().only_strategy;
     std::int64_t capacity = 0;
     for (int i = 0; i < static_cast<int>(candidates.strategies.size()); ++i) {
-      if (!is_static || i == planner.StaticStrategyIndex()) {
-        capacity = std::max(capacity, planner.planner().MaxCapacity(i));
-      }
+      if (only < 0 || i == only) capacity = std::max(capacity, planner.planner().MaxCapacity(i));
     }
     if (options.sampler.max_len > capacity) {
       throw InvalidInput("max-len " + std::to_string(options.sampler.max_len) +

@@ -25,8 +25,6 @@ class StepPlanner {
   StepWork Plan(std::span<const std::int64_t> lengths) const;
 
   System system() const { return system_; }
-  // The homogeneous candidate the static systems run; -1 when there is none.
-  int StaticStrategyIndex() const { return planner_.StaticStrategyIndex(); }
   // The planner behind it (capacities, the candidate set, the options it runs with).
   const Planner& planner() const { return planner_; }
 
