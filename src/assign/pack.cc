@@ -19,11 +19,7 @@ std::int64_t Len(const AssignProblem& problem, int d) {
 double OrderForSchedule(const AssignProblem& problem, const PipelineModel& pipe,
                         MicroBatches& mbs) {
   const int v = static_cast<int>(mbs.size());
-  std::vector<double> t(mbs.size());
-  for (std::size_t j = 0; j < mbs.size(); ++j) {
-    t[j] = pipe.time.c_ms;
-    for (int d : mbs[j]) t[j] += pipe.time.DocumentMs(Len(problem, d));
-  }
+  const std::vector<double> t = MicroBatchStageMs(problem.lengths, pipe, mbs);
   if (pipe.scheme.pp == 1 || v <= 1) return OneFOneBMs(t, pipe.scheme.pp, problem.schedule);
   std::vector<int> asc(mbs.size());
   std::iota(asc.begin(), asc.end(), 0);

@@ -128,14 +128,14 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
 
 std::int64_t Planner::MaxCapacity(int i) const {
   std::int64_t cap = 0;
-  for (const auto& m : models_[static_cast<std::size_t>(i)]) cap = std::max(cap, m.capacity_tokens);
+  for (const auto& m : Models(i)) cap = std::max(cap, m.capacity_tokens);
   return cap;
 }
 
 AssignProblem Planner::Problem(std::span<const std::int64_t> lengths, int i) const {
   AssignProblem p;
   p.lengths.assign(lengths.begin(), lengths.end());
-  p.pipelines = models_[static_cast<std::size_t>(i)];
+  p.pipelines = Models(i);
   p.schedule = options_.schedule;
   return p;
 }
@@ -345,17 +345,11 @@ class BatchPlanning {
       pp.capacity_tokens = model.capacity_tokens;
       pp.micro_batches = best_.pipelines[p];
       pp.estimated_ms = best_.pipeline_ms[p];
-      std::vector<double> stage_ms;
       for (const auto& mb : pp.micro_batches) {
-        double t = model.time.c_ms;
-        for (int d : mb) {
-          const std::int64_t len = plan_.lengths[static_cast<std::size_t>(d)];
-          pp.tokens += len;
-          t += model.time.DocumentMs(len);
-        }
-        stage_ms.push_back(t);
+        for (int d : mb) pp.tokens += plan_.lengths[static_cast<std::size_t>(d)];
       }
-      pp.closed_form_ms = OneFOneBUpperBoundMs(stage_ms, pp.scheme.pp);
+      pp.closed_form_ms = OneFOneBUpperBoundMs(
+          MicroBatchStageMs(plan_.lengths, model, pp.micro_batches), pp.scheme.pp);
       plan_.pipelines.push_back(std::move(pp));
     }
     plan_.estimated_step_ms = best_.step_ms;

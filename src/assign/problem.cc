@@ -4,16 +4,23 @@
 
 namespace hydraulis {
 
-double PipelineMs(const AssignProblem& problem, const PipelineModel& pipeline,
-                  const MicroBatches& micro_batches) {
+std::vector<double> MicroBatchStageMs(std::span<const std::int64_t> lengths,
+                                      const PipelineModel& pipeline,
+                                      const MicroBatches& micro_batches) {
   std::vector<double> stage_ms;
   stage_ms.reserve(micro_batches.size());
   for (const auto& mb : micro_batches) {
     double t = pipeline.time.c_ms;
-    for (int d : mb) t += pipeline.time.DocumentMs(problem.lengths[static_cast<std::size_t>(d)]);
+    for (int d : mb) t += pipeline.time.DocumentMs(lengths[static_cast<std::size_t>(d)]);
     stage_ms.push_back(t);
   }
-  return OneFOneBMs(stage_ms, pipeline.scheme.pp, problem.schedule);
+  return stage_ms;
+}
+
+double PipelineMs(const AssignProblem& problem, const PipelineModel& pipeline,
+                  const MicroBatches& micro_batches) {
+  return OneFOneBMs(MicroBatchStageMs(problem.lengths, pipeline, micro_batches), pipeline.scheme.pp,
+                    problem.schedule);
 }
 
 void Evaluate(const AssignProblem& problem, Assignment& a) {

@@ -60,10 +60,10 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
   for (int step = 0; step < options.steps; ++step) {
     const SampledBatch batch = sampler.Next();
     const auto t0 = std::chrono::steady_clock::now();
-    const StepWork work = planner.Plan(batch.lengths);
+    const Plan plan = planner.Plan(batch.lengths);
     result.planning_wall_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    StepResult r = timer.Time(work);
+    StepResult r = timer.Time(plan, planner.padded_tokens());
     r.step = step;
     r.start_ms = result.total_time_ms;
     result.total_time_ms += r.step_ms;

@@ -84,12 +84,13 @@ TEST(Simulator, PlannedTimeIsThePlansEstimatedStepTime) {
   for (int i = 0; i < 2; ++i) {
     const SampledBatch batch = sampler.Next();
     const Plan plan = planner.PlanBatch(batch.lengths);
-    const StepWork work = step_planner.Plan(batch.lengths);
-    EXPECT_EQ(work.planned_step_ms, plan.estimated_step_ms);
-    EXPECT_EQ(work.strategy_index, plan.strategy_index);
+    const Plan step_plan = step_planner.Plan(batch.lengths);
+    EXPECT_EQ(PlanToJson(step_plan, false, false), PlanToJson(plan, false, false));
+    EXPECT_EQ(step_planner.padded_tokens(), 0);
     SimOptions o = Options(System::kOurs, 1);
     o.comm.enabled = false;
-    const StepResult r = StepTimer(Case().profile, Case().candidates, o).Time(work);
+    const StepResult r = StepTimer(Case().profile, Case().candidates, o).Time(step_plan);
+    EXPECT_EQ(r.planned_ms, plan.estimated_step_ms);
     EXPECT_EQ(r.compute_ms, plan.estimated_step_ms);
     for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
       EXPECT_EQ(r.pipelines[p].pipeline_ms, plan.pipelines[p].estimated_ms);
@@ -132,22 +133,33 @@ TEST(Simulator, OnAHandBuiltStepTheTimelineAddsSendsOnTheCriticalPath) {
   SimOptions o = Options(System::kOurs, 1);
   o.optimizer.fixed_ms = 0;
   const StepTimer timer(Case().profile, set, o);
-  StepWork work;
-  work.strategy = set.strategies[0];
-  work.lengths = {1000, 1000};
-  PipelineWork pw;
-  pw.scheme = {1, 4, 2};
-  pw.micro_batches = {{{0}, 1000, 1024, 3.0}, {{1}, 1000, 1024, 3.0}};
-  work.pipelines = {pw};
+  Plan plan;
+  plan.strategy = set.strategies[0];
+  plan.lengths = {1000, 1000};
+  PipelinePlan pp;
+  pp.scheme = {1, 4, 2};
+  pp.micro_batches = {{0}, {1}};
+  plan.pipelines = {pp};
+  // Each micro-batch costs t on a stage (f forward, b backward, f + b = t) and sends its
+  // 1,000 tokens padded to 1,024.
+  const SchemeProfile* sp = Case().profile.Find({1, 4, 2});
+  ASSERT_NE(sp, nullptr);
+  const TimeModel time = TimeModel::From(*sp);
+  const double t = time.c_ms + time.DocumentMs(1000);
   const double d = 0.01 + 1024.0 * 6656 * 2 / 4 / 400e9 * 1e3;
   EXPECT_NEAR(timer.SendMs(0, 0, 0, 1024), d, 1e-12);
-  const StepResult r = timer.Time(work);
-  // Hand schedule with send delay d. Stage 0: F0 [0,1], F1 [1,2]. Stage 1: F0 [1+d,2+d],
-  // B0 [2+d,4+d], F1 [4+d,5+d] (arrived at 2+d), B1 [5+d,7+d]. Stage 0: B0 [4+2d,6+2d],
-  // B1 [7+2d,9+2d]. Two sends lie on the critical path.
-  EXPECT_NEAR(r.compute_ms, 9 + 2 * d, 1e-12);
-  EXPECT_NEAR(r.step_ms, r.materialize_ms + 9 + 2 * d + r.reduce_scatter_ms, 1e-9);
-  EXPECT_NEAR(r.pipelines[0].busy_ms, 6.0, 1e-12);
+  const StepResult r = timer.Time(plan);
+  // Hand schedule with send delay d. Stage 0: F0 [0,f], F1 [f,2f]. Stage 1: F0 [f+d,2f+d],
+  // B0 [2f+d,2f+b+d], F1 [2f+b+d,3f+b+d] (arrived at 2f+d), B1 [3f+b+d,3f+2b+d]. Stage 0:
+  // B0 [2f+b+2d,2f+2b+2d], B1 [3f+2b+2d,3f+3b+2d]. Two sends lie on the critical path.
+  EXPECT_NEAR(r.compute_ms, 3 * t + 2 * d, 1e-9);
+  EXPECT_NEAR(r.step_ms, r.materialize_ms + 3 * t + 2 * d + r.reduce_scatter_ms, 1e-9);
+  EXPECT_NEAR(r.pipelines[0].busy_ms, 2 * t, 1e-9);
+  EXPECT_EQ(r.pipelines[0].micro_batch_tokens, (std::vector<std::int64_t>{1000, 1000}));
+  // Padded to 2,048 tokens, each micro-batch costs and sends more.
+  const double t2 = time.c_ms + time.DocumentMs(2048);
+  const double d2 = 0.01 + 2048.0 * 6656 * 2 / 4 / 400e9 * 1e3;
+  EXPECT_NEAR(timer.Time(plan, 2048).compute_ms, 3 * t2 + 2 * d2, 1e-9);
 }
 
 TEST(Simulator, EveryDocumentOfEveryStepIsPlannedExactlyOnce) {
@@ -162,21 +174,22 @@ TEST(Simulator, EveryDocumentOfEveryStepIsPlannedExactlyOnce) {
     BatchSampler sampler(Case().dataset, {budget, 32'768, 3});
     for (int step = 0; step < 3; ++step) {
       const SampledBatch batch = sampler.Next();
-      const StepWork work = planner.Plan(batch.lengths);
+      const Plan plan = planner.Plan(batch.lengths);
       std::vector<int> seen(batch.lengths.size(), 0);
-      ASSERT_EQ(work.pipelines.size(), work.strategy.pipelines.size());
-      for (const PipelineWork& pw : work.pipelines) {
-        for (const MicroBatchWork& mb : pw.micro_batches) {
-          std::int64_t tokens = 0;
-          for (int d : mb.documents) {
+      ASSERT_EQ(plan.pipelines.size(), plan.strategy.pipelines.size());
+      ASSERT_EQ(plan.lengths.size(), batch.lengths.size());
+      for (const PipelinePlan& pp : plan.pipelines) {
+        std::int64_t pipeline_tokens = 0;
+        for (const std::vector<int>& mb : pp.micro_batches) {
+          ASSERT_FALSE(mb.empty());
+          for (int d : mb) {
             ASSERT_GE(d, 0);
             ASSERT_LT(d, static_cast<int>(seen.size()));
             ++seen[static_cast<std::size_t>(d)];
-            tokens += work.lengths[static_cast<std::size_t>(d)];
+            pipeline_tokens += plan.lengths[static_cast<std::size_t>(d)];
           }
-          EXPECT_EQ(mb.tokens, tokens);
-          EXPECT_GE(mb.activation_tokens, mb.tokens);
         }
+        EXPECT_EQ(pp.tokens, pipeline_tokens);
       }
       for (std::size_t d = 0; d < seen.size(); ++d) {
         EXPECT_EQ(seen[d], 1) << SystemName(system) << " step " << step << " document " << d;

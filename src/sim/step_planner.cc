@@ -3,14 +3,9 @@
 #include <algorithm>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/cost/capacity.h"
 
 namespace hydraulis {
 namespace {
-
-std::int64_t AlignUp(std::int64_t tokens) {
-  return (tokens + kTokenAlignment - 1) / kTokenAlignment * kTokenAlignment;
-}
 
 // The planner options of `system`: the static systems run the default static candidate,
 // which the planner resolves.
@@ -48,93 +43,60 @@ Planner PlannerFor(const Profile& profile, const CandidateSet& candidates, Syste
 
 StepPlanner::StepPlanner(const Profile& profile, const CandidateSet& candidates, System system,
                          const PlannerOptions& options)
-    : system_(system), planner_(PlannerFor(profile, candidates, system, options)) {}
+    : system_(system), planner_(PlannerFor(profile, candidates, system, options)) {
+  if (system_ == System::kPadding) {
+    padded_tokens_ = std::min(planner_.options().context_tokens,
+                              planner_.MaxCapacity(planner_.options().only_strategy));
+  }
+}
 
-StepWork StepPlanner::Plan(std::span<const std::int64_t> lengths) const {
+Plan StepPlanner::Plan(std::span<const std::int64_t> lengths) const {
   if (system_ == System::kPadding) return PlanPadding(lengths);
-  const hydraulis::Plan plan = planner_.PlanBatch(lengths);
-  const AssignProblem problem = planner_.Problem(plan.lengths, plan.strategy_index);
-  StepWork work;
-  work.strategy_index = plan.strategy_index;
-  work.strategy = plan.strategy;
-  work.lengths = plan.lengths;
-  work.planned_step_ms = plan.estimated_step_ms;
-  for (const Truncation& t : plan.truncated) {
-    ++work.truncated_documents;
-    work.truncated_tokens += t.original - t.kept;
-  }
-  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
-    const PipelinePlan& pp = plan.pipelines[p];
-    const TimeModel& time = problem.pipelines[p].time;
-    PipelineWork pw;
-    pw.scheme = pp.scheme;
-    pw.planned_ms = pp.estimated_ms;
-    for (const auto& mb : pp.micro_batches) {
-      MicroBatchWork m;
-      m.documents = mb;
-      // Summed in the order PipelineMs uses, so zero-communication times match the plan's
-      // bit for bit.
-      m.stage_ms = time.c_ms;
-      for (int d : mb) {
-        const std::int64_t s = plan.lengths[static_cast<std::size_t>(d)];
-        m.stage_ms += time.DocumentMs(s);
-        m.tokens += s;
-      }
-      m.activation_tokens = AlignUp(m.tokens);
-      pw.micro_batches.push_back(std::move(m));
-    }
-    work.pipelines.push_back(std::move(pw));
-  }
-  return work;
+  return planner_.PlanBatch(lengths);
 }
 
 // One document per micro-batch, each padded to the context length (capped at the static
 // strategy's capacity), so every micro-batch costs the same; dealing them round-robin in
-// batch order is then also the least-loaded assignment (counts differ by at most one).
-StepWork StepPlanner::PlanPadding(std::span<const std::int64_t> lengths) const {
-  const int static_index = planner_.StaticStrategyIndex();
-  const AssignProblem problem = planner_.Problem(lengths, static_index);
-  const std::int64_t pad_tokens =
-      std::min(planner_.options().context_tokens, planner_.MaxCapacity(static_index));
-  StepWork work;
-  work.strategy_index = static_index;
-  work.strategy = planner_.candidates().strategies[static_cast<std::size_t>(static_index)];
-  work.lengths.assign(lengths.begin(), lengths.end());
-  for (std::size_t d = 0; d < work.lengths.size(); ++d) {
-    std::int64_t& s = work.lengths[d];
+// batch order is then also the least-loaded assignment (counts differ by at most one). The
+// plan has no lower bound (0) and no candidate reports: nothing else was considered.
+Plan StepPlanner::PlanPadding(std::span<const std::int64_t> lengths) const {
+  hydraulis::Plan plan;
+  plan.algorithm = planner_.options().algorithm;
+  plan.strategy_index = planner_.options().only_strategy;
+  plan.strategy = planner_.candidates().strategies[static_cast<std::size_t>(plan.strategy_index)];
+  plan.lengths.assign(lengths.begin(), lengths.end());
+  for (std::size_t d = 0; d < plan.lengths.size(); ++d) {
+    std::int64_t& s = plan.lengths[d];
     if (s < 1) {
       throw InvalidInput("document " + std::to_string(d) + ": length must be >= 1, got " +
                          std::to_string(s));
     }
-    if (s > pad_tokens) {
-      ++work.truncated_documents;
-      work.truncated_tokens += s - pad_tokens;
-      s = pad_tokens;
+    if (s > padded_tokens_) {
+      plan.truncated.push_back({static_cast<int>(d), s, padded_tokens_});
+      s = padded_tokens_;
     }
   }
-  const std::size_t num_pipelines = problem.pipelines.size();
-  work.pipelines.resize(num_pipelines);
-  for (std::size_t p = 0; p < num_pipelines; ++p)
-    work.pipelines[p].scheme = problem.pipelines[p].scheme;
-  for (std::size_t d = 0; d < work.lengths.size(); ++d) {
-    const std::size_t p = d % num_pipelines;
-    const TimeModel& time = problem.pipelines[p].time;
-    MicroBatchWork m;
-    m.documents = {static_cast<int>(d)};
-    m.tokens = work.lengths[d];
-    m.activation_tokens = pad_tokens;
-    m.stage_ms = time.c_ms;
-    m.stage_ms += time.DocumentMs(pad_tokens);
-    work.pipelines[p].micro_batches.push_back(std::move(m));
+  const std::vector<PipelineModel>& models = planner_.Models(plan.strategy_index);
+  for (const PipelineModel& model : models) {
+    PipelinePlan pp;
+    pp.scheme = model.scheme;
+    pp.capacity_tokens = model.capacity_tokens;
+    plan.pipelines.push_back(std::move(pp));
   }
-  for (std::size_t p = 0; p < num_pipelines; ++p) {
-    PipelineWork& pw = work.pipelines[p];
-    std::vector<double> stage_ms;
-    for (const auto& m : pw.micro_batches) stage_ms.push_back(m.stage_ms);
-    pw.planned_ms = OneFOneBMs(stage_ms, pw.scheme.pp, planner_.options().schedule);
-    work.planned_step_ms = std::max(work.planned_step_ms, pw.planned_ms);
+  for (std::size_t d = 0; d < plan.lengths.size(); ++d) {
+    PipelinePlan& pp = plan.pipelines[d % models.size()];
+    pp.micro_batches.push_back({static_cast<int>(d)});
+    pp.tokens += plan.lengths[d];
   }
-  return work;
+  for (std::size_t p = 0; p < models.size(); ++p) {
+    PipelinePlan& pp = plan.pipelines[p];
+    const std::vector<double> stage_ms(
+        pp.micro_batches.size(), models[p].time.c_ms + models[p].time.DocumentMs(padded_tokens_));
+    pp.estimated_ms = OneFOneBMs(stage_ms, pp.scheme.pp, planner_.options().schedule);
+    pp.closed_form_ms = OneFOneBUpperBoundMs(stage_ms, pp.scheme.pp);
+    plan.estimated_step_ms = std::max(plan.estimated_step_ms, pp.estimated_ms);
+  }
+  return plan;
 }
 
 }  // namespace hydraulis

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/cost/capacity.h"
 #include "hydraulis/spec/placement.h"
 #include "units.h"
 
@@ -14,6 +15,10 @@ using sim_units::kBytesPerGigabyte;
 using sim_units::kMsPerSecond;
 using sim_units::kUsPerMs;
 
+std::int64_t AlignUp(std::int64_t tokens) {
+  return (tokens + kTokenAlignment - 1) / kTokenAlignment * kTokenAlignment;
+}
+
 }  // namespace
 
 StepTimer::StepTimer(const Profile& profile, const CandidateSet& candidates,
@@ -23,6 +28,16 @@ StepTimer::StepTimer(const Profile& profile, const CandidateSet& candidates,
     sync_.push_back(ComputeSyncCost(profile_, s, candidates_.optimizer_layout, candidates_.gpus,
                                     options_.comm, options_.optimizer));
     first_gpus_.push_back(PipelineFirstGpus(s));
+    std::vector<PipelineModel> models;
+    for (const Scheme& scheme : s.pipelines) {
+      const SchemeProfile* sp = profile_.Find(scheme);
+      if (sp == nullptr) {
+        throw InternalError("scheme " + SchemeName(scheme) + " of strategy '" + s.name +
+                            "' has no profile entry; the candidates were not validated");
+      }
+      models.push_back({scheme, TimeModel::From(*sp), 0});
+    }
+    models_.push_back(std::move(models));
   }
 }
 
@@ -50,47 +65,59 @@ double StepTimer::SendMs(int strategy_index, int pipeline, int boundary,
   return options_.comm.p2p_latency_us / kUsPerMs + bytes / bytes_per_s * kMsPerSecond;
 }
 
-StepResult StepTimer::Time(const StepWork& work) const {
-  if (work.strategy_index < 0 ||
-      work.strategy_index >= static_cast<int>(candidates_.strategies.size())) {
-    throw InternalError("step work names candidate " + std::to_string(work.strategy_index) +
+StepResult StepTimer::Time(const Plan& plan, std::int64_t padded_tokens) const {
+  if (plan.strategy_index < 0 ||
+      plan.strategy_index >= static_cast<int>(candidates_.strategies.size())) {
+    throw InternalError("plan names candidate " + std::to_string(plan.strategy_index) +
                         ", not in the candidate set");
   }
-  const SyncCost& sync = Sync(work.strategy_index);
+  const std::vector<PipelineModel>& models = models_[static_cast<std::size_t>(plan.strategy_index)];
+  if (plan.pipelines.size() != models.size()) {
+    throw InternalError("plan has " + std::to_string(plan.pipelines.size()) +
+                        " pipelines, its candidate " + std::to_string(models.size()));
+  }
+  const SyncCost& sync = Sync(plan.strategy_index);
   StepResult r;
-  r.strategy_index = work.strategy_index;
-  r.strategy = work.strategy.name;
-  r.strategy_description = StrategyDescription(work.strategy);
-  r.documents = static_cast<int>(work.lengths.size());
-  for (std::int64_t s : work.lengths) r.tokens += s;
-  r.truncated_documents = work.truncated_documents;
-  r.truncated_tokens = work.truncated_tokens;
-  r.planned_ms = work.planned_step_ms;
+  r.strategy_index = plan.strategy_index;
+  r.strategy = plan.strategy.name;
+  r.strategy_description = StrategyDescription(plan.strategy);
+  r.documents = static_cast<int>(plan.lengths.size());
+  for (std::int64_t s : plan.lengths) r.tokens += s;
+  for (const Truncation& t : plan.truncated) {
+    ++r.truncated_documents;
+    r.truncated_tokens += t.original - t.kept;
+  }
+  r.planned_ms = plan.estimated_step_ms;
   r.materialize_ms = sync.materialize_ms;
   r.reduce_scatter_ms = sync.reduce_scatter_ms;
   r.optimizer_ms = sync.optimizer_ms;
-  for (std::size_t p = 0; p < work.pipelines.size(); ++p) {
-    const PipelineWork& pw = work.pipelines[p];
-    const int pp = pw.scheme.pp;
-    const std::size_t v = pw.micro_batches.size();
-    std::vector<double> stage_ms;
-    std::vector<double> send_ms(static_cast<std::size_t>(pp - 1) * v);
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const PipelinePlan& pp = plan.pipelines[p];
+    const PipelineModel& model = models[p];
+    const int stages = pp.scheme.pp;
+    const std::size_t v = pp.micro_batches.size();
+    const std::vector<double> stage_ms =
+        padded_tokens > 0
+            ? std::vector<double>(v, model.time.c_ms + model.time.DocumentMs(padded_tokens))
+            : MicroBatchStageMs(plan.lengths, model, pp.micro_batches);
+    std::vector<double> send_ms(static_cast<std::size_t>(stages - 1) * v);
     PipelineStepResult pr;
-    pr.scheme = pw.scheme;
+    pr.scheme = pp.scheme;
     pr.micro_batches = static_cast<int>(v);
-    pr.planned_ms = pw.planned_ms;
+    pr.planned_ms = pp.estimated_ms;
     for (std::size_t j = 0; j < v; ++j) {
-      const MicroBatchWork& m = pw.micro_batches[j];
-      stage_ms.push_back(m.stage_ms);
-      pr.tokens += m.tokens;
-      pr.micro_batch_tokens.push_back(m.tokens);
-      pr.micro_batch_documents.push_back(static_cast<int>(m.documents.size()));
-      for (int b = 0; b + 1 < pp; ++b) {
+      std::int64_t tokens = 0;
+      for (int d : pp.micro_batches[j]) tokens += plan.lengths[static_cast<std::size_t>(d)];
+      pr.tokens += tokens;
+      pr.micro_batch_tokens.push_back(tokens);
+      pr.micro_batch_documents.push_back(static_cast<int>(pp.micro_batches[j].size()));
+      const std::int64_t activation_tokens = padded_tokens > 0 ? padded_tokens : AlignUp(tokens);
+      for (int b = 0; b + 1 < stages; ++b) {
         send_ms[static_cast<std::size_t>(b) * v + j] =
-            SendMs(work.strategy_index, static_cast<int>(p), b, m.activation_tokens);
+            SendMs(plan.strategy_index, static_cast<int>(p), b, activation_tokens);
       }
     }
-    pr.schedule = SimulateOneFOneB(stage_ms, send_ms, pp, options_.schedule);
+    pr.schedule = SimulateOneFOneB(stage_ms, send_ms, stages, options_.schedule);
     pr.pipeline_ms = pr.schedule.makespan_ms;
     pr.busy_ms = pr.schedule.stage_busy_ms.empty() ? 0.0 : pr.schedule.stage_busy_ms.front();
     r.compute_ms = std::max(r.compute_ms, pr.pipeline_ms);

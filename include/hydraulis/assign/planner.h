@@ -129,6 +129,10 @@ class Planner {
   // The assignment problem of `lengths` on candidate `strategy_index`.
   AssignProblem Problem(std::span<const std::int64_t> lengths, int strategy_index) const;
 
+  // Each pipeline's scheme, time model and capacity of candidate `strategy_index`.
+  const std::vector<PipelineModel>& Models(int strategy_index) const {
+    return models_.at(static_cast<std::size_t>(strategy_index));
+  }
   // Capacity (tokens) of the widest pipeline of each candidate.
   std::int64_t MaxCapacity(int strategy_index) const;
   // The homogeneous candidate the static baselines run by default (largest capacity,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "hydraulis/cost/pipeline_time.h"
@@ -42,6 +43,13 @@ struct Assignment {
   // their answer (the published baseline's CBC MILPs); 0 for assigners without a solver.
   int time_limited_solves = 0;
 };
+
+// The forward + backward time (ms) of each micro-batch on one stage of `pipeline`, the
+// documents' times added to c in their order (every estimate sums them this way, so the
+// planner's, the simulator's and the plan's times agree bit for bit).
+std::vector<double> MicroBatchStageMs(std::span<const std::int64_t> lengths,
+                                      const PipelineModel& pipeline,
+                                      const MicroBatches& micro_batches);
 
 // Exact 1F1B time (ms) of `pipeline` running `micro_batches` (no communication terms).
 double PipelineMs(const AssignProblem& problem, const PipelineModel& pipeline,

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "hydraulis/assign/planner.h"
 #include "hydraulis/sim/pipeline_schedule.h"
 #include "hydraulis/sim/sim_options.h"
-#include "hydraulis/sim/step_work.h"
 #include "hydraulis/sim/sync_cost.h"
 #include "hydraulis/spec/profile.h"
 #include "hydraulis/spec/strategy.h"
@@ -59,8 +59,12 @@ class StepTimer {
   // was validated against `profile`; options validated (ValidateSimOptions).
   StepTimer(const Profile& profile, const CandidateSet& candidates, const SimOptions& options);
 
-  // Times `work` (strategy_index valid). step and start_ms of the result are left 0.
-  StepResult Time(const StepWork& work) const;
+  // Times `plan` (its strategy_index names a candidate of the set, its micro-batches
+  // index its lengths). padded_tokens > 0: every micro-batch is computed and sent as that
+  // many tokens (the padding system; StepPlanner::padded_tokens), else as its documents,
+  // its activations padded to the variable-length alignment. step and start_ms of the
+  // result are left 0.
+  StepResult Time(const Plan& plan, std::int64_t padded_tokens = 0) const;
 
   // Simulated time (ms) of sending `tokens` activations over stage boundary `boundary`
   // of pipeline `pipeline` of candidate `strategy_index` (latency included).
@@ -72,8 +76,9 @@ class StepTimer {
   Profile profile_;
   CandidateSet candidates_;
   SimOptions options_;
-  std::vector<SyncCost> sync_;                // per candidate
-  std::vector<std::vector<int>> first_gpus_;  // per candidate, per pipeline
+  std::vector<SyncCost> sync_;                      // per candidate
+  std::vector<std::vector<PipelineModel>> models_;  // per candidate, per pipeline
+  std::vector<std::vector<int>> first_gpus_;        // per candidate, per pipeline
 };
 
 }  // namespace hydraulis
