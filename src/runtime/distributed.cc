@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
@@ -235,15 +237,21 @@ class C10dCommGroup final : public CommGroup {
     }
   }
 
-  void Recv(const at::Tensor& tensor, int peer, int tag) override {
+  std::unique_ptr<CommWork> RecvAsync(const at::Tensor& tensor, int peer, int tag) override {
     CheckPeer(peer, "receive");
     CheckContiguous(tensor, "receive");
     at::Tensor t = Staged(tensor);
     std::vector<at::Tensor> tensors = {t};
-    Run("receive of " + std::to_string(tensor.numel()) + " elements from group rank " +
-            std::to_string(peer),
-        [&] { return backend_->recv(tensors, peer, tag); });
-    Unstage(t, tensor);
+    std::string what = "receive of " + std::to_string(tensor.numel()) +
+                       " elements from group rank " + std::to_string(peer);
+    c10::intrusive_ptr<torch_compat::Work> work;
+    try {
+      work = backend_->recv(tensors, peer, tag);
+    } catch (const std::exception& e) {
+      Fail(what, e);
+    }
+    return std::make_unique<Pending>(this, std::move(work), at::Tensor(), t, tensor,
+                                     std::move(what));
   }
 
   void WaitSends() override {
@@ -272,11 +280,22 @@ class C10dCommGroup final : public CommGroup {
           target_(std::move(target)),
           what_(std::move(what)) {}
     ~Pending() override {
-      if (work_) {
-        try {
-          work_->wait();
-        } catch (const std::exception&) {
-        }
+      if (!work_) return;
+      if (std::uncaught_exceptions() > 0) {
+        // An error is unwinding the step: the peer may never complete this operation, and
+        // waiting would delay the error's report by the whole timeout. The buffers it may
+        // still write must outlive it, so they are kept, on purpose never freed.
+        static std::mutex mutex;
+        static auto* abandoned = new std::vector<
+            std::pair<c10::intrusive_ptr<torch_compat::Work>, std::vector<at::Tensor>>>();
+        std::lock_guard<std::mutex> lock(mutex);
+        abandoned->emplace_back(std::move(work_),
+                                std::vector<at::Tensor>{input_, staged_, target_});
+        return;
+      }
+      try {
+        work_->wait();
+      } catch (const std::exception&) {
       }
     }
     void Wait() override {

@@ -1,8 +1,14 @@
 // FakeCommWorld (distributed.h): the members of a group meet in shared state, each
 // collective being an exchange of every member's tensor followed by the same computation,
-// in group-rank order, on every member.
+// in group-rank order, on every member. Point-to-point operations follow NCCL's rule, the
+// strictest of the backends: between two ranks they complete in issue order, one after
+// another, so each side's next operation must be the other side's counterpart (a send
+// meeting a receive of the same size); anything else is reported at once as the deadlock
+// or wrong match it would be under NCCL. Tags must agree too, which is Gloo's rule.
 #include <condition_variable>
+#include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -27,8 +33,18 @@ struct FakeCommWorld::State {
     int departed = 0;
   };
   std::map<std::pair<std::string, std::int64_t>, Exchange> exchanges;  // (group, sequence)
-  // Messages in flight: (group, from, to, tag) -> tensors in send order.
-  std::map<std::tuple<std::string, int, int, int>, std::vector<at::Tensor>> mailboxes;
+  // Point-to-point operations between two ranks of a group, in each side's issue order.
+  struct Transfer {
+    bool send = false;
+    int tag = 0;
+    at::Tensor tensor;  // the message (a send's copy) or where it goes (a receive)
+    bool done = false;
+  };
+  struct Channel {
+    std::deque<std::shared_ptr<Transfer>> pending[2];  // by side: the lower group rank first
+    std::string error;                                 // set once the two sides disagree
+  };
+  std::map<std::tuple<std::string, int, int>, Channel> channels;  // (group, low, high)
 
   template <typename Ready>
   void Wait(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what) {
@@ -107,32 +123,96 @@ class FakeCommGroup final : public CommGroup {
 
   void Send(const at::Tensor& tensor, int peer, int tag) override {
     CheckPeer(peer);
+    auto transfer = std::make_shared<FakeCommWorld::State::Transfer>();
+    transfer->send = true;
+    transfer->tag = tag;
+    transfer->tensor = tensor.detach().clone();
     std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->mailboxes[{name_, group_rank_, peer, tag}].push_back(tensor.detach().clone());
-    state_->changed.notify_all();
+    Issue(peer, transfer);
+    sends_.push_back({peer, std::move(transfer)});
   }
 
-  void Recv(const at::Tensor& tensor, int peer, int tag) override {
+  std::unique_ptr<CommWork> RecvAsync(const at::Tensor& tensor, int peer, int tag) override {
     CheckPeer(peer);
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    const auto key = std::make_tuple(name_, peer, group_rank_, tag);
-    state_->Wait(
-        lock, [&] { return !state_->mailboxes[key].empty(); },
-        "group '" + name_ + "': receive from group rank " + std::to_string(peer));
-    auto& box = state_->mailboxes[key];
-    const at::Tensor message = box.front();
-    box.erase(box.begin());
-    if (message.numel() != tensor.numel()) {
-      throw InternalError("fake communication: group '" + name_ + "': received " +
-                          std::to_string(message.numel()) + " elements, expected " +
-                          std::to_string(tensor.numel()));
+    auto transfer = std::make_shared<FakeCommWorld::State::Transfer>();
+    transfer->tag = tag;
+    transfer->tensor = tensor;
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      Issue(peer, transfer);
     }
-    tensor.copy_(message.view(tensor.sizes()));
+    class Receive final : public CommWork {
+     public:
+      Receive(FakeCommGroup* group, int peer, std::shared_ptr<FakeCommWorld::State::Transfer> t)
+          : group_(group), peer_(peer), transfer_(std::move(t)) {}
+      void Wait() override { group_->AwaitTransfer(peer_, *transfer_, "receive from"); }
+
+     private:
+      FakeCommGroup* group_;
+      int peer_;
+      std::shared_ptr<FakeCommWorld::State::Transfer> transfer_;
+    };
+    return std::make_unique<Receive>(this, peer, std::move(transfer));
   }
 
-  void WaitSends() override {}  // sends complete at once
+  void WaitSends() override {
+    auto sends = std::move(sends_);
+    sends_.clear();
+    for (const auto& [peer, transfer] : sends) AwaitTransfer(peer, *transfer, "send to");
+  }
 
  private:
+  FakeCommWorld::State::Channel& ChannelWith(int peer) {
+    return state_->channels[{name_, std::min(group_rank_, peer), std::max(group_rank_, peer)}];
+  }
+
+  // Appends `transfer` to this side of the channel with `peer` and completes every pair of
+  // counterparts now at the heads of both sides. Caller holds the state's mutex.
+  void Issue(int peer, std::shared_ptr<FakeCommWorld::State::Transfer> transfer) {
+    FakeCommWorld::State::Channel& channel = ChannelWith(peer);
+    if (!channel.error.empty()) throw InternalError(channel.error);
+    const int mine = group_rank_ < peer ? 0 : 1;
+    channel.pending[mine].push_back(std::move(transfer));
+    auto& low = channel.pending[0];
+    auto& high = channel.pending[1];
+    while (!low.empty() && !high.empty()) {
+      FakeCommWorld::State::Transfer& a = *low.front();
+      FakeCommWorld::State::Transfer& b = *high.front();
+      const int low_rank = std::min(group_rank_, peer), high_rank = std::max(group_rank_, peer);
+      auto describe = [](const FakeCommWorld::State::Transfer& t) {
+        return std::string(t.send ? "send" : "receive") + " (tag " + std::to_string(t.tag) + ", " +
+               std::to_string(t.tensor.numel()) + " elements)";
+      };
+      if (a.send == b.send || a.tag != b.tag || a.tensor.numel() != b.tensor.numel()) {
+        channel.error = "fake communication: group '" + name_ + "': group rank " +
+                        std::to_string(low_rank) + "'s next operation with group rank " +
+                        std::to_string(high_rank) + " is a " + describe(a) + ", its peer's a " +
+                        describe(b) +
+                        (a.send == b.send ? ": under NCCL, which runs a pair's operations in "
+                                            "issue order, both would wait for ever"
+                                          : ": they do not match");
+        state_->changed.notify_all();
+        throw InternalError(channel.error);
+      }
+      FakeCommWorld::State::Transfer& from = a.send ? a : b;
+      FakeCommWorld::State::Transfer& to = a.send ? b : a;
+      to.tensor.copy_(from.tensor.view(to.tensor.sizes()));
+      from.done = to.done = true;
+      low.pop_front();
+      high.pop_front();
+      state_->changed.notify_all();
+    }
+  }
+
+  void AwaitTransfer(int peer, const FakeCommWorld::State::Transfer& transfer, const char* what) {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    FakeCommWorld::State::Channel& channel = ChannelWith(peer);
+    state_->Wait(
+        lock, [&] { return transfer.done || !channel.error.empty(); },
+        "group '" + name_ + "': " + what + " group rank " + std::to_string(peer));
+    if (!transfer.done) throw InternalError(channel.error);
+  }
+
   void CheckPeer(int peer) const {
     if (peer < 0 || peer >= size() || peer == group_rank_) {
       throw InternalError("FakeCommGroup '" + name_ + "': invalid peer " + std::to_string(peer));
@@ -170,6 +250,7 @@ class FakeCommGroup final : public CommGroup {
   std::vector<int> members_;
   int group_rank_;
   std::int64_t sequence_ = 0;
+  std::vector<std::pair<int, std::shared_ptr<FakeCommWorld::State::Transfer>>> sends_;  // unwaited
 };
 
 }  // namespace

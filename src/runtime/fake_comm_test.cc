@@ -18,6 +18,7 @@
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/model.h"
 #include "hydraulis/runtime/packed_batch.h"
+#include "hydraulis/runtime/pipeline_stage.h"
 #include "hydraulis/runtime/sharded_optimizer.h"
 #include "hydraulis/runtime/trainer.h"
 #include "hydraulis/spec/model_config.h"
@@ -91,6 +92,118 @@ TEST(FakeCommTest, AMissingPeerIsAnErrorAfterTheTimeout) {
 }
 
 const std::vector<int> kLengths = {9, 1, 30, 4, 17, 2, 11, 6};
+
+// The fake communicator matches point-to-point operations as NCCL does, in each pair's
+// issue order: two sides that disagree are an error at once, not a silent Gloo-style match.
+TEST(FakeCommTest, PointToPointFollowsIssueOrderAsUnderNccl) {
+  {
+    // Both sides send first: under NCCL each send waits behind nothing but its peer's
+    // receive, which comes after the peer's own send.
+    FakeCommWorld world(2, std::chrono::milliseconds(2000));
+    std::vector<std::string> errors(2);
+    OnThreads(2, [&](int r) {
+      auto g = world.Group(r, "pair");
+      try {
+        g->Send(at::full({4}, 1.0), 1 - r, r);
+        at::Tensor in = at::empty({4});
+        g->Recv(in, 1 - r, 1 - r);
+      } catch (const InternalError& e) {
+        errors[r] = e.what();
+      }
+    });
+    EXPECT_NE(errors[0].find("both would wait for ever"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[1].find("both would wait for ever"), std::string::npos) << errors[1];
+  }
+  {
+    // Both sides issuing one sequence (send, send, receive; receive, receive, send) is
+    // fine, the second receive posted before the send it precedes and waited for after.
+    FakeCommWorld world(2);
+    std::vector<at::Tensor> got(2);
+    OnThreads(2, [&](int r) {
+      auto g = world.Group(r, "pair");
+      if (r == 0) {
+        g->Send(at::full({2}, 1.0), 1, 0);
+        g->Send(at::full({2}, 2.0), 1, 2);
+        at::Tensor back = at::empty({3});
+        g->Recv(back, 1, 1);
+        got[0] = back;
+      } else {
+        at::Tensor a = at::empty({2}), b = at::empty({2});
+        g->Recv(a, 0, 0);
+        auto second = g->RecvAsync(b, 0, 2);
+        g->Send(at::full({3}, 5.0), 0, 1);
+        second->Wait();
+        got[1] = at::cat({a, b});
+      }
+      g->WaitSends();
+    });
+    EXPECT_TRUE(at::equal(got[0], at::full({3}, 5.0)));
+    EXPECT_TRUE(at::equal(got[1], at::tensor({1.0f, 1.0f, 2.0f, 2.0f})));
+  }
+  {
+    // Sizes or tags that differ at the heads are a wrong match.
+    FakeCommWorld world(2, std::chrono::milliseconds(2000));
+    std::vector<std::string> errors(2);
+    OnThreads(2, [&](int r) {
+      auto g = world.Group(r, "pair");
+      try {
+        if (r == 0) {
+          g->Send(at::full({4}, 1.0), 1, 0);
+          g->WaitSends();
+        } else {
+          g->Recv(at::empty({5}), 0, 0);
+        }
+      } catch (const InternalError& e) {
+        errors[r] = e.what();
+      }
+    });
+    EXPECT_NE(errors[1].find("do not match"), std::string::npos) << errors[1];
+  }
+}
+
+// Pipeline stages on fake ranks (so every boundary's sends and receives are checked for
+// NCCL's in-order matching, receives posted ahead included) against one process: for
+// pp = 2..4 and any number of micro-batches, fewer than the stages included.
+TEST(FakeCommTest, PipelineStagesMatchOneProcessUnderInOrderMatching) {
+  ModelConfig c = Tiny();
+  c.shape.layers = 4;
+  const Documents docs = RandomDocuments(kLengths, 5, static_cast<int>(c.shape.vocab));
+  for (int pp = 2; pp <= 4; ++pp) {
+    for (int v : {1, 2, 3, 5, 8}) {
+      std::vector<PackedBatch> mbs;
+      for (int j = 0; j < v; ++j) {
+        mbs.push_back(PackDocuments({docs[static_cast<std::size_t>(j)]}, c.shape.vocab));
+      }
+      std::int64_t targets = 0;
+      for (const auto& mb : mbs) targets += mb.num_targets();
+      Transformer reference(c, 11);
+      const double reference_loss = ForwardBackward(reference, mbs, targets);  // summed
+      FakeCommWorld world(pp);
+      std::vector<double> loss(static_cast<std::size_t>(pp), 0.0);
+      std::vector<double> worst(static_cast<std::size_t>(pp), 0.0);
+      OnThreads(pp, [&](int r) {
+        auto group = world.Group(r, "pipeline");
+        const Transformer stage(c, 11, nullptr, ModelPart::Stage(c, r, pp));
+        ZeroGradients(stage);
+        StageLinks links{group.get(), r, pp, r > 0 ? r - 1 : -1, r + 1 < pp ? r + 1 : -1};
+        const StageResult result = RunPipelineStage(stage, mbs, links, targets);
+        loss[static_cast<std::size_t>(r)] = result.loss_sum;
+        for (const NamedParameter& p : stage.named_parameters()) {
+          for (const NamedParameter& q : reference.named_parameters()) {
+            if (q.full_name != p.full_name) continue;
+            worst[static_cast<std::size_t>(r)] = std::max(
+                worst[static_cast<std::size_t>(r)], RelativeError(p.value.grad(), q.value.grad()));
+          }
+        }
+      });
+      EXPECT_NEAR(loss.back(), reference_loss, 1e-5 * reference_loss) << pp << " " << v;
+      for (int r = 0; r < pp; ++r) {
+        EXPECT_LT(worst[static_cast<std::size_t>(r)], 1e-5)
+            << "pp " << pp << " v " << v << " stage " << r;
+      }
+    }
+  }
+}
 
 // Gradients of a tensor-parallel model on 2 fake ranks equal the matching slices of the
 // single-process model's gradients.

@@ -65,8 +65,10 @@ class Rendezvous {
   std::unique_ptr<Impl> impl_;
 };
 
-// An asynchronous collective in flight (CommGroup::ReduceScatterSumAsync). Wait blocks until it
-// completed (Error as the blocking calls); the destructor of an unwaited one waits quietly.
+// An asynchronous operation in flight (CommGroup::ReduceScatterSumAsync, RecvAsync). Wait
+// blocks until it completed (Error as the blocking calls); the destructor of an unwaited one
+// waits quietly, except while an exception unwinds the stack: then it does not wait (the
+// peer may never complete the transfer) and keeps the buffers alive instead.
 class CommWork {
  public:
   virtual ~CommWork() = default;
@@ -110,13 +112,21 @@ class CommGroup {
   virtual void AllGather(const at::Tensor& shard, const at::Tensor& full) = 0;
   virtual void Barrier() = 0;
 
-  // Point-to-point, for pipeline stages. Send does not block: the tensor is kept alive and
-  // the transfer completes in the background, so a 1F1B schedule whose receives are
-  // matched in order cannot deadlock on sends; WaitSends waits for all of them (before the
-  // step ends). Recv blocks until `tensor` (contiguous, of the sent size) is filled.
-  // `peer` is a group rank; messages between two ranks are matched by `tag`.
+  // Point-to-point, for pipeline stages; `peer` is a group rank. Send does not block: the
+  // tensor is kept alive and the transfer completes in the background; WaitSends waits for
+  // all of them (before the step ends). RecvAsync posts a receive into `tensor`
+  // (contiguous, of the sent size) and returns at once; the tensor holds the message after
+  // Wait and must not be touched before. Recv posts and waits.
+  // Matching: Gloo matches a pair's messages by `tag`, but NCCL has no tags: it runs the
+  // operations between two ranks one after another in the order each side issued them
+  // (c10d gives every pair its own communicator and stream for unbatched point-to-point
+  // operations), so two ranks must issue their sends and receives to each other in the
+  // same order, or a send waits behind a receive its peer issues after its own send (a
+  // deadlock once a message outgrows NCCL's buffers). The fake enforces that rule and
+  // reports a violation at once (pipeline_stage.h says how the 1F1B schedule meets it).
   virtual void Send(const at::Tensor& tensor, int peer, int tag) = 0;
-  virtual void Recv(const at::Tensor& tensor, int peer, int tag) = 0;
+  virtual std::unique_ptr<CommWork> RecvAsync(const at::Tensor& tensor, int peer, int tag) = 0;
+  void Recv(const at::Tensor& tensor, int peer, int tag) { RecvAsync(tensor, peer, tag)->Wait(); }
   virtual void WaitSends() = 0;
 };
 
