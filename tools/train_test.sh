@@ -154,6 +154,7 @@ check "--log-json records carry device and precision"
 grep -q '"device":"cpu"' "$TMP/one.jsonl" || fail "no device field: $(head -c 400 "$TMP/one.jsonl")"
 grep -q '"precision":"fp32"' "$TMP/one.jsonl" || fail "no precision field"
 grep -q '"grad_buckets_overlapped":' "$TMP/one.jsonl" || fail "no overlap field"
+grep -q '"param_gather_wait_ms":' "$TMP/one.jsonl" || fail "no parameter gather field"
 
 check "a step log that cannot be written (a full device) stops the run with exit status 1"
 if [[ -w /dev/full ]]; then

@@ -203,7 +203,8 @@ class C10dCommGroup final : public CommGroup {
     return std::make_unique<Pending>(this, std::move(work), in, out, shard, what);
   }
 
-  void AllGather(const at::Tensor& shard, const at::Tensor& full) override {
+  std::unique_ptr<CommWork> AllGatherAsync(const at::Tensor& shard,
+                                           const at::Tensor& full) override {
     CheckContiguous(full, "all-gather");
     CheckContiguous(shard, "all-gather");
     if (full.numel() != shard.numel() * size()) {
@@ -211,9 +212,14 @@ class C10dCommGroup final : public CommGroup {
     }
     at::Tensor in = Staged(shard);
     at::Tensor out = Staged(full);
-    Run("all-gather of " + std::to_string(full.numel()) + " elements",
-        [&] { return backend_->_allgather_base(out, in); });
-    Unstage(out, full);
+    std::string what = "all-gather of " + std::to_string(full.numel()) + " elements";
+    c10::intrusive_ptr<torch_compat::Work> work;
+    try {
+      work = backend_->_allgather_base(out, in);
+    } catch (const std::exception& e) {
+      Fail(what, e);
+    }
+    return std::make_unique<Pending>(this, std::move(work), in, out, full, std::move(what));
   }
 
   void Barrier() override {

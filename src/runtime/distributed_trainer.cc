@@ -225,8 +225,10 @@ DistributedStepResult DistributedTrainer::Step(
   StageResult stage;
   const auto compute_start = Clock::now();
   if (compute.model != nullptr) {
-    const Transformer& model = *compute.model;
-    optimizer_->Materialise(model);
+    Transformer& model = *compute.model;
+    // Parameters are copied from the optimizer as forward first reads them, so the last
+    // step's all-gathers overlap this step's first forward pass.
+    optimizer_->BeginMaterialise(model);
     ZeroGradients(model);
     const MicroBatches& mine =
         plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)].micro_batches;
@@ -240,6 +242,7 @@ DistributedStepResult DistributedTrainer::Step(
       micro_batches.push_back(PackDocuments(docs, config_.shape.vocab, TorchDevice(compute_)));
     }
     stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
+    optimizer_->FinishMaterialise(model);
     result.pipeline_tokens = stage.tokens;
     result.wait_ms = stage.wait_ms;
   }
@@ -271,6 +274,7 @@ DistributedStepResult DistributedTrainer::Step(
   result.grad_buckets = optimizer_->overlap_stats().buckets;
   result.grad_buckets_overlapped = optimizer_->overlap_stats().buckets_started_in_backward;
   result.grad_reduce_wait_ms = optimizer_->overlap_stats().reduce_wait_ms;
+  result.param_gather_wait_ms = optimizer_->overlap_stats().param_gather_wait_ms;
   result.sync_ms = MsSince(sync_start);
   result.tokens_run = static_cast<std::int64_t>(sums[2].item<double>());
   std::int64_t batch_tokens = 0;

@@ -7,6 +7,8 @@
 // or wrong match it would be under NCCL. Tags must agree too, which is Gloo's rule.
 #include <condition_variable>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,44 +83,34 @@ class FakeCommGroup final : public CommGroup {
     Reduce(t, [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); });
   }
 
-  void AllGather(const at::Tensor& shard, const at::Tensor& full) override {
+  std::unique_ptr<CommWork> AllGatherAsync(const at::Tensor& shard,
+                                           const at::Tensor& full) override {
     if (full.numel() != shard.numel() * size()) {
       throw InternalError("FakeCommGroup::AllGather: full must be size * shard");
     }
-    const std::vector<at::Tensor> all = Exchange(shard);
-    std::vector<at::Tensor> flat;
-    for (const at::Tensor& t : all) flat.push_back(t.reshape({-1}));
-    full.copy_(at::cat(flat).view(full.sizes()));
+    return Deferred(shard, [full](const std::vector<at::Tensor>& all) {
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& t : all) flat.push_back(t.reshape({-1}));
+      full.copy_(at::cat(flat).view(full.sizes()));
+    });
   }
 
   void Barrier() override { Exchange(at::zeros({1})); }
 
-  // Deferred: the exchange happens at Wait, which every member reaches in issue order.
   std::unique_ptr<CommWork> ReduceScatterSumAsync(const at::Tensor& full,
                                                   const at::Tensor& shard) override {
     if (full.numel() != shard.numel() * size()) {
       throw InternalError("FakeCommGroup::ReduceScatterSum: full must be size * shard");
     }
-    class Deferred final : public CommWork {
-     public:
-      Deferred(FakeCommGroup* group, at::Tensor full, at::Tensor shard)
-          : group_(group), full_(std::move(full)), shard_(std::move(shard)) {}
-      void Wait() override {
-        const std::vector<at::Tensor> all = group_->Exchange(full_);
-        const std::int64_t n = shard_.numel();
-        const std::int64_t first = n * group_->rank();
-        at::Tensor sum = all[0].reshape({-1}).slice(0, first, first + n).clone();
-        for (std::size_t r = 1; r < all.size(); ++r) {
-          sum = sum + all[r].reshape({-1}).slice(0, first, first + n);
-        }
-        shard_.copy_(sum.view(shard_.sizes()));
+    const std::int64_t n = shard.numel();
+    const std::int64_t first = n * rank();
+    return Deferred(full, [shard, n, first](const std::vector<at::Tensor>& all) {
+      at::Tensor sum = all[0].reshape({-1}).slice(0, first, first + n).clone();
+      for (std::size_t r = 1; r < all.size(); ++r) {
+        sum = sum + all[r].reshape({-1}).slice(0, first, first + n);
       }
-
-     private:
-      FakeCommGroup* group_;
-      at::Tensor full_, shard_;
-    };
-    return std::make_unique<Deferred>(this, full, shard);
+      shard.copy_(sum.view(shard.sizes()));
+    });
   }
 
   void Send(const at::Tensor& tensor, int peer, int tag) override {
@@ -219,15 +211,22 @@ class FakeCommGroup final : public CommGroup {
     }
   }
 
-  // Every member's copy of `tensor`, by group rank, once all have called.
-  std::vector<at::Tensor> Exchange(const at::Tensor& tensor) {
-    std::unique_lock<std::mutex> lock(state_->mutex);
+  // Puts this member's copy of `tensor` into the group's next collective; returns its key.
+  std::pair<std::string, std::int64_t> Deposit(const at::Tensor& tensor) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
     const auto key = std::make_pair(name_, sequence_++);
     auto& e = state_->exchanges[key];
     if (e.inputs.empty()) e.inputs.resize(members_.size());
     e.inputs[static_cast<std::size_t>(group_rank_)] = tensor.detach().clone();
     ++e.arrived;
     state_->changed.notify_all();
+    return key;
+  }
+
+  // Every member's copy, by group rank, once all have deposited theirs.
+  std::vector<at::Tensor> Collect(const std::pair<std::string, std::int64_t>& key) {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    auto& e = state_->exchanges[key];
     const int n = size();
     state_->Wait(
         lock, [&] { return e.arrived == n; },
@@ -235,6 +234,39 @@ class FakeCommGroup final : public CommGroup {
     std::vector<at::Tensor> all = e.inputs;
     if (++e.departed == n) state_->exchanges.erase(key);
     return all;
+  }
+
+  std::vector<at::Tensor> Exchange(const at::Tensor& tensor) { return Collect(Deposit(tensor)); }
+
+  // An asynchronous collective: this member's input goes in at once (so members may wait
+  // in any order), `finish` runs on every member's inputs at Wait.
+  using Finish = std::function<void(const std::vector<at::Tensor>&)>;
+  std::unique_ptr<CommWork> Deferred(const at::Tensor& input, Finish finish) {
+    class Work final : public CommWork {
+     public:
+      Work(FakeCommGroup* group, std::pair<std::string, std::int64_t> key, Finish finish)
+          : group_(group), key_(std::move(key)), finish_(std::move(finish)) {}
+      void Wait() override {
+        if (!finish_) return;
+        const Finish finish = std::move(finish_);
+        finish_ = nullptr;
+        finish(group_->Collect(key_));
+      }
+      ~Work() override {
+        if (finish_ && std::uncaught_exceptions() == 0) {
+          try {
+            Wait();
+          } catch (const std::exception&) {
+          }
+        }
+      }
+
+     private:
+      FakeCommGroup* group_;
+      std::pair<std::string, std::int64_t> key_;
+      Finish finish_;
+    };
+    return std::make_unique<Work>(this, Deposit(input), std::move(finish));
   }
 
   template <typename Op>

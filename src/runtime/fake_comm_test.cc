@@ -342,8 +342,9 @@ TEST(FakeCommTest, NonFiniteGradientSkipsTheUpdateOnEveryRank) {
 }
 
 // The overlapped reduction (gradients collected by hooks during backward, shards reduced as
-// they become final) gives the optimizer step of the plain path, and on 2 ranks the last
-// layers' shard starts while backward is still producing the first layers' gradients.
+// they become final) and the overlapped parameter gather (copied as the next forward reaches
+// them) give the plain path's three steps, and on 2 ranks the last layers' shard starts while
+// backward is still producing the first layers' gradients.
 TEST(FakeCommTest, OverlappedReductionEqualsThePlainOne) {
   const ModelConfig c = Tiny();
   AdamWOptions adam;
@@ -367,14 +368,38 @@ TEST(FakeCommTest, OverlappedReductionEqualsThePlainOne) {
       ShardedAdamW optimizer(Transformer(c, 11), *everyone, adam, at::Device(at::kCPU),
                              MakeFlatLayout(c).numel / 4 + 2);
       Transformer model(c, 11);
-      optimizer.Materialise(model);
-      ZeroGradients(model);
-      if (overlap) optimizer.BeginStep(&model, static_cast<int>(mbs.size()));
-      ForwardBackward(model, mbs, targets);
-      optimizer.Step(&model);
+      Transformer check(c, 12);
+      for (int step = 0; step < 3; ++step) {
+        if (!overlap) {
+          optimizer.Materialise(model);
+          ZeroGradients(model);
+          ForwardBackward(model, mbs, targets);
+          optimizer.Step(&model);
+          continue;
+        }
+        // Overlapped both ways: parameters copied as forward reaches them (the last
+        // step's all-gathers still in flight), gradients reduced during backward.
+        optimizer.BeginMaterialise(model);
+        const at::Tensor head_before = model.named_parameters().back().value.clone();
+        ZeroGradients(model);
+        optimizer.BeginStep(&model, static_cast<int>(mbs.size()));
+        ForwardBackward(model, mbs, targets);
+        optimizer.FinishMaterialise(model);
+        optimizer.Materialise(check);
+        for (std::size_t i = 0; i < model.named_parameters().size(); ++i) {
+          EXPECT_TRUE(at::equal(model.named_parameters()[i].value.detach(),
+                                check.named_parameters()[i].value.detach()))
+              << "step " << step << " parameter " << i;
+        }
+        // Nothing was copied before forward asked: after a step the head still held the
+        // previous values when BeginMaterialise returned.
+        EXPECT_EQ(at::equal(head_before, model.named_parameters().back().value.detach()), step == 0)
+            << "step " << step;
+        optimizer.Step(&model);
+        stats[static_cast<std::size_t>(r)] = optimizer.overlap_stats();
+      }
       (overlap ? overlapped : plain)[static_cast<std::size_t>(r)] =
           optimizer.full_parameters().clone();
-      if (overlap) stats[static_cast<std::size_t>(r)] = optimizer.overlap_stats();
     }
   });
   for (int r = 0; r < 2; ++r) {

@@ -285,6 +285,8 @@ Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGrou
                        : field == "w_up"     ? &l.w_up
                                              : &l.w_down;
     *slot = Add(p.name, p.name, value, p.split);
+    if (layer_ends_.size() <= index) layer_ends_.resize(index + 1);
+    layer_ends_[index] = parameters_.size();
   }
   if (config_.tie_embeddings && part_.has_head) {
     // Without the embedding on this stage the tied head is a copy of it, kept equal by the
@@ -315,7 +317,11 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
   const std::int64_t tokens = batch.num_tokens();
   const std::int64_t dim = config_.head_dim();
   at::Tensor x;
+  auto fetch = [&](std::size_t end) {
+    if (fetch_) fetch_(end);
+  };
   if (part_.has_embedding) {
+    fetch(1);                                  // the embedding is parameter 0
     x = embed_.index_select(0, batch.tokens);  // [tokens, hidden]
   } else {
     if (!hidden.defined() || hidden.dim() != 2 || hidden.size(0) != tokens ||
@@ -343,7 +349,9 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
               UsesFlashAttention(TorchDevice(compute_), ComputeDtype(compute_), config_.head_dim())
           ? CuSeqlensOnDevice(batch.cu_seqlens, TorchDevice(compute_))
           : at::Tensor();
-  for (const Layer& l : layers_) {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    fetch(layer_ends_[i]);
     at::Tensor h = f(RmsNorm(x, l.attn_norm, config_.norm_eps));
     at::Tensor q = Linear(h, l.wq).view({tokens, heads, dim});
     at::Tensor k = Linear(h, l.wk).view({tokens, kv_heads, dim});
@@ -356,6 +364,7 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
     x = x + g(Linear(at::silu(Linear(h, l.w_gate)) * Linear(h, l.w_up), l.w_down));
   }
   if (!part_.has_head) return x;
+  fetch(parameters_.size());
   return Linear(RmsNorm(x, final_norm_, config_.norm_eps), head_);
 }
 

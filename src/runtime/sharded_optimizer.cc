@@ -109,7 +109,41 @@ std::pair<int, int> ShardedAdamW::BucketsOf(const FlatParameter& flat) const {
 
 void ShardedAdamW::Materialise(const Transformer& model) const {
   at::NoGradGuard no_grad;
+  WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
   for (const NamedParameter& p : model.named_parameters()) {
+    p.value.copy_(RegionOf(full_, layout_, p, model.tp_size(), model.tp_rank()));
+  }
+}
+
+void ShardedAdamW::WaitGathers(int first, int last) const {
+  for (int k = std::max(first, 0); k <= last && k < static_cast<int>(gathers_.size()); ++k) {
+    std::unique_ptr<CommWork>& work = gathers_[static_cast<std::size_t>(k)];
+    if (!work) continue;
+    const auto start = std::chrono::steady_clock::now();
+    auto done = std::move(work);
+    done->Wait();
+    gather_wait_ms_ +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+}
+
+void ShardedAdamW::BeginMaterialise(Transformer& model) {
+  materialised_ = 0;
+  model.set_parameter_fetch([this, &model](std::size_t end) { MaterialiseThrough(model, end); });
+}
+
+void ShardedAdamW::FinishMaterialise(Transformer& model) {
+  MaterialiseThrough(model, model.named_parameters().size());
+  model.set_parameter_fetch(nullptr);
+}
+
+void ShardedAdamW::MaterialiseThrough(const Transformer& model, std::size_t end) {
+  at::NoGradGuard no_grad;
+  const auto& params = model.named_parameters();
+  for (; materialised_ < std::min(end, params.size()); ++materialised_) {
+    const NamedParameter& p = params[materialised_];
+    const auto [first, last] = BucketsOf(layout_.Find(p.full_name));
+    WaitGathers(first, last);
     p.value.copy_(RegionOf(full_, layout_, p, model.tp_size(), model.tp_rank()));
   }
 }
@@ -231,6 +265,10 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   waiting_.assign(shards_.buckets.size(), 0);
   IssueReadyBuckets();
   begun_ = false;
+  // The update reads and writes the full vector: the last step's gathers must be in.
+  WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
+  stats_.param_gather_wait_ms = gather_wait_ms_;
+  gather_wait_ms_ = 0;
   active_ = nullptr;
   const auto wait_start = std::chrono::steady_clock::now();
   for (auto& work : pending_) work->Wait();
@@ -265,9 +303,13 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
                 exp_avg_.slice(0, begin, end), exp_avg_sq_.slice(0, begin, end), steps_, options_);
   }
   if (!alone) {
+    // In bucket order, the order the next forward pass reads them (embedding first); each
+    // keeps its piece of `master` alive until done.
+    gathers_.clear();
     for (const ShardBucket& b : shards_.buckets) {
-      world_.AllGather(master.slice(0, b.shard_offset, b.shard_offset + b.piece),
-                       full_.slice(0, b.offset, b.offset + b.numel));
+      gathers_.push_back(
+          world_.AllGatherAsync(master.slice(0, b.shard_offset, b.shard_offset + b.piece),
+                                full_.slice(0, b.offset, b.offset + b.numel)));
     }
   }
   outcome.applied = true;
@@ -275,6 +317,7 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
 }
 
 ShardedAdamW::ShardState ShardedAdamW::shard_state() const {
+  WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
   return {shards_.Shard(full_, world_.rank()), exp_avg_.clone(), exp_avg_sq_.clone(), steps_};
 }
 
@@ -292,6 +335,7 @@ void ShardedAdamW::LoadFullState(const at::Tensor& master, const at::Tensor& exp
   }
   if (steps < 0) throw InvalidInput("optimizer state: negative step count");
   at::NoGradGuard no_grad;
+  WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
   auto padded = [&](const at::Tensor& t) {
     at::Tensor out = at::zeros({full_.numel()}, full_.options());
     out.slice(0, 0, layout_.numel).copy_(t.reshape({-1}));

@@ -209,6 +209,7 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["grad_buckets"] = r.result.grad_buckets;
   j["grad_buckets_overlapped"] = r.result.grad_buckets_overlapped;
   j["grad_reduce_wait_ms"] = r.result.grad_reduce_wait_ms;
+  j["param_gather_wait_ms"] = r.result.param_gather_wait_ms;
   j["micro_batches"] = r.micro_batches;
   j["truncated"] = r.truncated;
   j["cut_documents"] = r.cut_documents;

@@ -104,12 +104,19 @@ class CommGroup {
   }
   // The same, started and returned at once: `shard` holds the result after Wait, and
   // neither tensor may change until then. Every member must issue the same asynchronous
-  // collectives in the same order, and wait for them in that order.
+  // collectives in the same order; they may wait for them in any order.
   virtual std::unique_ptr<CommWork> ReduceScatterSumAsync(const at::Tensor& full,
                                                           const at::Tensor& shard) = 0;
   // Concatenates every rank's `shard` (contiguous, the same size on every rank) into
   // `full` (contiguous, size() times as many elements), in group-rank order.
-  virtual void AllGather(const at::Tensor& shard, const at::Tensor& full) = 0;
+  void AllGather(const at::Tensor& shard, const at::Tensor& full) {
+    AllGatherAsync(shard, full)->Wait();
+  }
+  // The same, started and returned at once: `full` holds the result after Wait, and neither
+  // tensor may change until then. Members issue asynchronous collectives in one order but
+  // may wait for them in any order.
+  virtual std::unique_ptr<CommWork> AllGatherAsync(const at::Tensor& shard,
+                                                   const at::Tensor& full) = 0;
   virtual void Barrier() = 0;
 
   // Point-to-point, for pipeline stages; `peer` is a group rank. Send does not block: the

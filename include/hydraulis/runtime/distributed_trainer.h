@@ -54,7 +54,7 @@ struct DistributedStepResult {
   int pipeline = -1;
   double compute_ms = 0;  // this rank: materialise + its 1F1B schedule (receive waits included)
   double wait_ms = 0;     // this rank: blocked in pipeline receives
-  double sync_ms = 0;     // this rank: gradient reduction + optimizer + parameter gather
+  double sync_ms = 0;     // this rank: gradient reduction + optimizer + starting the gathers
   double step_ms = 0;     // this rank: the whole step, from the plan check to the end
   // Communication hidden behind computation: of the gradient buckets' reduce-scatters, how
   // many started while this rank's backward was still running, and how long the optimizer
@@ -62,6 +62,9 @@ struct DistributedStepResult {
   int grad_buckets = 0;
   int grad_buckets_overlapped = 0;
   double grad_reduce_wait_ms = 0;
+  // How long this step waited for the previous step's parameter all-gathers, which run
+  // while the step begins and are waited for per bucket as forward first reads it.
+  double param_gather_wait_ms = 0;
 };
 
 class DistributedTrainer {

@@ -133,6 +133,13 @@ class Transformer {
   // Options for tensors that meet the activations: the compute device and dtype.
   at::TensorOptions activation_options() const;
   const ModelPart& part() const { return part_; }
+  // Called by ForwardStage before it first reads parameters: fetch(n) asks that
+  // named_parameters()[0, n) hold their values now (the order of named_parameters is the
+  // order forward reads them). The optimizer uses it to let the previous step's parameter
+  // all-gathers arrive while earlier layers compute (ShardedAdamW::BeginMaterialise).
+  // Empty (the default): the parameters are always current.
+  using ParameterFetch = std::function<void(std::size_t)>;
+  void set_parameter_fetch(ParameterFetch fetch) { fetch_ = std::move(fetch); }
   // This rank's parameters in the order of FullParameters (those of its part only).
   const std::vector<NamedParameter>& named_parameters() const { return parameters_; }
   std::vector<at::Tensor> parameters() const;
@@ -163,7 +170,9 @@ class Transformer {
   at::Tensor embed_;
   std::vector<Layer> layers_;
   at::Tensor final_norm_;
-  at::Tensor head_;  // Same tensor as embed_ when tied and both are held.
+  at::Tensor head_;                      // Same tensor as embed_ when tied and both are held.
+  std::vector<std::size_t> layer_ends_;  // per held layer: its last parameter's index + 1
+  ParameterFetch fetch_;
 };
 
 // The summed cross-entropy of the next-token targets of one micro-batch and how many

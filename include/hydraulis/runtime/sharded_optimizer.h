@@ -9,7 +9,9 @@
 //      copies carry the same gradient; both copies of a tied embedding add up), and one
 //      asynchronous reduce-scatter per bucket sums each bucket's pieces into their owners,
 //      started during backward as soon as the bucket's gradients are final (Attach/BeginStep).
-//   3. AdamW on this rank's pieces, then one all-gather per bucket rebuilds the full vector.
+//   3. AdamW on this rank's pieces, then one asynchronous all-gather per bucket rebuilds the
+//      full vector while the next step begins: the next step's materialisation waits for a
+//      bucket only when forward first reads a parameter in it (BeginMaterialise).
 // Switching strategy between steps therefore moves no optimizer state. The bytes each rank
 // moves per step do not depend on the strategy: docs/runtime.md.
 #pragma once
@@ -17,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -72,6 +75,13 @@ class ShardedAdamW {
   // Copies this rank's compute parameters of `model` (any part, any tp) from the current
   // full parameters. Not a collective.
   void Materialise(const Transformer& model) const;
+  // The same, overlapped with the last step's parameter all-gathers: BeginMaterialise
+  // installs a parameter fetch on `model` (Transformer::set_parameter_fetch) that copies
+  // the parameters in forward order as the forward pass reaches them, each once the
+  // all-gathers of the buckets it lies in have arrived; FinishMaterialise (after the
+  // step's forward passes) copies what forward did not reach and removes the fetch.
+  void BeginMaterialise(Transformer& model);
+  void FinishMaterialise(Transformer& model);
 
   // Overlap of the gradient reduction with backward. Attach registers gradient hooks on
   // `model`'s parameters (once per model; the model must outlive this). BeginStep(model,
@@ -102,15 +112,22 @@ class ShardedAdamW {
   // Of the last step: the buckets' reduce-scatters, how many started while this rank's
   // backward still had gradients to produce (hidden behind its computation), and how long
   // Step waited for all of them to finish.
+  // param_gather_wait_ms: how long this step waited for the previous step's parameter
+  // all-gathers (in forward, or before the update for buckets forward did not read).
   struct OverlapStats {
     int buckets = 0;
     int buckets_started_in_backward = 0;
     double reduce_wait_ms = 0;
+    double param_gather_wait_ms = 0;
   };
   const OverlapStats& overlap_stats() const { return stats_; }
 
-  // The full fp32 parameters (identical on every rank), [layout().numel].
-  at::Tensor full_parameters() const { return full_.slice(0, 0, layout_.numel); }
+  // The full fp32 parameters (identical on every rank), [layout().numel]; waits for the
+  // last step's all-gathers.
+  at::Tensor full_parameters() const {
+    WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
+    return full_.slice(0, 0, layout_.numel);
+  }
   const FlatLayout& layout() const { return layout_; }
   const ShardLayout& shard_layout() const { return shards_; }
   std::int64_t steps() const { return steps_; }
@@ -135,6 +152,10 @@ class ShardedAdamW {
   // Starts the reduce-scatters of the ready buckets, in descending order.
   void IssueReadyBuckets();
   void OnGradient(const Transformer& model, std::size_t index, const at::Tensor& grad);
+  // Waits for the parameter all-gathers of buckets [first, last] still in flight.
+  void WaitGathers(int first, int last) const;
+  // Copies `model`'s parameters [materialised_, end) (BeginMaterialise's fetch).
+  void MaterialiseThrough(const Transformer& model, std::size_t end);
 
   CommGroup& world_;
   AdamWOptions options_;
@@ -156,6 +177,12 @@ class ShardedAdamW {
   std::vector<std::unique_ptr<CommWork>> pending_;  // in issue order
   std::vector<const Transformer*> attached_;
   OverlapStats stats_;
+
+  // The last step's parameter all-gathers, per bucket until waited for (mutable: waiting
+  // changes no value a reader sees, it only makes the full parameters current).
+  mutable std::vector<std::unique_ptr<CommWork>> gathers_;
+  mutable double gather_wait_ms_ = 0;  // waited for them since the last Step
+  std::size_t materialised_ = 0;       // parameters of the model being materialised copied
 };
 
 }  // namespace hydraulis

@@ -111,6 +111,7 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume);
 // documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
 // plan_wait_ms,
 // compute_ms, wait_ms, sync_ms, grad_buckets, grad_buckets_overlapped, grad_reduce_wait_ms,
+// param_gather_wait_ms,
 // micro_batches, truncated, cut_documents, cut_tokens, grad_norm, skipped, device,
 // precision.
 std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute);
