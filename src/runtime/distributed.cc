@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -385,8 +386,10 @@ class C10dCommGroup final : public CommGroup {
 }  // namespace
 
 std::unique_ptr<CommGroup> MakeCommGroup(const Rendezvous& rendezvous, const std::string& name,
-                                         std::vector<int> members) {
-  const DistributedOptions& o = rendezvous.options();
+                                         std::vector<int> members,
+                                         std::optional<CommBackend> backend_override) {
+  DistributedOptions o = rendezvous.options();
+  o.backend = backend_override.value_or(o.backend);
   if (members.empty()) members = AllRanks(o.world_size);
   const int group_rank = GroupRankOf(name, members, o.rank, o.world_size);
   const auto store =

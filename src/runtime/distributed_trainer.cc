@@ -111,6 +111,10 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
     }
   }
   world_ = MakeCommGroup(rendezvous_, "world");
+  // The step's control messages (the plan-hash check, the loss sums) are a few host values:
+  // over Gloo they never wait behind the world's GPU collectives (under NCCL, the previous
+  // step's parameter all-gathers, which the step is meant to overlap).
+  control_ = MakeCommGroup(rendezvous_, "control", {}, CommBackend::kGloo);
   // Every rank walks the candidates in the same order and creates the groups it belongs to:
   // one global creation order, so group creation cannot deadlock (distributed.h).
   // The master weights come straight from the source, one tensor at a time; the compute
@@ -207,9 +211,9 @@ DistributedStepResult DistributedTrainer::Step(
 
   // One collective: every rank's hash, so a mismatch names who differs.
   const std::uint64_t hash = StepHash(plan, documents);
-  at::Tensor hashes = at::empty({world_->size()}, at::kLong);
-  world_->AllGather(at::tensor({static_cast<std::int64_t>(hash)}, at::kLong), hashes);
-  for (int r = 0; r < world_->size(); ++r) {
+  at::Tensor hashes = at::empty({control_->size()}, at::kLong);
+  control_->AllGather(at::tensor({static_cast<std::int64_t>(hash)}, at::kLong), hashes);
+  for (int r = 0; r < control_->size(); ++r) {
     const auto other = static_cast<std::uint64_t>(hashes[r].item<std::int64_t>());
     if (other != hash) {
       throw Error("the ranks hold different step plans: rank " +
@@ -259,7 +263,7 @@ DistributedStepResult DistributedTrainer::Step(
   at::Tensor sums = at::tensor({last ? stage.loss_sum : 0.0, last ? double(stage.targets) : 0.0,
                                 first ? double(stage.tokens) : 0.0},
                                at::kDouble);
-  world_->AllReduceSum(sums);
+  control_->AllReduceSum(sums);
   result.targets = static_cast<std::int64_t>(sums[1].item<double>());
   if (result.targets != global_targets) {
     throw InternalError("step: the pipelines' last stages covered " +

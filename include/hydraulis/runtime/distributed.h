@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -141,9 +142,12 @@ class CommGroup {
 // [0, world_size), this rank among them; empty: all ranks); group rank i is members[i].
 // `name` keeps the keys of different groups apart in the shared store. Every member must
 // create the group, and every rank must create the groups it belongs to in one global
-// order (creation waits for all members). InvalidInput on bad members.
+// order (creation waits for all members). InvalidInput on bad members. `backend` overrides
+// the rendezvous' backend: a Gloo group beside NCCL ones carries small host-side control
+// messages without queueing them behind the GPU collectives in flight.
 std::unique_ptr<CommGroup> MakeCommGroup(const Rendezvous& rendezvous, const std::string& name,
-                                         std::vector<int> members = {});
+                                         std::vector<int> members = {},
+                                         std::optional<CommBackend> backend = std::nullopt);
 
 // An in-process job of `world_size` ranks, each a thread of this process. Group(rank,
 // ...) is rank `rank`'s handle on a group; collectives combine the members' tensors in

@@ -110,6 +110,7 @@ class DistributedTrainer {
   Rendezvous& rendezvous_;
   std::vector<Strategy> candidates_;
   std::unique_ptr<CommGroup> world_;
+  std::unique_ptr<CommGroup> control_;  // all ranks over Gloo: the step's host-side scalars
   std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups_;
   std::vector<std::unique_ptr<Compute>> computes_;  // per candidate, built at construction
   std::unique_ptr<ShardedAdamW> optimizer_;
