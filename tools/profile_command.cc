@@ -33,9 +33,9 @@
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/runtime/distributed.h"
 #include "hydraulis/runtime/model.h"
+#include "hydraulis/runtime/profile_ranks.h"
 #include "hydraulis/runtime/stage_profiler.h"
 #include "hydraulis/spec/model_config.h"
-#include "hydraulis/spec/placement.h"
 #include "hydraulis/spec/spec_io.h"
 #include "launcher.h"
 #include "number_flags.h"
@@ -237,9 +237,7 @@ int RunProfile(const ProfileArgs& a) {
   options.repeats = a.repeats;
   options.seed = a.seed;
 
-  std::unique_ptr<Rendezvous> rendezvous;
-  std::unique_ptr<CommGroup> world;
-  std::map<int, std::unique_ptr<CommGroup>> tp_groups;
+  std::unique_ptr<ProfileRanks> ranks;
   int rank = 0;
   int world_size = 1;
   if (distributed) {
@@ -249,40 +247,18 @@ int RunProfile(const ProfileArgs& a) {
       throw InvalidInput("profile: WORLD_SIZE " + std::to_string(dist.world_size) + " != --nproc " +
                          std::to_string(a.nproc));
     }
-    if (dist.world_size < max_tp) {
-      throw InvalidInput("profile: WORLD_SIZE " + std::to_string(dist.world_size) +
-                         " ranks cannot run tp = " + std::to_string(max_tp));
-    }
-    rank = dist.rank;
-    world_size = dist.world_size;
-    rendezvous = std::make_unique<Rendezvous>(dist);
-    world = MakeCommGroup(*rendezvous, "profile-world");
-    // Ranks form blocks of tp consecutive ranks (as a strategy of identical pipelines places
-    // them), and every full block runs the scheme at the same time: ranks share this
-    // machine's cores and memory bandwidth in training, so they must when profiled (timing
-    // one tp1 rank alone while the others idle measured it ~20 % faster than it trains).
-    // Every rank creates its groups in increasing tp.
-    for (const int tp : tps) {
-      if (tp == 1 || rank >= world_size / tp * tp) continue;
-      Strategy blocks;  // world / tp pipelines of tp ranks
-      Scheme scheme;
-      scheme.tp = tp;
-      blocks.pipelines.assign(static_cast<std::size_t>(world_size / tp), scheme);
-      const int block =
-          ComputePlacement(blocks, world_size)[static_cast<std::size_t>(rank)].pipeline;
-      tp_groups[tp] = MakeCommGroup(*rendezvous,
-                                    "profile-tp" + std::to_string(tp) + "-" + std::to_string(block),
-                                    TensorParallelGpus(blocks, block, 0));
-    }
+    ranks = std::make_unique<ProfileRanks>(dist, tps);
+    rank = ranks->rank();
+    world_size = ranks->world_size();
   }
 
   const bool chief = rank == 0;
   std::vector<TimeFit> fits;
   nlohmann::ordered_json raw = nlohmann::ordered_json::array();
   for (const Scheme& s : schemes) {
-    if (rank < world_size / s.tp * s.tp) {
+    if (ranks == nullptr || ranks->Runs(s.tp)) {
       const auto start = std::chrono::steady_clock::now();
-      CommGroup* group = s.tp > 1 ? tp_groups.at(s.tp).get() : nullptr;
+      CommGroup* group = ranks == nullptr ? nullptr : ranks->TensorParallelGroup(s.tp);
       const std::vector<TimeSample> samples = ProfileStage(model, s.pp, group, batches, options);
       if (chief) {
         fits.push_back(FitTimeModel(samples));
@@ -300,7 +276,7 @@ int RunProfile(const ProfileArgs& a) {
       }
     }
     // Ranks outside every full block wait here; rank 0's block's samples are kept.
-    if (world) world->Barrier();
+    if (ranks) ranks->Barrier();
   }
 
   if (chief) {
@@ -340,7 +316,7 @@ int RunProfile(const ProfileArgs& a) {
     fmt::print("wrote {} (capacity in tokens per micro-batch with the optimizer over {} rank{})\n",
                a.output, world_size, world_size == 1 ? "" : "s");
   }
-  if (world) world->Barrier();  // rank 0 hosts the store: no rank may still need it
+  if (ranks) ranks->Barrier();  // rank 0 hosts the store: no rank may still need it
   return 0;
 }
 

@@ -189,6 +189,17 @@ grep -q "memory-bytes 100000: scheme TP1 cannot hold a micro-batch of 128 tokens
   fail "stderr: $(tail -c 600 "$TMP/prof.err")"
 [[ ! -e $TMP/p.json ]] || fail "a profile was written"
 
+check "profile over 2 ranks times a tp 2 scheme on its block's group and fits every scheme"
+"$BIN" profile --model "$MODEL" --schemes 1x1,2x1,1x2 --nproc 2 --repeats 1 --warmup 0 \
+  --max-len 256 --packed 2 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
+  --output "$TMP/p2.json" >"$TMP/prof2.out" 2>"$TMP/prof2.err" || fail "$(tail -c 600 "$TMP/prof2.err")"
+python3 - "$TMP/p2.json" <<'PY' || fail "profile: $(head -c 400 "$TMP/p2.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert [(s["tp"], s["pp"]) for s in p["schemes"]] == [(1, 1), (2, 1), (1, 2)], p["schemes"]
+assert p["cluster"]["gpus_per_node"] == 2
+PY
+
 check "a non-finite loss stops the run before its update, naming the step"
 mkdir -p "$TMP/nan-ckpt"
 "$BIN" train "${COMMON[@]}" --steps 4 --nproc 2 --poison-step 2 --checkpoint-dir "$TMP/nan-ckpt" \
