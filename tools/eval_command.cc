@@ -17,6 +17,7 @@
 #include "hydraulis/checkpoint/hf_checkpoint.h"
 #include "hydraulis/checkpoint/safetensors.h"
 #include "hydraulis/data/megatron_dataset.h"
+#include "hydraulis/runtime/compute.h"
 #include "hydraulis/runtime/hf_weights.h"
 #include "hydraulis/runtime/model.h"
 #include "hydraulis/runtime/packed_batch.h"
@@ -33,6 +34,7 @@ struct EvalArgs {
   int max_documents = 16;
   int max_len = 1024;
   std::string logits;
+  std::string precision = "fp32";
 };
 
 int RunEval(const EvalArgs& a) {
@@ -60,7 +62,9 @@ int RunEval(const EvalArgs& a) {
     if (doc.size() >= 2) documents.push_back(std::move(doc));  // a loss needs a target
   }
   if (documents.empty()) throw InvalidInput(a.data + ": no document of 2 tokens or more");
-  const Transformer model(config, a.seed, nullptr, {}, {},
+  ComputeOptions compute;  // on the CPU; bf16 halves the weights' memory (a 7B in 14 GB)
+  compute.precision = ParsePrecision(a.precision, "--precision");
+  const Transformer model(config, a.seed, nullptr, {}, compute,
                           checkpoint ? HfInitialWeights(*checkpoint) : InitialWeights());
   const PackedBatch batch = PackDocuments(documents, config.shape.vocab);
   at::NoGradGuard no_grad;
@@ -108,6 +112,9 @@ Command AddEvalCommand(CLI::App& app) {
   cmd->add_option("--max-len", a->max_len, "documents are cut to this many tokens")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--precision", a->precision,
+                  "fp32 or bf16 (weights and compute; losses and logits in fp32)")
+      ->capture_default_str();
   cmd->add_option("--logits", a->logits,
                   "also write the packed batch's logits and cu_seqlens to this .safetensors file");
   return [a] { return RunEval(*a); };

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -63,6 +64,16 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
   }
   return *this;
+}
+
+void MappedFile::Release(std::span<const std::byte> range) const noexcept {
+  if (range.empty() || data_ == nullptr) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(range.data());
+  const std::uintptr_t begin = (first + page - 1) / page * page;
+  const std::uintptr_t end = (first + range.size()) / page * page;
+  // Advice only: a failure leaves the pages resident, which is never wrong.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 void MappedFile::Unmap() noexcept {

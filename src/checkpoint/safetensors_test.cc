@@ -91,6 +91,24 @@ TEST_F(SafetensorsTest, WritesAndReadsBack) {
             Path("m.safetensors") + ": no tensor 'model.norm.weight'");
 }
 
+// A released tensor's pages are read from the file again when touched: its bytes are
+// unchanged (a tensor of several pages, so whole pages are really dropped).
+TEST_F(SafetensorsTest, ReleasedTensorsReadBackTheSame) {
+  std::vector<float> big(1 << 16);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.5f;
+  WriteSafetensors(
+      Path("big.safetensors"),
+      {{"w", SafetensorsDType::kF32, {static_cast<std::int64_t>(big.size())}, AsBytes(big)}}, {});
+  const SafetensorsFile file(Path("big.safetensors"));
+  const SafetensorsTensor& w = file.Find("w");
+  std::vector<float> first(big.size()), second(big.size());
+  std::memcpy(first.data(), file.Bytes(w).data(), file.Bytes(w).size());
+  file.Release(w);
+  std::memcpy(second.data(), file.Bytes(w).data(), file.Bytes(w).size());
+  EXPECT_EQ(first, big);
+  EXPECT_EQ(second, big);
+}
+
 // The header as the reference writer lays it out (compact JSON, keys in its order).
 TEST_F(SafetensorsTest, ReadsTheReferenceLayout) {
   const std::string header =

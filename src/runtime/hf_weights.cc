@@ -57,6 +57,8 @@ InitialWeights HfInitialWeights(const HfCheckpoint& checkpoint) {
     // The mapping is read-only and may be unaligned for the dtype: copy the bytes first.
     at::Tensor raw = at::empty({static_cast<std::int64_t>(bytes.size())}, at::kByte);
     std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
+    // Each tensor is read once: its mapped pages need not stay resident beside the model.
+    at.file->Release(*at.tensor);
     return raw.view(type).reshape(at::IntArrayRef(at.tensor->shape)).to(at::kFloat);
   };
 }

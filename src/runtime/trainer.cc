@@ -21,7 +21,11 @@ void ZeroGradients(const Transformer& model) {
     } else {
       grad = at::zeros_like(p);
     }
-    if (named.main_grad.defined()) named.main_grad.zero_();
+    if (named.main_grad.defined()) {
+      // Allocated here on first use (in place: the handle is shared with the model).
+      if (named.main_grad.sizes() != p.sizes()) named.main_grad.resize_(p.sizes());
+      named.main_grad.zero_();
+    }
   }
 }
 

@@ -22,6 +22,10 @@ class MappedFile {
   MappedFile& operator=(MappedFile&& other) noexcept;
 
   std::span<const std::byte> bytes() const { return {data_, size_}; }
+  // Drops the pages lying wholly inside `range` (a part of bytes()) from this process's
+  // memory; they are read from the file again if touched. A reader streaming a large file
+  // (a 13 GB checkpoint) so keeps only what it still needs resident.
+  void Release(std::span<const std::byte> range) const noexcept;
 
  private:
   void Unmap() noexcept;

@@ -85,6 +85,8 @@ class SafetensorsFile {
   bool Contains(const std::string& name) const;
   // The raw little-endian bytes of `tensor` (one of header().tensors).
   std::span<const std::byte> Bytes(const SafetensorsTensor& tensor) const;
+  // Drops `tensor`'s pages from memory once it has been read (MappedFile::Release).
+  void Release(const SafetensorsTensor& tensor) const { file_.Release(Bytes(tensor)); }
 
  private:
   std::string path_;

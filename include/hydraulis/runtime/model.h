@@ -86,7 +86,8 @@ struct NamedParameter {
   TensorSplit split = TensorSplit::kReplicated;
   // Under mixed precision (a value not in fp32), the fp32 gradient the micro-batches'
   // gradients are accumulated into (AccumulateMainGradients); undefined in fp32, where the
-  // value's own gradient accumulates. GradientOf picks the right one.
+  // value's own gradient accumulates. Empty until ZeroGradients (trainer.h) first sizes and
+  // zeroes it. GradientOf picks the right one.
   at::Tensor main_grad;
 };
 

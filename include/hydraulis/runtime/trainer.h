@@ -31,10 +31,11 @@ struct AdamWOptions {
 // InvalidInput naming the field when an option is out of the ranges above.
 void ValidateAdamWOptions(const AdamWOptions& options);
 
-// Sets every parameter's gradient to a defined tensor of zeros (allocating it the first
-// time), so every rank of a later all-reduce holds a gradient even when it ran no
-// micro-batch. Used instead of Optimizer::zero_grad, whose default differs between
-// libtorch 1.13 (zero in place) and 2.x (set to undefined).
+// Sets every parameter's gradient (and fp32 main gradient under mixed precision) to a
+// defined tensor of zeros, allocating it the first time, so every rank of a later
+// all-reduce holds a gradient even when it ran no micro-batch. Used instead of
+// Optimizer::zero_grad, whose default differs between libtorch 1.13 (zero in place) and
+// 2.x (set to undefined).
 void ZeroGradients(const Transformer& model);
 
 // Runs forward and backward of every micro-batch, adding d(loss_sum / global_targets)/dw to
