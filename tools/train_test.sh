@@ -190,8 +190,10 @@ grep -q "memory-bytes 100000: scheme TP1 cannot hold a micro-batch of 128 tokens
 [[ ! -e $TMP/p.json ]] || fail "a profile was written"
 
 check "profile over 2 ranks times a tp 2 scheme on its block's group and fits every scheme"
-"$BIN" profile --model "$MODEL" --schemes 1x1,2x1,1x2 --nproc 2 --repeats 1 --warmup 0 \
-  --max-len 256 --packed 2 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
+# Lengths up to 2,048 so time clearly grows with tokens (at 256 a loaded machine's noise
+# once made the TP2 fit flat, which profile rightly refuses).
+"$BIN" profile --model "$MODEL" --schemes 1x1,2x1,1x2 --nproc 2 --repeats 1 --warmup 1 \
+  --min-len 256 --max-len 2048 --packed 4 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
   --output "$TMP/p2.json" >"$TMP/prof2.out" 2>"$TMP/prof2.err" || fail "$(tail -c 600 "$TMP/prof2.err")"
 python3 - "$TMP/p2.json" <<'PY' || fail "profile: $(head -c 400 "$TMP/p2.json")"
 import json, sys

@@ -29,6 +29,15 @@ PublishedOptions Fast() {
   return o;
 }
 
+// For tests whose answer is exact: their MILPs take milliseconds, but a wall-clock limit
+// of 0.2 s stopped one under a loaded sanitizer build (CI, 2026-12-02), so the limit is
+// generous and a stopped solve is reported as such.
+PublishedOptions Exact() {
+  PublishedOptions o = Fast();
+  o.milp_time_limit_s = 60;
+  return o;
+}
+
 std::vector<std::int64_t> RandomLengths(std::uint64_t seed, int n, std::int64_t max_len) {
   Rng rng(seed);
   std::vector<std::int64_t> out(static_cast<std::size_t>(n));
@@ -106,7 +115,8 @@ TEST(PublishedTest, SinglePipelinePp1FindsMinimumMicroBatchCount) {
   std::iota(all.begin(), all.end(), 0);
   ASSERT_EQ(MinCountPack(problem.lengths, all, 12).size(), 3u);
   double estimate = 0;
-  const Assignment a = AssignPublished(problem, Fast(), 1, &estimate);
+  const Assignment a = AssignPublished(problem, Exact(), 1, &estimate);
+  ASSERT_EQ(a.time_limited_solves, 0);
   EXPECT_EQ(CheckAssignment(problem, a), "");
   ASSERT_EQ(a.pipelines[0].size(), 2u);
   EXPECT_EQ(Canonical(a.pipelines[0]), (MicroBatches{{0, 3, 5}, {1, 2, 4}}));
@@ -123,7 +133,8 @@ TEST(PublishedTest, Pp1MinimumCountWhenTokenBoundIsNotReachable) {
   ForEachPartition(problem, problem.pipelines[0],
                    [&](const MicroBatches& mbs) { fewest = std::min(fewest, mbs.size()); });
   ASSERT_EQ(fewest, 3u);
-  const Assignment a = AssignPublished(problem, Fast(), 1);
+  const Assignment a = AssignPublished(problem, Exact(), 1);
+  ASSERT_EQ(a.time_limited_solves, 0);
   EXPECT_EQ(CheckAssignment(problem, a), "");
   EXPECT_EQ(a.pipelines[0].size(), fewest);
 }
@@ -149,7 +160,8 @@ TEST(PublishedTest, Pp2MatchesBruteForceOverAllPartitions) {
   ASSERT_EQ(best_mbs.size(), 3u);
 
   double estimate = 0;
-  const Assignment a = AssignPublished(problem, Fast(), 3, &estimate);
+  const Assignment a = AssignPublished(problem, Exact(), 3, &estimate);
+  ASSERT_EQ(a.time_limited_solves, 0);
   EXPECT_EQ(CheckAssignment(problem, a), "");
   EXPECT_EQ(Canonical(a.pipelines[0]), Canonical(best_mbs));
   EXPECT_NEAR(estimate, best, 1e-9 * best);
@@ -165,10 +177,11 @@ TEST(PublishedTest, Pp2MatchesBruteForceOnRandomTinyInstances) {
     ForEachPartition(problem, pipe, [&](const MicroBatches& mbs) {
       best = std::min(best, ObjectiveMs(problem, pipe, mbs));
     });
-    PublishedOptions options = Fast();
+    PublishedOptions options = Exact();
     options.micro_batch_counts = 7;  // every feasible v
     double estimate = 0;
     const Assignment a = AssignPublished(problem, options, seed, &estimate);
+    ASSERT_EQ(a.time_limited_solves, 0) << "seed " << seed;
     EXPECT_EQ(CheckAssignment(problem, a), "") << "seed " << seed;
     EXPECT_NEAR(estimate, best, 1e-6 * best) << "seed " << seed;
     EXPECT_NEAR(ObjectiveMs(problem, pipe, a.pipelines[0]), estimate, 1e-9 * estimate);
@@ -263,8 +276,9 @@ TEST(PublishedTest, SameSeedSamePlan) {
   AssignProblem problem;
   problem.lengths = RandomLengths(31, 12, 2000);
   problem.pipelines = {Pipe(1, 2, 2, 3e-6, 0.02, 1, 4096), Pipe(1, 2, 1, 3e-6, 0.02, 1, 2048)};
-  const Assignment a = AssignPublished(problem, Fast(), 4);
-  const Assignment b = AssignPublished(problem, Fast(), 4);
+  const Assignment a = AssignPublished(problem, Exact(), 4);
+  const Assignment b = AssignPublished(problem, Exact(), 4);
+  ASSERT_EQ(a.time_limited_solves + b.time_limited_solves, 0);
   EXPECT_EQ(a.pipelines, b.pipelines);
 }
 
