@@ -109,7 +109,7 @@ std::pair<int, int> ShardedAdamW::BucketsOf(const FlatParameter& flat) const {
 
 void ShardedAdamW::Materialise(const Transformer& model) const {
   at::NoGradGuard no_grad;
-  WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
+  WaitAllGathers();
   for (const NamedParameter& p : model.named_parameters()) {
     p.value.copy_(RegionOf(full_, layout_, p, model.tp_size(), model.tp_rank()));
   }
@@ -126,6 +126,8 @@ void ShardedAdamW::WaitGathers(int first, int last) const {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }
 }
+
+void ShardedAdamW::WaitAllGathers() const { WaitGathers(0, static_cast<int>(gathers_.size()) - 1); }
 
 void ShardedAdamW::BeginMaterialise(Transformer& model) {
   materialised_ = 0;
@@ -266,7 +268,7 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   IssueReadyBuckets();
   begun_ = false;
   // The update reads and writes the full vector: the last step's gathers must be in.
-  WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
+  WaitAllGathers();
   stats_.param_gather_wait_ms = gather_wait_ms_;
   gather_wait_ms_ = 0;
   active_ = nullptr;
@@ -317,7 +319,7 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
 }
 
 ShardedAdamW::ShardState ShardedAdamW::shard_state() const {
-  WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
+  WaitAllGathers();
   return {shards_.Shard(full_, world_.rank()), exp_avg_.clone(), exp_avg_sq_.clone(), steps_};
 }
 
@@ -335,7 +337,7 @@ void ShardedAdamW::LoadFullState(const at::Tensor& master, const at::Tensor& exp
   }
   if (steps < 0) throw InvalidInput("optimizer state: negative step count");
   at::NoGradGuard no_grad;
-  WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
+  WaitAllGathers();
   auto padded = [&](const at::Tensor& t) {
     at::Tensor out = at::zeros({full_.numel()}, full_.options());
     out.slice(0, 0, layout_.numel).copy_(t.reshape({-1}));

@@ -125,7 +125,7 @@ class ShardedAdamW {
   // The full fp32 parameters (identical on every rank), [layout().numel]; waits for the
   // last step's all-gathers.
   at::Tensor full_parameters() const {
-    WaitGathers(0, static_cast<int>(gathers_.size()) - 1);
+    WaitAllGathers();
     return full_.slice(0, 0, layout_.numel);
   }
   const FlatLayout& layout() const { return layout_; }
@@ -154,6 +154,8 @@ class ShardedAdamW {
   void OnGradient(const Transformer& model, std::size_t index, const at::Tensor& grad);
   // Waits for the parameter all-gathers of buckets [first, last] still in flight.
   void WaitGathers(int first, int last) const;
+  // Waits for every parameter all-gather still in flight.
+  void WaitAllGathers() const;
   // Copies `model`'s parameters [materialised_, end) (BeginMaterialise's fetch).
   void MaterialiseThrough(const Transformer& model, std::size_t end);
 
