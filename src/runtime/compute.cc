@@ -104,7 +104,7 @@ std::string TorchBuildDescription() {
 
 std::string Describe(const ComputeOptions& o) {
   std::string device = ToString(o.device);
-  if (o.device == DeviceKind::kCuda) device += ":" + std::to_string(o.device_index);
+  if (o.device == DeviceKind::kCuda) device.append(":").append(std::to_string(o.device_index));
   return device + " " + ToString(o.precision);
 }
 

@@ -571,8 +571,10 @@ TEST_P(HomogeneousTest, TrainsLikeOneProcess) {
   const auto [tp, pp, dp] = GetParam();
   std::string candidate;
   for (int p = 0; p < dp; ++p) {
-    candidate +=
-        (p > 0 ? "," : "") + std::string("t") + std::to_string(tp) + "p" + std::to_string(pp);
+    candidate.append(p > 0 ? ",t" : "t")
+        .append(std::to_string(tp))
+        .append("p")
+        .append(std::to_string(pp));
   }
   ExpectTrainerMatchesOneProcess(candidate, "0,0,0");
 }
@@ -614,7 +616,7 @@ TEST(DistributedTrainerTest, OneFOneBOrder) {
   auto text = [](int stage, int pp, int v) {
     std::string out;
     for (const StageOp& op : OneFOneBOrder(stage, pp, v)) {
-      out += (op.forward ? "F" : "B") + std::to_string(op.micro_batch) + " ";
+      out.append(op.forward ? "F" : "B").append(std::to_string(op.micro_batch)).append(" ");
     }
     return out;
   };

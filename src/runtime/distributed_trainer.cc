@@ -34,7 +34,7 @@ class Fnv1a {
 
 std::string GroupName(const std::vector<int>& members) {
   std::string name = "g";
-  for (int m : members) name += "-" + std::to_string(m);
+  for (int m : members) name.append("-").append(std::to_string(m));
   return name;
 }
 
