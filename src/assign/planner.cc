@@ -87,8 +87,8 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
     for (const Scheme& scheme : st.pipelines) {
       const SchemeProfile* sp = profile.Find(scheme);
       if (!sp) {
-        throw InvalidInput("strategy '" + st.name + "': scheme " + SchemeName(scheme) +
-                           " has no fitted entry in the profile");
+        throw InvalidInput("strategy " + QuoteForMessage(st.name) + ": scheme " +
+                           SchemeName(scheme) + " has no fitted entry in the profile");
       }
       PipelineModel m{scheme, TimeModel::From(*sp),
                       CapacityTokens(profile, scheme, candidates_.optimizer_layout)};
@@ -106,8 +106,9 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
             " ms; its coefficients are out of range");
       }
       if (m.capacity_tokens <= 0) {
-        throw InvalidInput("strategy '" + st.name + "': scheme " + SchemeName(scheme) +
-                           " cannot hold even " + std::to_string(kTokenAlignment) +
+        throw InvalidInput("strategy " + QuoteForMessage(st.name) + ": scheme " +
+                           SchemeName(scheme) + " cannot hold even " +
+                           std::to_string(kTokenAlignment) +
                            " tokens in GPU memory with this optimizer layout");
       }
       models.push_back(m);

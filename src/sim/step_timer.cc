@@ -32,8 +32,9 @@ StepTimer::StepTimer(const Profile& profile, const CandidateSet& candidates,
     for (const Scheme& scheme : s.pipelines) {
       const SchemeProfile* sp = profile_.Find(scheme);
       if (sp == nullptr) {
-        throw InternalError("scheme " + SchemeName(scheme) + " of strategy '" + s.name +
-                            "' has no profile entry; the candidates were not validated");
+        throw InternalError("scheme " + SchemeName(scheme) + " of strategy " +
+                            QuoteForMessage(s.name) +
+                            " has no profile entry; the candidates were not validated");
       }
       models.push_back({scheme, TimeModel::From(*sp), 0});
     }

@@ -194,8 +194,8 @@ CandidateSet ParseCandidates(const std::string& json_text, const std::string& so
       }
       gpus += count * scheme.Gpus();
       if (gpus > set.gpus) {
-        pr.Fail("count", "strategy '" + st.name + "' uses more GPUs than the cluster's " +
-                             std::to_string(set.gpus));
+        pr.Fail("count", "strategy " + QuoteForMessage(st.name) +
+                             " uses more GPUs than the cluster's " + std::to_string(set.gpus));
       }
       for (std::int64_t k = 0; k < count; ++k) st.pipelines.push_back(scheme);
     }

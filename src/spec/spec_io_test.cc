@@ -674,6 +674,13 @@ TEST(SpecIoTest, CandidateValidationErrors) {
          j["strategies"][5]["pipelines"].push_back({{"tp", 1}, {"pp", 2}});
        },
        "strategies[5].pipelines[2].count", "more GPUs"},
+      // The fuzzer's finding: a name is echoed escaped, so the message stays one line.
+      {"strategy over the cluster with a control byte in its name",
+       [](Json& j) {
+         j["strategies"][3]["name"] = "a\rb";
+         j["strategies"][3]["pipelines"][1]["count"] = 13;
+       },
+       "strategies[3].pipelines[1].count", "strategy 'a\\x0db' uses more GPUs"},
       // A scheme the profile has no fitted entry for.
       {"unprofiled scheme",
        [](Json& j) {
