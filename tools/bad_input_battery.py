@@ -271,6 +271,20 @@ def build(b):
                  ["stats", "--lengths", dataset, "--tokenizer", "sentencepiece"]):
         b.add("flags", " ".join(argv[:1] + [a for a in argv[1:] if a.startswith("--")]), argv)
 
+    # 8b. Control bytes and long values in a flag: echoed escaped and cut, one short line.
+    jsonl = b.file("ok-lengths.jsonl", "{\"length\": 5}\n")
+    corpus = b.file("ok-corpus.jsonl", "{\"text\": \"one\"}\n")
+    pre = ["preprocess", "--input", corpus, "--output-prefix", os.path.join(b.tmp, "ctl")]
+    for value in ("a\nb", "a\rb", "a\x1b[2Jb", "a\tb", "x" * 2000):
+        shown = repr(value) if len(value) < 20 else f"'x' * {len(value)}"
+        family = "control bytes in flags"
+        b.add(family, f"stats --length-field {shown}",
+              ["stats", "--lengths", jsonl, "--length-field", value])
+        b.add(family, f"stats --text-field {shown}",
+              ["stats", "--lengths", corpus, "--text-field", value])
+        b.add(family, f"preprocess --tokenizer {shown}", pre + ["--tokenizer", value])
+        b.add(family, f"preprocess --json-key {shown}", pre + ["--json-key", value])
+
     # 9. preprocess: damaged corpora and tokenizer files.
     add_preprocess_cases(b)
 
@@ -347,8 +361,11 @@ def add_train_cases(b, src, profile):
                   ["--checkpoint-every", "-1"], ["--resume"], ["--device", "tpu"],
                   ["--precision", "fp8"], ["--timeout-s", "inf"], ["--max-len", ""],
                   ["--data", os.path.join(b.tmp, "no-such-corpus")],
-                  ["--plan-algorithm", "kk"]):
-        b.add("train flags", " ".join(extra), train + extra)
+                  ["--plan-algorithm", "kk"], ["--comm-backend", "nc\ncl"],
+                  ["--comm-backend", "x" * 2000]):
+        name = " ".join(e if e.isprintable() and len(e) < 40 else
+                        repr(e) if len(e) < 40 else f"<{len(e)} characters>" for e in extra)
+        b.add("train flags", name, train + extra)
     b.add("train flags", "--model missing",
           ["train", "--nproc", "2", "--model", os.path.join(b.tmp, "absent.json"), "--profile", tiny])
     b.add("train flags", "--profile of another model",
@@ -483,6 +500,7 @@ def classify(b, case):
         return "crash", err[:300]
     lines = err.rstrip("\n").split("\n")
     if (r.returncode not in expect_rc or len(lines) != 1 or len(lines[0]) > 400
+            or not lines[0].isprintable()
             or not lines[0].startswith("hydraulis: error:") or out or left):
         return "unclear", err[:300]
     return "clear", lines[0]

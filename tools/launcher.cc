@@ -439,8 +439,8 @@ class LocalLauncher {
     p.out.fd.Reset();
     p.err.fd.Reset();
     RecordFailure(p.rank, kExecFailedExitCode,
-                  "rank " + std::to_string(p.rank) + " could not run '" + argv[0] +
-                      "': " + ErrnoText(child_errno));
+                  "rank " + std::to_string(p.rank) + " could not run " + QuoteForMessage(argv[0]) +
+                      ": " + ErrnoText(child_errno));
     return false;
   }
 
@@ -699,7 +699,8 @@ int PickFreePort(const std::string& addr) {
   addrinfo* found = nullptr;
   int rc = getaddrinfo(addr.c_str(), "0", &hints, &found);
   if (rc != 0) {
-    throw InvalidInput("master_addr '" + addr + "' does not resolve: " + gai_strerror(rc));
+    throw InvalidInput("master_addr " + QuoteForMessage(addr) +
+                       " does not resolve: " + gai_strerror(rc));
   }
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> list(found, freeaddrinfo);
   int last_errno = 0;
@@ -723,7 +724,7 @@ int PickFreePort(const std::string& addr) {
       return ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port);
     }
   }
-  std::string message = "cannot pick a free port on master_addr '" + addr + "'";
+  std::string message = "cannot pick a free port on master_addr " + QuoteForMessage(addr);
   if (last_errno != 0) message += ": " + ErrnoText(last_errno);
   if (last_errno == EADDRNOTAVAIL) {
     message += "; it is not an address of this machine, so give the master port explicitly";

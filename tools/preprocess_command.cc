@@ -45,8 +45,8 @@ std::unique_ptr<Tokenizer> MakeTokenizer(const PreprocessArgs& a) {
     }
     return std::make_unique<HfTokenizer>(HfTokenizer::Load(a.tokenizer));
   }
-  throw InvalidInput("--tokenizer: unknown tokenizer '" + a.tokenizer +
-                     "' (expected byte, gpt2, or a Hugging Face tokenizer.json)");
+  throw InvalidInput("--tokenizer: unknown tokenizer " + QuoteForMessage(a.tokenizer) +
+                     " (expected byte, gpt2, or a Hugging Face tokenizer.json)");
 }
 
 int RunPreprocess(const PreprocessArgs& a) {

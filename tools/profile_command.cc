@@ -123,13 +123,13 @@ std::vector<Scheme> ParseSchemes(const std::string& text) {
       s.pp = std::stoi(item.substr(x + 1), &used);
       if (used != item.size() - x - 1) throw std::invalid_argument("");
     } catch (const std::exception&) {
-      throw InvalidInput("--schemes: '" + item + "' is not TPxPP (e.g. 2x1)");
+      throw InvalidInput("--schemes: " + QuoteForMessage(item) + " is not TPxPP (e.g. 2x1)");
     }
     if (s.tp < 1 || s.pp < 1) {
-      throw InvalidInput("--schemes: '" + item + "': tp and pp must be >= 1");
+      throw InvalidInput("--schemes: " + QuoteForMessage(item) + ": tp and pp must be >= 1");
     }
     if (std::find(out.begin(), out.end(), s) != out.end()) {
-      throw InvalidInput("--schemes: '" + item + "' is listed twice");
+      throw InvalidInput("--schemes: " + QuoteForMessage(item) + " is listed twice");
     }
     out.push_back(s);
     begin = end + 1;

@@ -146,7 +146,8 @@ CommBackend ResolveBackend(const TrainArgs& a, const ComputeOptions& compute) {
   }
   if (a.comm_backend == "gloo") return CommBackend::kGloo;
   if (a.comm_backend != "nccl") {
-    throw InvalidInput("--comm-backend: expected gloo or nccl, got '" + a.comm_backend + "'");
+    throw InvalidInput("--comm-backend: expected gloo or nccl, got " +
+                       QuoteForMessage(a.comm_backend));
   }
   if (compute.device != DeviceKind::kCuda) {
     throw InvalidInput("--comm-backend nccl needs --device cuda");

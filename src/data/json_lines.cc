@@ -70,12 +70,12 @@ std::vector<std::int64_t> ParseJsonLinesLengths(std::string_view text, const std
     if (line.empty()) continue;
     const std::string where = source + ":" + std::to_string(line_no) + ": ";
     auto fail = [&](const std::string& problem) {
-      throw InvalidInput(where + "field '" + field + "': " + problem);
+      throw InvalidInput(where + "field " + QuoteForMessage(field) + ": " + problem);
     };
     const nlohmann::json j = ParseJson(line, source + ":" + std::to_string(line_no));
     if (!j.is_object()) throw InvalidInput(where + "expected a JSON object, got " + TypeName(j));
     const auto it = j.find(field);
-    if (it == j.end()) throw InvalidInput(where + "missing field '" + field + "'");
+    if (it == j.end()) throw InvalidInput(where + "missing field " + QuoteForMessage(field));
     std::int64_t len = 0;
     if (count_text) {
       if (!it->is_string()) fail("expected a string, got " + TypeName(*it));

@@ -35,9 +35,9 @@ bool JsonLinesTextReader::Next(std::string& text) {
       throw InvalidInput(where + "expected a JSON object, got " + std::string(j.type_name()));
     }
     const auto it = j.find(field_);
-    if (it == j.end()) throw InvalidInput(where + "missing field '" + field_ + "'");
+    if (it == j.end()) throw InvalidInput(where + "missing field " + QuoteForMessage(field_));
     if (!it->is_string()) {
-      throw InvalidInput(where + "field '" + field_ + "': expected a string, got " +
+      throw InvalidInput(where + "field " + QuoteForMessage(field_) + ": expected a string, got " +
                          std::string(it->type_name()));
     }
     text = std::move(it->get_ref<std::string&>());

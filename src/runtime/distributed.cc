@@ -54,8 +54,8 @@ int IntEnv(const char* name) {
   char* end = nullptr;
   const long value = std::strtol(text.c_str(), &end, 10);
   if (errno != 0 || end == text.c_str() || *end != '\0' || value < INT32_MIN || value > INT32_MAX) {
-    throw InvalidInput(std::string("environment: ") + name + ": expected an integer, got '" + text +
-                       "'");
+    throw InvalidInput(std::string("environment: ") + name + ": expected an integer, got " +
+                       QuoteForMessage(text));
   }
   return static_cast<int>(value);
 }
