@@ -21,9 +21,9 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
-#include "hydraulis/runtime/compute.h"
-#include "hydraulis/runtime/distributed.h"
-#include "hydraulis/runtime/distributed_trainer.h"
+#include "hydraulis/runtime/model/compute.h"
+#include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/step/distributed_trainer.h"
 #include "hydraulis/spec/model_config.h"
 
 namespace hydraulis {

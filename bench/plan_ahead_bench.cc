@@ -18,7 +18,7 @@
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
-#include "hydraulis/runtime/plan_ahead.h"
+#include "hydraulis/runtime/job/plan_ahead.h"
 #include "hydraulis/spec/spec_io.h"
 
 namespace hydraulis {

@@ -17,10 +17,10 @@
 #include "hydraulis/checkpoint/hf_checkpoint.h"
 #include "hydraulis/checkpoint/safetensors.h"
 #include "hydraulis/data/megatron_dataset.h"
-#include "hydraulis/runtime/compute.h"
-#include "hydraulis/runtime/hf_weights.h"
-#include "hydraulis/runtime/model.h"
-#include "hydraulis/runtime/packed_batch.h"
+#include "hydraulis/runtime/model/compute.h"
+#include "hydraulis/runtime/model/hf_weights.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/spec/model_config.h"
 
 namespace hydraulis::tools {

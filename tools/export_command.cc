@@ -13,10 +13,10 @@
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
-#include "hydraulis/runtime/checkpoint.h"
-#include "hydraulis/runtime/distributed.h"
-#include "hydraulis/runtime/hf_weights.h"
-#include "hydraulis/runtime/sharded_optimizer.h"
+#include "hydraulis/runtime/job/checkpoint.h"
+#include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/hf_weights.h"
+#include "hydraulis/runtime/step/sharded_optimizer.h"
 #include "hydraulis/spec/model_config.h"
 
 namespace hydraulis::tools {

@@ -17,7 +17,7 @@
 #include "hydraulis/base/file_io.h"
 #include "number_flags.h"
 #ifdef HYDRAULIS_HAVE_RUNTIME
-#include "hydraulis/runtime/compute.h"
+#include "hydraulis/runtime/model/compute.h"
 #endif
 
 namespace hydraulis::tools {

@@ -34,20 +34,20 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/data/megatron_dataset.h"
-#include "hydraulis/runtime/checkpoint.h"
-#include "hydraulis/runtime/distributed.h"
-#include "hydraulis/runtime/distributed_trainer.h"
-#include "hydraulis/runtime/model.h"
-#include "hydraulis/runtime/packed_batch.h"
-#include "hydraulis/runtime/pipeline_stage.h"
-#include "hydraulis/runtime/plan_ahead.h"
-#include "hydraulis/runtime/sharded_optimizer.h"
-#include "hydraulis/runtime/trainer.h"
-#include "hydraulis/runtime/training_job.h"
+#include "hydraulis/runtime/job/checkpoint.h"
+#include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/step/distributed_trainer.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/step/pipeline_stage.h"
+#include "hydraulis/runtime/job/plan_ahead.h"
+#include "hydraulis/runtime/step/sharded_optimizer.h"
+#include "runtime/testing/reference_trainer.h"
+#include "hydraulis/runtime/job/training_job.h"
 #include "hydraulis/spec/model_config.h"
 #include "hydraulis/spec/spec_io.h"
-#include "rank_harness.h"
-#include "test_documents.h"
+#include "runtime/testing/rank_harness.h"
+#include "runtime/testing/test_documents.h"
 
 extern char** environ;
 
@@ -124,10 +124,10 @@ std::vector<float> ForwardOutput(const Transformer& model) {
 Outcome Reference(double eps) {
   const ModelConfig c = Tiny();
   Transformer model(c, 11);
-  Trainer trainer(model, Adam(eps));
+  ReferenceTrainer trainer(model, Adam(eps));
   Outcome o;
   for (int step = 0; step < kSteps; ++step) {
-    StepResult r = trainer.Step(MicroBatches(c, step, "", -1, 1));
+    ReferenceStepResult r = trainer.Step(MicroBatches(c, step, "", -1, 1));
     o.losses.push_back(r.loss);
     o.targets.push_back(r.targets);
   }
@@ -145,9 +145,9 @@ void TensorParallelWorker(const std::string& scenario, CommGroup& group, Outcome
     o.parameters = ForwardOutput(model);
     return;
   }
-  Trainer trainer(model, Adam(std::stod(scenario.substr(9))));
+  ReferenceTrainer trainer(model, Adam(std::stod(scenario.substr(9))));
   for (int step = 0; step < kSteps; ++step) {
-    StepResult r = trainer.Step(MicroBatches(c, step, "", -1, 1));
+    ReferenceStepResult r = trainer.Step(MicroBatches(c, step, "", -1, 1));
     o.losses.push_back(r.loss);
     o.targets.push_back(r.targets);
   }
@@ -196,9 +196,9 @@ int WorkerMain(const std::string& scenario, const std::string& path) {
     const ModelConfig c = Tiny();
     Transformer model(c, 11);
     AllReduceGradientSync sync(group);
-    Trainer trainer(model, Adam(eps), &sync);
+    ReferenceTrainer trainer(model, Adam(eps), &sync);
     for (int step = 0; step < kSteps; ++step) {
-      StepResult r = trainer.Step(MicroBatches(c, step, assignment, group.rank(), group.size()));
+      ReferenceStepResult r = trainer.Step(MicroBatches(c, step, assignment, group.rank(), group.size()));
       o.losses.push_back(r.loss);
       o.targets.push_back(r.targets);
     }
@@ -643,7 +643,7 @@ TEST(DistributedTrainerTest, StagesSplitTheLayers) {
 // The sharded AdamW is torch::optim::AdamW element by element.
 TEST(DistributedTrainerTest, AdamWUpdateMatchesTorch) {
   Transformer model(Tiny(), 11);
-  Trainer trainer(model, Adam(1e-8));
+  ReferenceTrainer trainer(model, Adam(1e-8));
   const std::vector<PackedBatch> batch = MicroBatches(Tiny(), 0, "", -1, 1);
   std::vector<at::Tensor> before, exp_avg, exp_avg_sq;
   for (const at::Tensor& p : model.parameters()) {

@@ -19,16 +19,16 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/runtime/attention.h"
-#include "hydraulis/runtime/compute.h"
-#include "hydraulis/runtime/distributed.h"
-#include "hydraulis/runtime/distributed_trainer.h"
-#include "hydraulis/runtime/model.h"
-#include "hydraulis/runtime/packed_batch.h"
-#include "hydraulis/runtime/trainer.h"
+#include "hydraulis/runtime/model/attention.h"
+#include "hydraulis/runtime/model/compute.h"
+#include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/step/distributed_trainer.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/model/packed_batch.h"
+#include "runtime/testing/reference_trainer.h"
 #include "hydraulis/spec/model_config.h"
-#include "rank_harness.h"
-#include "test_documents.h"
+#include "runtime/testing/rank_harness.h"
+#include "runtime/testing/test_documents.h"
 
 namespace hydraulis {
 namespace {

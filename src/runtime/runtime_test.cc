@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/runtime/attention.h"
-#include "hydraulis/runtime/model.h"
-#include "hydraulis/runtime/packed_batch.h"
-#include "hydraulis/runtime/trainer.h"
+#include "hydraulis/runtime/model/attention.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/model/packed_batch.h"
+#include "runtime/testing/reference_trainer.h"
 #include "hydraulis/spec/model_config.h"
-#include "test_documents.h"
+#include "runtime/testing/test_documents.h"
 
 namespace hydraulis {
 namespace {
@@ -179,8 +179,8 @@ TEST(TrainerTest, StepLossIsTheMeanOverTheGlobalBatch) {
   Documents docs = RandomDocuments({7, 3, 12, 1, 5}, 5, c.shape.vocab);
   PackedBatch all = PackDocuments(docs, c.shape.vocab);
   TokenLoss whole = SummedTokenLoss(model.Forward(all), all);
-  Trainer trainer(model, AdamWOptions{});
-  StepResult r = trainer.Step({PackDocuments({docs[0], docs[1]}, c.shape.vocab),
+  ReferenceTrainer trainer(model, AdamWOptions{});
+  ReferenceStepResult r = trainer.Step({PackDocuments({docs[0], docs[1]}, c.shape.vocab),
                                PackDocuments({docs[2], docs[3], docs[4]}, c.shape.vocab)});
   EXPECT_EQ(r.targets, 7 + 3 + 12 + 1 + 5 - 5);
   EXPECT_NEAR(r.loss, whole.sum.item<double>() / static_cast<double>(whole.tokens), 1e-5);
@@ -237,7 +237,7 @@ std::pair<std::vector<at::Tensor>, std::vector<double>> Train(
   AdamWOptions opt;
   opt.weight_decay = 0.1;
   opt.eps = adam_eps;
-  Trainer trainer(model, opt);
+  ReferenceTrainer trainer(model, opt);
   std::vector<double> losses;
   for (std::uint64_t step = 0; step < 3; ++step) {
     Documents docs = RandomDocuments(kGlobalBatchLengths, 100 + step, c.shape.vocab);

@@ -1,0 +1,126 @@
+// The training driver: every step it samples a global batch, plans it, fetches and cuts
+// the documents the plan keeps, runs the step on the DistributedTrainer and saves a
+// checkpoint on cadence; it resumes from the newest checkpoint when asked. The CLI (`hydraulis
+// train`) only parses flags, builds these pieces and prints what RunStep returns.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hydraulis/assign/planner.h"
+#include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/megatron_dataset.h"
+#include "hydraulis/runtime/step/distributed_trainer.h"
+#include "hydraulis/runtime/job/plan_ahead.h"
+
+namespace hydraulis {
+
+struct TrainingJobOptions {
+  int steps = 10;              // total steps of the run (a resumed run continues up to it), >= 1
+  std::uint64_t seed = 1;      // recorded in checkpoints: resuming under another seed is refused
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int checkpoint_every = 0;    // steps between checkpoints (>= 0; 0: at the end only)
+  int keep_checkpoints = 0;    // keep the newest K complete checkpoints (>= 0; 0: all)
+  // A step whose loss or gradient norm is not finite: false stops the run with an error
+  // naming the step, before the update (the default); true skips the update and goes on,
+  // counting it, as Megatron does.
+  bool skip_nonfinite_steps = false;
+  // Testing: at this step the parameters are NaN for the step's computation only (then put
+  // back), so the non-finite path runs end to end. -1: never.
+  int poison_step = -1;
+};
+
+// What one step did, for the console line and the JSON log.
+struct TrainingStepRecord {
+  int step = 0;
+  DistributedStepResult result;
+  std::int64_t tokens = 0;  // tokens of the global batch after the planner's cuts
+  std::size_t documents = 0;
+  std::size_t truncated = 0;  // documents the long-document rule cut
+  // Documents cut by the context length or the long-document rule, and the tokens lost.
+  std::size_t cut_documents = 0;
+  std::int64_t cut_tokens = 0;
+  bool skipped = false;  // not applied: non-finite loss or gradient norm, skipping allowed
+  std::string strategy;  // the candidate's name, or its description
+  int strategy_index = 0;
+  bool switched = false;  // another candidate than the previous step's
+  double predicted_step_ms = 0;
+  double planning_ms = 0;
+  // How long the step waited for its plan: planning runs ahead on a thread (PlanAhead), so
+  // this is 0 unless planning is slower than training (the first step waits for its own).
+  double plan_wait_ms = 0;
+  std::vector<int> micro_batches;  // per pipeline
+};
+
+class TrainingJob {
+ public:
+  // Every argument must outlive the job. InvalidInput on out-of-range options. From the
+  // first RunStep on, the job's look-ahead thread owns `sampler` (PlanAhead).
+  TrainingJob(const Planner& planner, BatchSampler& sampler, const MegatronDataset& dataset,
+              DistributedTrainer& trainer, const TrainingJobOptions& options);
+
+  // Loads the newest checkpoint of options.checkpoint_dir into the optimizer and the
+  // sampler; returns its path, or nullopt when there is none (the job starts at step 0).
+  // InvalidInput without a checkpoint_dir, or when the checkpoint's seed differs.
+  std::optional<std::string> Resume();
+
+  int next_step() const { return next_step_; }
+  bool done() const { return next_step_ >= options_.steps; }
+
+  // Runs step next_step() (a collective over all ranks) and saves a checkpoint when the
+  // cadence or the end says so. A non-finite loss or gradient norm without
+  // skip_nonfinite_steps throws Error naming the step, before any update or checkpoint
+  // (the same on every rank).
+  TrainingStepRecord RunStep();
+
+  // Totals over the steps this process ran (a resumed run counts from its resume).
+  struct Totals {
+    int skipped_steps = 0;
+    std::int64_t cut_documents = 0;
+    std::int64_t cut_tokens = 0;
+  };
+  const Totals& totals() const { return totals_; }
+
+ private:
+  void Save(int steps_done);
+  // RunStep's phases, in order (training_job.cc).
+  std::vector<std::vector<std::int64_t>> FetchDocuments(const PlanAhead::Step& planned,
+                                                        TrainingStepRecord& record);
+  DistributedStepResult Train(const Plan& plan,
+                              const std::vector<std::vector<std::int64_t>>& documents, int step);
+  void CheckUpdate(TrainingStepRecord& record);
+  void Describe(const Plan& plan, TrainingStepRecord& record);
+
+  const Planner& planner_;
+  BatchSampler& sampler_;
+  const MegatronDataset& dataset_;
+  DistributedTrainer& trainer_;
+  TrainingJobOptions options_;
+  int next_step_ = 0;
+  int previous_strategy_ = -1;
+  // Where the sampler stood after the last step run (the look-ahead has drawn further).
+  SamplerPosition position_;
+  std::unique_ptr<PlanAhead> plans_;  // started at the first RunStep, after any Resume
+  Totals totals_;
+};
+
+// Checks `checkpoint_dir` (may be empty: no checkpoints) before training starts, creating
+// it when missing. InvalidInput when it is not a directory, cannot be created or written;
+// when `resume`, when its `latest` or the newest meta.json is damaged; when not `resume`,
+// when it already holds checkpoints (a run that does not resume must not overwrite
+// another run's).
+void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume);
+
+// One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
+// documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
+// plan_wait_ms,
+// compute_ms, wait_ms, sync_ms, grad_buckets, grad_buckets_overlapped, grad_reduce_wait_ms,
+// param_gather_wait_ms,
+// micro_batches, truncated, cut_documents, cut_tokens, grad_norm, skipped, device,
+// precision.
+std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute);
+
+}  // namespace hydraulis

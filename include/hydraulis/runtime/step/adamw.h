@@ -1,0 +1,30 @@
+// The AdamW rule every optimizer path of the runtime applies: its hyper-parameters, their
+// validation, and one update with the arithmetic of torch::optim::AdamW, so the sharded
+// optimizer (sharded_optimizer.h) is bit-identical to the single-process reference.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace hydraulis {
+
+// AdamW hyper-parameters (decoupled weight decay, as torch::optim::AdamW).
+struct AdamWOptions {
+  double lr = 1e-3;           // learning rate, >= 0 (0 changes no parameter)
+  double beta1 = 0.9;         // first-moment decay, in [0, 1)
+  double beta2 = 0.95;        // second-moment decay, in [0, 1)
+  double eps = 1e-8;          // added to the RMS of the gradient, > 0
+  double weight_decay = 0.0;  // decoupled decay per step (multiplied by lr), >= 0
+};
+
+// InvalidInput naming the field when an option is out of the ranges above.
+void ValidateAdamWOptions(const AdamWOptions& options);
+
+// One AdamW update of `param` in place, with the arithmetic of torch::optim::AdamW
+// (decoupled weight decay, no amsgrad), element-wise, so any flat shard of the parameters
+// updates exactly as the whole would. `step` is the step count after this one.
+void AdamWUpdate(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                 const at::Tensor& exp_avg_sq, std::int64_t step, const AdamWOptions& options);
+
+}  // namespace hydraulis

@@ -1,0 +1,129 @@
+// Distributed training over any strategy of a candidate set (method.md 2.2): pipelines of
+// possibly different <tp, pp> side by side, the strategy chosen per step, the optimizer
+// disaggregated from computation (ShardedAdamW). A homogeneous run (dp pipelines of tp x
+// pp) is the case of one candidate with identical pipelines.
+//
+// Per step, every rank is given the same global batch (token documents), the chosen
+// strategy and the documents of each pipeline split into micro-batches (the plan). It
+// checks with one all-gather that all ranks hold the same plan (a hash), copies its
+// compute parameters out of the optimizer's full parameters, runs its pipeline stage's
+// 1F1B schedule, and joins the optimizer step. Ranks the strategy leaves idle join only
+// the collectives.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "hydraulis/assign/planner.h"
+#include "hydraulis/runtime/model/compute.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/step/sharded_optimizer.h"
+#include "hydraulis/runtime/step/adamw.h"
+#include "hydraulis/spec/strategy.h"
+
+namespace hydraulis {
+
+class CommGroup;
+class Rendezvous;
+struct StageResult;
+
+// What a step runs is the planner's Plan (assign/planner.h), the one plan type from
+// planner to executor. The trainer reads strategy_index and, per pipeline of that
+// candidate (in strategy order), its micro_batches in execution order, each a list of
+// indices into the step's documents; every document appears exactly once.
+
+// A Plan holding only what the trainer reads, for callers that assign documents themselves
+// (tests, benchmarks): candidate `strategy_index`, pipeline p running micro_batches[p].
+Plan PlanOf(int strategy_index, std::vector<MicroBatches> micro_batches);
+
+// 64-bit FNV-1a of the plan's strategy and micro-batches and of the documents' tokens:
+// equal on two ranks only when they would run the same step.
+std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents);
+
+struct DistributedStepResult {
+  double loss = 0;       // mean token loss over the global batch
+  double grad_norm = 0;  // global L2 norm of the summed gradients
+  // Whether the optimizer updated the parameters: false when the loss or the gradient
+  // norm was not finite (then nothing changed, on every rank).
+  bool applied = false;
+  std::int64_t targets = 0;     // target tokens of the global batch
+  std::int64_t tokens_run = 0;  // tokens run by first stages, summed over all pipelines
+  // Tokens this rank's pipeline ran (0 on an idle rank), its pipeline index (-1 idle).
+  std::int64_t pipeline_tokens = 0;
+  int pipeline = -1;
+  double compute_ms = 0;  // this rank: materialise + its 1F1B schedule (receive waits included)
+  double wait_ms = 0;     // this rank: blocked in pipeline receives
+  double sync_ms = 0;     // this rank: gradient reduction + optimizer + starting the gathers
+  double step_ms = 0;     // this rank: the whole step, from the plan check to the end
+  // Communication hidden behind computation: of the gradient buckets' reduce-scatters, how
+  // many started while this rank's backward was still running, and how long the optimizer
+  // step then waited for all of them to finish.
+  int grad_buckets = 0;
+  int grad_buckets_overlapped = 0;
+  double grad_reduce_wait_ms = 0;
+  // How long this step waited for the previous step's parameter all-gathers, which run
+  // while the step begins and are waited for per bucket as forward first reads it.
+  double param_gather_wait_ms = 0;
+};
+
+class DistributedTrainer {
+ public:
+  // Builds the model from `seed` (identical on every rank), shards the optimizer over all
+  // ranks of `rendezvous` (which must outlive this) and creates, once, every process group
+  // any candidate needs. InvalidInput when a candidate needs more ranks than the world, uses
+  // cp > 1, or does not split the model (tp must divide heads, kv_heads and ffn; pp <=
+  // layers). A collective: every rank constructs it with the same arguments.
+  // `compute`: this rank's device and precision (CheckComputeAvailable first).
+  // `initial`: the starting weights instead of the draw from `seed` (a Hugging Face
+  // checkpoint, hf_weights.h); they become the optimizer's fp32 master weights, from which
+  // every step's compute layout is materialised, so any strategy starts from them.
+  // `bucket_elements`: the optimizer's gradient bucket (shard_layout.h).
+  DistributedTrainer(const ModelConfig& config, std::uint64_t seed, const AdamWOptions& options,
+                     Rendezvous& rendezvous, const std::vector<Strategy>& candidates,
+                     const ComputeOptions& compute = {}, const InitialWeights& initial = {},
+                     std::int64_t bucket_elements = kDefaultBucketElements);
+  ~DistributedTrainer();
+  DistributedTrainer(const DistributedTrainer&) = delete;
+  DistributedTrainer& operator=(const DistributedTrainer&) = delete;
+
+  // One training step (a collective over all ranks). InvalidInput when the plan is
+  // malformed (strategy index, pipeline count, a document missing or twice) or the batch
+  // has no target; Error when the ranks' plans differ (naming the ranks) or a peer fails.
+  DistributedStepResult Step(const Plan& plan,
+                             const std::vector<std::vector<std::int64_t>>& documents);
+
+  const ShardedAdamW& optimizer() const { return *optimizer_; }
+  ShardedAdamW& optimizer() { return *optimizer_; }
+  const ComputeOptions& compute() const { return compute_; }
+  CommGroup& world();
+  const std::vector<Strategy>& candidates() const { return candidates_; }
+
+ private:
+  struct Compute;  // this rank's role, model and links in one candidate
+  Compute& ComputeFor(int strategy);
+  CommGroup* Group(const std::vector<int>& members);
+  // Step's phases, in order (distributed_trainer.cc).
+  std::int64_t CheckStep(const Plan& plan,
+                         const std::vector<std::vector<std::int64_t>>& documents) const;
+  void AgreeOnStep(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents);
+  StageResult ComputeStep(Compute& compute, const Plan& plan,
+                          const std::vector<std::vector<std::int64_t>>& documents,
+                          std::int64_t global_targets);
+  void ReduceAndUpdate(Compute& compute, const StageResult& stage, std::int64_t global_targets,
+                       std::int64_t batch_tokens, DistributedStepResult& result);
+
+  ModelConfig config_;
+  std::uint64_t seed_;
+  ComputeOptions compute_;
+  Rendezvous& rendezvous_;
+  std::vector<Strategy> candidates_;
+  std::unique_ptr<CommGroup> world_;
+  std::unique_ptr<CommGroup> control_;  // all ranks over Gloo: the step's host-side scalars
+  std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups_;
+  std::vector<std::unique_ptr<Compute>> computes_;  // per candidate, built at construction
+  std::unique_ptr<ShardedAdamW> optimizer_;
+};
+
+}  // namespace hydraulis

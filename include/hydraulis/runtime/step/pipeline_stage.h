@@ -1,0 +1,56 @@
+// One pipeline stage's part of a step: Megatron's non-interleaved 1F1B schedule over the
+// pipeline's micro-batches (any number, including none and fewer than pp, each of its own
+// shape), with activations sent forward and their gradients sent back between
+// neighbouring stages. Every rank of the pipeline derives the same micro-batches from the
+// plan; each transfer is preceded by its shape, which the receiver checks against the plan,
+// so ranks that disagree on the plan fail with an error instead of computing garbage.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/model/packed_batch.h"
+
+namespace hydraulis {
+
+class CommGroup;
+
+// A forward (kForward) or backward pass of one micro-batch.
+struct StageOp {
+  bool forward = true;
+  int micro_batch = 0;
+};
+
+// Stage `stage` of `pp` running `micro_batches` micro-batches in 1F1B order: min(pp - 1 -
+// stage, micro_batches) warm-up forwards, then one forward and one backward alternately,
+// then the remaining backwards. InvalidInput on out-of-range arguments.
+std::vector<StageOp> OneFOneBOrder(int stage, int pp, int micro_batches);
+
+// How this rank reaches its neighbours: `pipeline` holds the pipeline's ranks (nullptr
+// when pp == 1); prev / next are the group ranks of the peers with this rank's tp rank in
+// the previous / next stage (-1 at the ends).
+struct StageLinks {
+  CommGroup* pipeline = nullptr;
+  int stage = 0;
+  int pp = 1;
+  int prev = -1;
+  int next = -1;
+};
+
+struct StageResult {
+  double loss_sum = 0;       // summed token loss (last stage only, else 0)
+  std::int64_t targets = 0;  // targets the loss covers (last stage only)
+  std::int64_t tokens = 0;   // tokens of the micro-batches run
+  double wait_ms = 0;        // time blocked in receives (pipeline bubbles + transfer)
+};
+
+// Runs forward and backward of `micro_batches` on `model` (this rank's stage), adding
+// d(loss_sum / global_targets)/dw to its gradients (which the caller zeroes). Collective
+// over the pipeline (and the tp group inside the model). Error when a peer fails or sends
+// a shape the plan does not give.
+StageResult RunPipelineStage(const Transformer& model,
+                             const std::vector<PackedBatch>& micro_batches, const StageLinks& links,
+                             std::int64_t global_targets);
+
+}  // namespace hydraulis

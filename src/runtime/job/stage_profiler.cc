@@ -1,0 +1,191 @@
+#include "hydraulis/runtime/job/stage_profiler.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/rng.h"
+#include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/model/gradients.h"
+
+namespace hydraulis {
+namespace {
+
+constexpr double kFp32Bytes = 4;
+// Bytes per parameter in the compute layout (fp32 weight + fp32 gradient) and in the
+// optimizer layout (fp32 master weight + AdamW's two fp32 moments).
+constexpr double kComputeStateBytes = 8;
+constexpr double kOptimizerStateBytes = 12;
+// Keeps the token ids apart from any other use of the seed (the model's initialisation).
+constexpr std::uint64_t kTokenStream = 0x70726f66696c65ULL;
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+}  // namespace
+
+ModelPart ProfiledStagePart(const ModelConfig& config, int pp) {
+  ModelPart part = ModelPart::Stage(config, 0, pp);
+  part.has_head = true;
+  return part;
+}
+
+std::vector<std::vector<std::int64_t>> ProfileMicroBatches(std::span<const std::int64_t> pool,
+                                                           const ProfileBatchOptions& options) {
+  if (options.min_len < 1) {
+    throw InvalidInput("profile: min_len must be >= 1, got " + std::to_string(options.min_len));
+  }
+  if (options.max_len < options.min_len) {
+    throw InvalidInput("profile: max_len (" + std::to_string(options.max_len) +
+                       ") must be >= min_len (" + std::to_string(options.min_len) + ")");
+  }
+  if (options.packed < 0) {
+    throw InvalidInput("profile: packed must be >= 0, got " + std::to_string(options.packed));
+  }
+  if (options.packed > 0 && pool.empty()) {
+    throw InvalidInput("profile: packed micro-batches need a non-empty length pool");
+  }
+  for (std::size_t i = 0; i < pool.size(); ++i) {
+    if (pool[i] < 1) {
+      throw InvalidInput("profile: length pool[" + std::to_string(i) + "] must be >= 1, got " +
+                         std::to_string(pool[i]));
+    }
+  }
+  std::vector<std::vector<std::int64_t>> out;
+  // Two points per octave: the quadratic term only shows at the long end, the constant
+  // only at the short end, so both ends get as many points as the middle.
+  for (std::int64_t p = options.min_len; p < options.max_len; p *= 2) {
+    out.push_back({p});
+    const std::int64_t mid = p + p / 2;
+    if (mid > p && mid < options.max_len) out.push_back({mid});
+  }
+  out.push_back({options.max_len});
+
+  Rng rng(options.seed);
+  for (int j = 0; j < options.packed; ++j) {
+    const std::int64_t budget = std::max<std::int64_t>(1, options.max_len * (j % 4 + 1) / 4);
+    std::vector<std::int64_t> batch;
+    std::int64_t left = budget;
+    while (left > 0) {
+      const std::int64_t drawn = pool[static_cast<std::size_t>(rng.Below(pool.size()))];
+      const std::int64_t length = std::min({drawn, options.max_len, left});
+      batch.push_back(length);
+      left -= length;
+    }
+    out.push_back(std::move(batch));
+  }
+  return out;
+}
+
+std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGroup* tp_group,
+                                     const std::vector<std::vector<std::int64_t>>& micro_batches,
+                                     const StageProfileOptions& options) {
+  if (options.warmup < 0) {
+    throw InvalidInput("profile: warmup must be >= 0, got " + std::to_string(options.warmup));
+  }
+  if (options.repeats < 1) {
+    throw InvalidInput("profile: repeats must be >= 1, got " + std::to_string(options.repeats));
+  }
+  if (micro_batches.empty()) throw InvalidInput("profile: no micro-batch to time");
+  const Transformer model(config, options.seed, tp_group, ProfiledStagePart(config, pp));
+  ZeroGradients(model);  // allocated once, so every timed backward accumulates as in training
+
+  Rng rng(options.seed ^ kTokenStream);
+  const auto vocab = static_cast<std::uint64_t>(config.shape.vocab);
+  std::vector<PackedBatch> batches;
+  for (std::size_t j = 0; j < micro_batches.size(); ++j) {
+    std::vector<std::vector<std::int64_t>> documents;
+    for (const std::int64_t length : micro_batches[j]) {
+      if (length < 1) {
+        throw InvalidInput("profile: micro-batch " + std::to_string(j) +
+                           " has a document of length " + std::to_string(length));
+      }
+      std::vector<std::int64_t>& doc = documents.emplace_back();
+      doc.reserve(static_cast<std::size_t>(length));
+      for (std::int64_t t = 0; t < length; ++t) {
+        doc.push_back(static_cast<std::int64_t>(rng.Below(vocab)));
+      }
+    }
+    if (documents.empty()) {
+      throw InvalidInput("profile: micro-batch " + std::to_string(j) + " has no document");
+    }
+    batches.push_back(PackDocuments(documents, config.shape.vocab));
+  }
+
+  auto forward_backward = [&](const PackedBatch& batch) {
+    const at::Tensor logits = model.ForwardStage(batch, at::Tensor());
+    SummedTokenLoss(logits, batch).sum.backward();
+  };
+  const bool collective = tp_group != nullptr && tp_group->size() > 1;
+  for (int pass = 0; pass < options.warmup; ++pass) {
+    for (const PackedBatch& b : batches) forward_backward(b);
+  }
+  const auto n = static_cast<std::int64_t>(batches.size());
+  at::Tensor ms = at::zeros({n, options.repeats}, at::TensorOptions().dtype(at::kDouble));
+  auto ms_of = ms.accessor<double, 2>();
+  for (int pass = 0; pass < options.repeats; ++pass) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      // Every tp rank starts together, so no rank's time includes waiting for a late peer
+      // in the first all-reduce.
+      if (collective) tp_group->Barrier();
+      const auto start = std::chrono::steady_clock::now();
+      forward_backward(batches[static_cast<std::size_t>(j)]);
+      const std::chrono::duration<double, std::milli> took =
+          std::chrono::steady_clock::now() - start;
+      ms_of[j][pass] = took.count();
+    }
+  }
+  // A tp group is as slow as its slowest rank.
+  if (collective) tp_group->AllReduceMax(ms);
+
+  std::vector<TimeSample> samples;
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::vector<double> runs;
+    for (int pass = 0; pass < options.repeats; ++pass) runs.push_back(ms_of[j][pass]);
+    samples.push_back({micro_batches[static_cast<std::size_t>(j)], Median(std::move(runs))});
+  }
+  return samples;
+}
+
+double ActivationBytesPerTokenHiddenLayer(const ModelConfig& config, int tp) {
+  ValidateTensorParallel(config, tp);
+  const ModelSpec& s = config.shape;
+  const double hidden = s.hidden;
+  const double kv_width = static_cast<double>(s.kv_heads) * config.head_dim();
+  const double head_dim = config.head_dim();
+  // Every tp rank: the attention and MLP RMSNorms' input, x * rsqrt(...) and output (3 each),
+  // their two per-token rsqrt values, and the rotary cos and sin tables of q and k.
+  const double replicated = 6 * hidden + 2 + 4 * head_dim;
+  // This rank's shard: q and k before rotary, their rotated halves and after rotary (3 each),
+  // v, the attention output, and the SwiGLU gate, silu(gate), up and their product.
+  const double sharded = (4 * hidden + 4 * kv_width + 4.0 * s.ffn) / tp;
+  return kFp32Bytes * (replicated + sharded) / (hidden / tp);
+}
+
+MemoryModel EngineMemoryModel(const ModelConfig& config, std::span<const int> tps) {
+  const ModelSpec& s = config.shape;
+  const double hidden = s.hidden;
+  const double kv_width = static_cast<double>(s.kv_heads) * config.head_dim();
+  // wq, wo (hidden x hidden), wk, wv (kv_width x hidden), three ffn x hidden, two norms.
+  const double params_per_layer =
+      2 * hidden * hidden + 2 * kv_width * hidden + 3.0 * s.ffn * hidden + 2 * hidden;
+  MemoryModel m;
+  for (const int tp : tps) {
+    m.activation_bytes_by_tp[tp] = ActivationBytesPerTokenHiddenLayer(config, tp);
+  }
+  m.state_bytes_per_h2_layer =
+      (kComputeStateBytes + kOptimizerStateBytes) * params_per_layer / (hidden * hidden);
+  m.optimizer_share = kOptimizerStateBytes / (kComputeStateBytes + kOptimizerStateBytes);
+  m.context_bytes = 0;
+  m.reserved_bytes = 0;
+  return m;
+}
+
+}  // namespace hydraulis

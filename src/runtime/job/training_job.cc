@@ -1,0 +1,250 @@
+#include "hydraulis/runtime/job/training_job.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
+#include "hydraulis/runtime/job/checkpoint.h"
+
+namespace hydraulis {
+namespace {
+
+// "nan", "inf" or the value (std::to_string prints "-nan" for some NaNs).
+std::string NumberText(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return std::to_string(x);
+}
+
+}  // namespace
+
+// Steps planned ahead of the one training: one hides planning behind each step; two
+// absorb a step whose plan happens to take longer.
+constexpr int kPlanAheadDepth = 2;
+
+TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
+                         const MegatronDataset& dataset, DistributedTrainer& trainer,
+                         const TrainingJobOptions& options)
+    : planner_(planner),
+      sampler_(sampler),
+      dataset_(dataset),
+      trainer_(trainer),
+      options_(options),
+      position_(sampler.position()) {
+  if (options_.steps < 1) {
+    throw InvalidInput("training job: steps must be >= 1, got " + std::to_string(options_.steps));
+  }
+  if (options_.keep_checkpoints < 0) {
+    throw InvalidInput("training job: keep_checkpoints must be >= 0, got " +
+                       std::to_string(options_.keep_checkpoints));
+  }
+  if (options_.checkpoint_every < 0) {
+    throw InvalidInput("training job: checkpoint_every must be >= 0, got " +
+                       std::to_string(options_.checkpoint_every));
+  }
+}
+
+std::optional<std::string> TrainingJob::Resume() {
+  if (options_.checkpoint_dir.empty()) {
+    throw InvalidInput("training job: resuming needs a checkpoint directory");
+  }
+  const std::optional<std::string> path = LatestCheckpoint(options_.checkpoint_dir);
+  if (!path) return std::nullopt;
+  const CheckpointMeta meta = LoadCheckpoint(*path, trainer_.optimizer());
+  if (meta.seed != options_.seed) {
+    throw InvalidInput(*path + "/meta.json: seed: the checkpoint was written with seed " +
+                       std::to_string(meta.seed) + ", this run has " +
+                       std::to_string(options_.seed) + " (the data order would differ)");
+  }
+  if (plans_) throw InternalError("TrainingJob::Resume: steps have run already");
+  sampler_.Restore({meta.sampler_epoch, meta.sampler_offset});
+  position_ = sampler_.position();
+  next_step_ = static_cast<int>(meta.step);
+  return path;
+}
+
+void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume) {
+  if (checkpoint_dir.empty()) return;
+  namespace fs = std::filesystem;
+  const std::string flag = "checkpoint directory " + checkpoint_dir + ": ";
+  std::error_code ec;
+  if (fs::exists(checkpoint_dir, ec) && !fs::is_directory(checkpoint_dir, ec)) {
+    throw InvalidInput(flag + "exists and is not a directory");
+  }
+  if (!fs::create_directories(checkpoint_dir, ec) && ec) {
+    throw InvalidInput(flag + "cannot create it: " + ec.message());
+  }
+  if (::access(checkpoint_dir.c_str(), W_OK | X_OK) != 0) {
+    throw InvalidInput(flag + "not writable: " + std::strerror(errno));
+  }
+  if (resume) {
+    // A damaged `latest` or meta.json is refused here, once; the shards are verified by
+    // every rank as it loads them.
+    if (const auto latest = LatestCheckpoint(checkpoint_dir)) {
+      const std::string meta_path = *latest + "/meta.json";
+      ParseCheckpointMeta(ReadFileText(meta_path), meta_path,
+                          fs::path(*latest).filename().string());
+    }
+    return;
+  }
+  bool exists = fs::exists(checkpoint_dir + "/latest");
+  if (!exists) {
+    try {
+      exists = LatestCheckpoint(checkpoint_dir).has_value();
+    } catch (const InvalidInput&) {  // complete checkpoints without `latest`
+      exists = true;
+    }
+  }
+  if (exists) {
+    throw InvalidInput(flag +
+                       "holds checkpoints already; resume to continue that run, or "
+                       "choose an empty directory");
+  }
+}
+
+void TrainingJob::Save(int steps_done) {
+  CheckpointMeta meta;
+  meta.step = steps_done;
+  meta.sampler_epoch = position_.epoch;
+  meta.sampler_offset = position_.offset;
+  meta.seed = options_.seed;
+  SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.world(),
+                 options_.keep_checkpoints);
+}
+
+TrainingStepRecord TrainingJob::RunStep() {
+  if (done()) throw InternalError("TrainingJob::RunStep: the job is done");
+  TrainingStepRecord record;
+  record.step = next_step_;
+  if (!plans_) {
+    plans_ = std::make_unique<PlanAhead>(planner_, sampler_, options_.steps - next_step_,
+                                         kPlanAheadDepth);
+  }
+  const PlanAhead::Step planned = plans_->Next(record.plan_wait_ms);
+  position_ = planned.position_after;
+  const std::vector<std::vector<std::int64_t>> documents = FetchDocuments(planned, record);
+  record.result = Train(planned.plan, documents, record.step);
+  CheckUpdate(record);
+  ++next_step_;
+  if (!options_.checkpoint_dir.empty() &&
+      (done() || (options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0))) {
+    Save(next_step_);
+  }
+  Describe(planned.plan, record);
+  return record;
+}
+
+// The plan's documents read from the dataset and cut to the lengths the sampler and the
+// planner kept, counting what was cut.
+std::vector<std::vector<std::int64_t>> TrainingJob::FetchDocuments(const PlanAhead::Step& planned,
+                                                                   TrainingStepRecord& record) {
+  const Plan& plan = planned.plan;
+  std::vector<std::vector<std::int64_t>> documents;
+  for (std::size_t i = 0; i < plan.lengths.size(); ++i) {
+    std::vector<std::int64_t> doc =
+        dataset_.Document(static_cast<std::size_t>(planned.batch.dataset_indices[i]));
+    if (static_cast<std::int64_t>(doc.size()) > plan.lengths[i]) {
+      ++record.cut_documents;
+      record.cut_tokens += static_cast<std::int64_t>(doc.size()) - plan.lengths[i];
+    }
+    doc.resize(static_cast<std::size_t>(plan.lengths[i]));
+    record.tokens += plan.lengths[i];
+    documents.push_back(std::move(doc));
+  }
+  totals_.cut_documents += static_cast<std::int64_t>(record.cut_documents);
+  totals_.cut_tokens += record.cut_tokens;
+  return documents;
+}
+
+// The step on the trainer; at options.poison_step with NaN parameters for its computation
+// (the master weights are restored before the update), to test the non-finite path.
+DistributedStepResult TrainingJob::Train(const Plan& plan,
+                                         const std::vector<std::vector<std::int64_t>>& documents,
+                                         int step) {
+  if (step != options_.poison_step) return trainer_.Step(plan, documents);
+  at::Tensor full = trainer_.optimizer().full_parameters();
+  const at::Tensor saved = full.clone();
+  full.fill_(std::numeric_limits<float>::quiet_NaN());
+  DistributedStepResult result = trainer_.Step(plan, documents);
+  full.copy_(saved);
+  return result;
+}
+
+// A step the optimizer did not apply (non-finite loss or gradient norm) stops the job, or
+// is counted as skipped with skip_nonfinite_steps.
+void TrainingJob::CheckUpdate(TrainingStepRecord& record) {
+  if (record.result.applied) return;
+  if (!options_.skip_nonfinite_steps) {
+    const bool loss_bad = !std::isfinite(record.result.loss);
+    throw Error("step " + std::to_string(record.step) + ": the " +
+                (loss_bad ? "loss is " + NumberText(record.result.loss)
+                          : "gradient norm is " + NumberText(record.result.grad_norm)) +
+                "; stopped before the update, so the parameters are those after step " +
+                std::to_string(record.step - 1) +
+                " (the skip-nonfinite-steps option skips such steps instead, counting them)");
+  }
+  record.skipped = true;
+  ++totals_.skipped_steps;
+}
+
+// What the step log says of the plan: sizes, the strategy and whether it switched, the
+// prediction and the planning time.
+void TrainingJob::Describe(const Plan& plan, TrainingStepRecord& record) {
+  for (const PipelinePlan& p : plan.pipelines) {
+    record.micro_batches.push_back(static_cast<int>(p.micro_batches.size()));
+  }
+  record.documents = plan.lengths.size();
+  record.truncated = plan.truncated.size();
+  record.strategy =
+      plan.strategy.name.empty() ? StrategyDescription(plan.strategy) : plan.strategy.name;
+  record.strategy_index = plan.strategy_index;
+  record.switched = previous_strategy_ >= 0 && previous_strategy_ != plan.strategy_index;
+  previous_strategy_ = plan.strategy_index;
+  record.predicted_step_ms = plan.estimated_step_ms;
+  record.planning_ms = plan.planning_ms;
+}
+
+std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compute) {
+  nlohmann::json j;
+  j["step"] = r.step;
+  j["loss"] =
+      std::isfinite(r.result.loss) ? nlohmann::json(r.result.loss) : nlohmann::json(nullptr);
+  j["tokens"] = r.tokens;
+  j["targets"] = r.result.targets;
+  j["documents"] = r.documents;
+  j["step_ms"] = r.result.step_ms;
+  j["strategy"] = r.strategy;
+  j["strategy_index"] = r.strategy_index;
+  j["switched"] = r.switched;
+  j["predicted_step_ms"] = r.predicted_step_ms;
+  j["planning_ms"] = r.planning_ms;
+  j["plan_wait_ms"] = r.plan_wait_ms;
+  j["compute_ms"] = r.result.compute_ms;
+  j["wait_ms"] = r.result.wait_ms;
+  j["sync_ms"] = r.result.sync_ms;
+  j["grad_buckets"] = r.result.grad_buckets;
+  j["grad_buckets_overlapped"] = r.result.grad_buckets_overlapped;
+  j["grad_reduce_wait_ms"] = r.result.grad_reduce_wait_ms;
+  j["param_gather_wait_ms"] = r.result.param_gather_wait_ms;
+  j["micro_batches"] = r.micro_batches;
+  j["truncated"] = r.truncated;
+  j["cut_documents"] = r.cut_documents;
+  j["cut_tokens"] = r.cut_tokens;
+  // JSON has no NaN: a non-finite value is logged as null, next to "skipped".
+  j["grad_norm"] = std::isfinite(r.result.grad_norm) ? nlohmann::json(r.result.grad_norm)
+                                                     : nlohmann::json(nullptr);
+  j["skipped"] = r.skipped;
+  j["device"] = ToString(compute.device);
+  j["precision"] = ToString(compute.precision);
+  return j.dump();
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,166 @@
+#include "hydraulis/runtime/model/hf_weights.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
+#include "hydraulis/spec/hf_config.h"
+
+namespace hydraulis {
+
+std::string HfParameterName(const std::string& full_name) {
+  if (full_name == "embed") return "model.embed_tokens.weight";
+  if (full_name == "final_norm") return "model.norm.weight";
+  if (full_name == "head") return "lm_head.weight";
+  static const std::map<std::string, std::string> kLayerFields = {
+      {"attn_norm", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"},
+      {"wk", "self_attn.k_proj.weight"},       {"wv", "self_attn.v_proj.weight"},
+      {"wo", "self_attn.o_proj.weight"},       {"mlp_norm", "post_attention_layernorm.weight"},
+      {"w_gate", "mlp.gate_proj.weight"},      {"w_up", "mlp.up_proj.weight"},
+      {"w_down", "mlp.down_proj.weight"},
+  };
+  const std::size_t dot = full_name.find('.', 7);
+  if (full_name.rfind("layers.", 0) == 0 && dot != std::string::npos) {
+    const auto it = kLayerFields.find(full_name.substr(dot + 1));
+    if (it != kLayerFields.end()) {
+      return "model." + full_name.substr(0, dot) + "." + it->second;
+    }
+  }
+  throw InternalError("HfParameterName: not a parameter of the model: " + full_name);
+}
+
+InitialWeights HfInitialWeights(const HfCheckpoint& checkpoint) {
+  return [&checkpoint](const FullParameter& p) {
+    const HfCheckpoint::Located at = checkpoint.Find(HfParameterName(p.name));
+    const std::span<const std::byte> bytes = at.file->Bytes(*at.tensor);
+    at::ScalarType type = at::kFloat;
+    switch (at.tensor->dtype) {
+      case SafetensorsDType::kF32:
+        break;
+      case SafetensorsDType::kBF16:
+        type = at::kBFloat16;
+        break;
+      case SafetensorsDType::kF16:
+        type = at::kHalf;
+        break;
+      default:  // HfCheckpoint admits only the three
+        throw InternalError("HfInitialWeights: unexpected dtype");
+    }
+    // The mapping is read-only and may be unaligned for the dtype: copy the bytes first.
+    at::Tensor raw = at::empty({static_cast<std::int64_t>(bytes.size())}, at::kByte);
+    std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
+    // Each tensor is read once: its mapped pages need not stay resident beside the model.
+    at.file->Release(*at.tensor);
+    return raw.view(type).reshape(at::IntArrayRef(at.tensor->shape)).to(at::kFloat);
+  };
+}
+
+void WriteHfCheckpoint(const std::string& dir, const ModelConfig& config,
+                       const std::vector<NamedParameter>& full, SafetensorsDType dtype,
+                       std::uint64_t max_shard_bytes) {
+  if (dtype != SafetensorsDType::kF32 && dtype != SafetensorsDType::kBF16) {
+    throw InvalidInput("Hugging Face export: dtype must be F32 or BF16, got " +
+                       std::string(SafetensorsDTypeName(dtype)));
+  }
+  if (max_shard_bytes == 0) throw InvalidInput("Hugging Face export: the shard size limit is 0");
+  const std::vector<FullParameter> expected = FullParameters(config);
+  if (full.size() != expected.size()) {
+    throw InvalidInput("Hugging Face export: " + std::to_string(full.size()) +
+                       " parameters, the model has " + std::to_string(expected.size()));
+  }
+  const std::uint64_t item = dtype == SafetensorsDType::kF32 ? 4 : 2;
+  // Shards: [first, end) ranges of `full`, greedily by size in the file's dtype.
+  std::vector<std::pair<std::size_t, std::size_t>> shards;
+  std::uint64_t shard_bytes = 0, total_bytes = 0;
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    if (full[i].name != expected[i].name || full[i].value.sizes().vec() != expected[i].shape) {
+      throw InvalidInput("Hugging Face export: parameter " + std::to_string(i) + " is " +
+                         full[i].name + ", the model's is " + expected[i].name);
+    }
+    const std::uint64_t bytes = static_cast<std::uint64_t>(full[i].value.numel()) * item;
+    if (shards.empty() || (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes)) {
+      shards.emplace_back(i, i);
+      shard_bytes = 0;
+    }
+    shards.back().second = i + 1;
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  const at::ScalarType type = dtype == SafetensorsDType::kF32 ? at::kFloat : at::kBFloat16;
+  auto shard_name = [&](std::size_t k) {
+    if (shards.size() == 1) return std::string("model.safetensors");
+    std::array<char, 64> name{};
+    std::snprintf(name.data(), name.size(), "model-%05zu-of-%05zu.safetensors", k + 1,
+                  shards.size());
+    return std::string(name.data());
+  };
+  // Every file is written into a sibling temporary directory first, then moved into `dir`
+  // (the weights, the index, then config.json): a failure leaves `dir` as it was, and a
+  // reader that finds the new config.json finds the new weights.
+  namespace fs = std::filesystem;
+  const std::string tmp = dir + ".tmp-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) throw IoError(tmp + ": cannot create: " + ec.message());
+  try {
+    std::vector<std::string> files;
+    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+    for (std::size_t k = 0; k < shards.size(); ++k) {
+      std::vector<at::Tensor> converted;  // this shard's tensors in the file's dtype
+      std::vector<SafetensorsEntry> entries;
+      for (std::size_t i = shards[k].first; i < shards[k].second; ++i) {
+        converted.push_back(full[i].value.detach().to(at::kCPU).to(type).contiguous());
+        const at::Tensor& t = converted.back();
+        entries.push_back({HfParameterName(full[i].name), dtype, expected[i].shape,
+                           std::span(static_cast<const std::byte*>(t.data_ptr()),
+                                     static_cast<std::size_t>(t.nbytes()))});
+        weight_map[entries.back().name] = shard_name(k);
+      }
+      WriteSafetensors(tmp + "/" + shard_name(k), entries, {{"format", "pt"}});
+      files.push_back(shard_name(k));
+    }
+    if (shards.size() > 1) {
+      const nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
+                                            {"weight_map", weight_map}};
+      WriteFileAtomically(tmp + "/model.safetensors.index.json", index.dump(2) + "\n");
+      files.push_back("model.safetensors.index.json");
+    }
+    WriteFileAtomically(
+        tmp + "/config.json",
+        HfConfigJson(config, dtype == SafetensorsDType::kF32 ? "float32" : "bfloat16"));
+    fs::create_directories(dir, ec);
+    if (ec) throw IoError(dir + ": cannot create: " + ec.message());
+    for (const std::string& name : files) {
+      fs::rename(tmp + "/" + name, dir + "/" + name, ec);
+      if (ec) throw IoError(dir + "/" + name + ": cannot move into place: " + ec.message());
+    }
+    // Weight files of an earlier export that this one does not have would be read instead
+    // of, or beside, the new ones (transformers prefers model.safetensors to an index).
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      const bool weights = name == "model.safetensors" || name == "model.safetensors.index.json" ||
+                           (name.starts_with("model-") && name.ends_with(".safetensors"));
+      if (weights && std::find(files.begin(), files.end(), name) == files.end()) {
+        fs::remove(entry.path(), ec);
+        if (ec) throw IoError(entry.path().string() + ": cannot remove: " + ec.message());
+      }
+    }
+    fs::rename(tmp + "/config.json", dir + "/config.json", ec);
+    if (ec) throw IoError(dir + "/config.json: cannot move into place: " + ec.message());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  fs::remove_all(tmp, ec);
+}
+
+}  // namespace hydraulis

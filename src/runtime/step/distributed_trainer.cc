@@ -1,0 +1,323 @@
+#include "hydraulis/runtime/step/distributed_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/gradients.h"
+#include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/step/pipeline_stage.h"
+#include "hydraulis/spec/placement.h"
+
+namespace hydraulis {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+class Fnv1a {
+ public:
+  void Add(std::int64_t value) {
+    for (int i = 0; i < 8; ++i) {
+      hash_ ^= static_cast<std::uint64_t>(value >> (8 * i)) & 0xffu;
+      hash_ *= 1099511628211ull;
+    }
+  }
+  std::uint64_t value() const { return hash_; }
+
+ private:
+  std::uint64_t hash_ = 14695981039346656037ull;
+};
+
+std::string GroupName(const std::vector<int>& members) {
+  std::string name = "g";
+  for (int m : members) name.append("-").append(std::to_string(m));
+  return name;
+}
+
+}  // namespace
+
+Plan PlanOf(int strategy_index, std::vector<MicroBatches> micro_batches) {
+  Plan plan;
+  plan.strategy_index = strategy_index;
+  for (MicroBatches& mbs : micro_batches) {
+    plan.pipelines.emplace_back();
+    plan.pipelines.back().micro_batches = std::move(mbs);
+  }
+  return plan;
+}
+
+std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents) {
+  Fnv1a h;
+  h.Add(plan.strategy_index);
+  h.Add(static_cast<std::int64_t>(plan.pipelines.size()));
+  for (const PipelinePlan& pipeline : plan.pipelines) {
+    h.Add(static_cast<std::int64_t>(pipeline.micro_batches.size()));
+    for (const auto& mb : pipeline.micro_batches) {
+      h.Add(static_cast<std::int64_t>(mb.size()));
+      for (int d : mb) h.Add(d);
+    }
+  }
+  h.Add(static_cast<std::int64_t>(documents.size()));
+  for (const auto& doc : documents) {
+    h.Add(static_cast<std::int64_t>(doc.size()));
+    for (std::int64_t t : doc) h.Add(t);
+  }
+  return h.value();
+}
+
+struct DistributedTrainer::Compute {
+  ComputeRole role;  // pipeline -1: idle in this candidate
+  std::unique_ptr<Transformer> model;
+  StageLinks links;
+};
+
+DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t seed,
+                                       const AdamWOptions& options, Rendezvous& rendezvous,
+                                       const std::vector<Strategy>& candidates,
+                                       const ComputeOptions& compute_options,
+                                       const InitialWeights& initial, std::int64_t bucket_elements)
+    : config_(config),
+      seed_(seed),
+      compute_(compute_options),
+      rendezvous_(rendezvous),
+      candidates_(candidates) {
+  CheckComputeAvailable(compute_);
+  const DistributedOptions& o = rendezvous_.options();
+  if (candidates_.empty()) throw InvalidInput("distributed training: no candidate strategy");
+  for (std::size_t c = 0; c < candidates_.size(); ++c) {
+    const Strategy& s = candidates_[c];
+    const std::string where = "candidate " + std::to_string(c) + " (" +
+                              (s.name.empty() ? StrategyDescription(s) : s.name) + ")";
+    if (s.pipelines.empty()) throw InvalidInput(where + ": has no pipeline");
+    if (s.Gpus() > o.world_size) {
+      throw InvalidInput(where + ": needs " + std::to_string(s.Gpus()) + " ranks, the job has " +
+                         std::to_string(o.world_size));
+    }
+    for (const Scheme& scheme : s.pipelines) {
+      if (scheme.cp != 1) {
+        throw InvalidInput(where + ": context parallelism (cp = " + std::to_string(scheme.cp) +
+                           ") is not supported by the runtime");
+      }
+      try {
+        ValidateTensorParallel(config_, scheme.tp);
+        (void)ModelPart::Stage(config_, 0, scheme.pp);
+      } catch (const InvalidInput& e) {
+        throw InvalidInput(where + ": " + SchemeName(scheme) + ": " + e.what());
+      }
+    }
+  }
+  world_ = MakeCommGroup(rendezvous_, "world");
+  // The step's control messages (the plan-hash check, the loss sums) are a few host values:
+  // over Gloo they never wait behind the world's GPU collectives (under NCCL, the previous
+  // step's parameter all-gathers, which the step is meant to overlap).
+  control_ = MakeCommGroup(rendezvous_, "control", {}, CommBackend::kGloo);
+  // Every rank walks the candidates in the same order and creates the groups it belongs to:
+  // one global creation order, so group creation cannot deadlock (comm_group.h).
+  // The master weights come straight from the source, one tensor at a time; the compute
+  // models are left uninitialised, as every step materialises them from the master weights:
+  // so no process ever holds a second full copy of the weights (issue 11).
+  optimizer_ =
+      std::make_unique<ShardedAdamW>(config_, initial ? initial : SeededWeights(config_, seed_),
+                                     *world_, options, TorchDevice(compute_), bucket_elements);
+  for (const Strategy& s : candidates_) {
+    auto compute = std::make_unique<Compute>();
+    const std::vector<ComputeRole> roles = ComputePlacement(s, o.world_size);
+    compute->role = roles[static_cast<std::size_t>(o.rank)];
+    for (std::size_t p = 0; p < s.pipelines.size(); ++p) {
+      if (compute->role.pipeline != static_cast<int>(p)) continue;
+      const Scheme& scheme = s.pipelines[p];
+      const ParameterBlock& block = compute->role.block;
+      const int pipeline = static_cast<int>(p);
+      CommGroup* pipeline_group = scheme.pp > 1 ? Group(PipelineGpus(s, pipeline)) : nullptr;
+      CommGroup* tp_group =
+          scheme.tp > 1 ? Group(TensorParallelGpus(s, pipeline, block.stage)) : nullptr;
+      compute->model = std::make_unique<Transformer>(
+          config_, seed_, tp_group, ModelPart::Stage(config_, block.stage, scheme.pp), compute_,
+          UninitializedWeights());
+      compute->links.pipeline = pipeline_group;
+      compute->links.stage = block.stage;
+      compute->links.pp = scheme.pp;
+      if (block.stage > 0) {
+        compute->links.prev = PipelineGroupRank(scheme, block.stage - 1, block.tp_rank);
+      }
+      if (block.stage + 1 < scheme.pp) {
+        compute->links.next = PipelineGroupRank(scheme, block.stage + 1, block.tp_rank);
+      }
+    }
+    computes_.push_back(std::move(compute));
+  }
+}
+
+DistributedTrainer::~DistributedTrainer() = default;
+
+CommGroup& DistributedTrainer::world() { return *world_; }
+
+CommGroup* DistributedTrainer::Group(const std::vector<int>& members) {
+  auto it = groups_.find(members);
+  if (it != groups_.end()) return it->second.get();
+  auto group = MakeCommGroup(rendezvous_, GroupName(members), members);
+  CommGroup* raw = group.get();
+  groups_.emplace(members, std::move(group));
+  return raw;
+}
+
+DistributedTrainer::Compute& DistributedTrainer::ComputeFor(int strategy) {
+  return *computes_[static_cast<std::size_t>(strategy)];
+}
+
+// Phase 1: the plan fits the candidates and covers the batch; returns the batch's target
+// count.
+std::int64_t DistributedTrainer::CheckStep(
+    const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents) const {
+  if (plan.strategy_index < 0 || plan.strategy_index >= static_cast<int>(candidates_.size())) {
+    throw InvalidInput("step plan: strategy " + std::to_string(plan.strategy_index) +
+                       " is not a candidate index (0.." + std::to_string(candidates_.size() - 1) +
+                       ")");
+  }
+  const Strategy& strategy = candidates_[static_cast<std::size_t>(plan.strategy_index)];
+  if (plan.pipelines.size() != strategy.pipelines.size()) {
+    throw InvalidInput("step plan: " + std::to_string(plan.pipelines.size()) +
+                       " pipelines for a strategy of " + std::to_string(strategy.pipelines.size()));
+  }
+  std::vector<int> seen(documents.size(), 0);
+  for (const PipelinePlan& pipeline : plan.pipelines) {
+    for (const auto& mb : pipeline.micro_batches) {
+      for (int d : mb) {
+        if (d < 0 || d >= static_cast<int>(documents.size()) ||
+            seen[static_cast<std::size_t>(d)]++) {
+          throw InvalidInput("step plan: document " + std::to_string(d) +
+                             (d < 0 || d >= static_cast<int>(documents.size()) ? " is out of range"
+                                                                               : " appears twice"));
+        }
+      }
+    }
+  }
+  std::int64_t global_targets = 0;
+  for (std::size_t d = 0; d < documents.size(); ++d) {
+    if (seen[d] == 0) {
+      throw InvalidInput("step plan: document " + std::to_string(d) + " is not assigned");
+    }
+    if (documents[d].empty()) {
+      throw InvalidInput("step batch: document " + std::to_string(d) + " is empty");
+    }
+    global_targets += static_cast<std::int64_t>(documents[d].size()) - 1;
+  }
+  if (global_targets <= 0) {
+    throw InvalidInput("training step: the global batch has no target token");
+  }
+  return global_targets;
+}
+
+// Phase 2: one collective of every rank's hash, so a mismatch names who differs.
+void DistributedTrainer::AgreeOnStep(const Plan& plan,
+                                     const std::vector<std::vector<std::int64_t>>& documents) {
+  const std::uint64_t hash = StepHash(plan, documents);
+  at::Tensor hashes = at::empty({control_->size()}, at::kLong);
+  control_->AllGather(at::tensor({static_cast<std::int64_t>(hash)}, at::kLong), hashes);
+  for (int r = 0; r < control_->size(); ++r) {
+    const auto other = static_cast<std::uint64_t>(hashes[r].item<std::int64_t>());
+    if (other != hash) {
+      throw Error("the ranks hold different step plans: rank " +
+                  std::to_string(rendezvous_.options().rank) + " has hash " + std::to_string(hash) +
+                  ", rank " + std::to_string(r) + " has " + std::to_string(other) +
+                  " (same data, seed, candidates and planner options on every rank?)");
+    }
+  }
+}
+
+// Phase 3: this rank's pipeline stage runs its micro-batches (an idle rank only joins the
+// optimizer's step), its gradients flowing into the optimizer's buffers during backward.
+StageResult DistributedTrainer::ComputeStep(
+    Compute& compute, const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents,
+    std::int64_t global_targets) {
+  if (compute.model == nullptr) {
+    optimizer_->BeginStep(nullptr, 0);
+    return {};
+  }
+  Transformer& model = *compute.model;
+  // Parameters are copied from the optimizer as forward first reads them, so the last
+  // step's all-gathers overlap this step's first forward pass.
+  optimizer_->BeginMaterialise(model);
+  ZeroGradients(model);
+  const MicroBatches& mine =
+      plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)].micro_batches;
+  // Gradients flow into the optimizer's buffer during backward, and each shard's
+  // reduction starts as soon as it is final.
+  optimizer_->BeginStep(&model, static_cast<int>(mine.size()));
+  std::vector<PackedBatch> micro_batches;
+  for (const auto& mb : mine) {
+    std::vector<std::vector<std::int64_t>> docs;
+    for (int d : mb) docs.push_back(documents[static_cast<std::size_t>(d)]);
+    micro_batches.push_back(PackDocuments(docs, config_.shape.vocab, TorchDevice(compute_)));
+  }
+  StageResult stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
+  optimizer_->FinishMaterialise(model);
+  return stage;
+}
+
+// Phase 4: the loss and token sums over the pipelines, then the optimizer's reduction and
+// update (skipped on every rank alike when the loss or gradient norm is not finite).
+void DistributedTrainer::ReduceAndUpdate(Compute& compute, const StageResult& stage,
+                                         std::int64_t global_targets, std::int64_t batch_tokens,
+                                         DistributedStepResult& result) {
+  // Loss from the last stages and tokens from the first stages, each counted on tp rank 0
+  // only, so every pipeline contributes once. Summed before the update, so a non-finite
+  // loss stops it on every rank alike.
+  const bool tp0 = compute.model != nullptr && compute.model->tp_rank() == 0;
+  const bool first = tp0 && compute.links.stage == 0;
+  const bool last = tp0 && compute.links.stage == compute.links.pp - 1;
+  at::Tensor sums = at::tensor({last ? stage.loss_sum : 0.0, last ? double(stage.targets) : 0.0,
+                                first ? double(stage.tokens) : 0.0},
+                               at::kDouble);
+  control_->AllReduceSum(sums);
+  result.targets = static_cast<std::int64_t>(sums[1].item<double>());
+  if (result.targets != global_targets) {
+    throw InternalError("step: the pipelines' last stages covered " +
+                        std::to_string(result.targets) + " targets, the batch has " +
+                        std::to_string(global_targets));
+  }
+  result.loss = sums[0].item<double>() / static_cast<double>(global_targets);
+  const ShardedAdamW::StepOutcome outcome =
+      optimizer_->Step(compute.model.get(), std::isfinite(result.loss));
+  result.grad_norm = outcome.grad_norm;
+  result.applied = outcome.applied;
+  result.grad_buckets = optimizer_->overlap_stats().buckets;
+  result.grad_buckets_overlapped = optimizer_->overlap_stats().buckets_started_in_backward;
+  result.grad_reduce_wait_ms = optimizer_->overlap_stats().reduce_wait_ms;
+  result.param_gather_wait_ms = optimizer_->overlap_stats().param_gather_wait_ms;
+  result.tokens_run = static_cast<std::int64_t>(sums[2].item<double>());
+  if (result.tokens_run != batch_tokens) {
+    throw InternalError("step: the pipelines' first stages ran " +
+                        std::to_string(result.tokens_run) + " tokens, the batch has " +
+                        std::to_string(batch_tokens));
+  }
+}
+
+DistributedStepResult DistributedTrainer::Step(
+    const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents) {
+  const auto start = Clock::now();
+  const std::int64_t global_targets = CheckStep(plan, documents);
+  AgreeOnStep(plan, documents);
+
+  DistributedStepResult result;
+  Compute& compute = ComputeFor(plan.strategy_index);
+  result.pipeline = compute.role.pipeline;
+  const auto compute_start = Clock::now();
+  const StageResult stage = ComputeStep(compute, plan, documents, global_targets);
+  result.pipeline_tokens = stage.tokens;
+  result.wait_ms = stage.wait_ms;
+  result.compute_ms = MsSince(compute_start);
+
+  const auto sync_start = Clock::now();
+  std::int64_t batch_tokens = 0;
+  for (const auto& doc : documents) batch_tokens += static_cast<std::int64_t>(doc.size());
+  ReduceAndUpdate(compute, stage, global_targets, batch_tokens, result);
+  result.sync_ms = MsSince(sync_start);
+  result.step_ms = MsSince(start);
+  return result;
+}

@@ -1,0 +1,466 @@
+// The in-process communicator (FakeCommWorld) and, through it, tensor parallelism and the
+// ZeRO-1 optimizer driven from threads instead of processes, against single-process
+// training; and bf16 mixed precision against fp32 on the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/step/pipeline_stage.h"
+#include "hydraulis/runtime/step/sharded_optimizer.h"
+#include "runtime/testing/reference_trainer.h"
+#include "hydraulis/spec/model_config.h"
+#include "runtime/testing/rank_harness.h"
+#include "runtime/testing/test_documents.h"
+
+namespace hydraulis {
+namespace {
+
+using test_support::Documents;
+using test_support::OnThreads;
+using test_support::RandomDocuments;
+
+ModelConfig Tiny() {
+  return LoadModelConfig(std::string(HYDRAULIS_SOURCE_DIR) + "/configs/models/tiny.json");
+}
+
+double RelativeError(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = b.abs().max().item<double>();
+  return (a - b).abs().max().item<double>() / (scale > 0.0 ? scale : 1.0);
+}
+
+TEST(FakeCommTest, CollectivesCombineEveryRankInOrder) {
+  FakeCommWorld world(3);
+  std::vector<at::Tensor> sums(3), maxes(3), shards(3), gathered(3), received(3);
+  OnThreads(3, [&](int r) {
+    auto g = world.Group(r, "all");
+    EXPECT_EQ(g->rank(), r);
+    EXPECT_EQ(g->size(), 3);
+    at::Tensor t = at::full({2}, static_cast<double>(r + 1));
+    g->AllReduceSum(t);
+    sums[r] = t;
+    at::Tensor m = at::tensor({static_cast<double>(r), static_cast<double>(-r)});
+    g->AllReduceMax(m);
+    maxes[r] = m;
+    at::Tensor full = at::arange(6, at::kDouble) * (r + 1);
+    at::Tensor shard = at::empty({2}, at::kDouble);
+    g->ReduceScatterSum(full, shard);
+    shards[r] = shard;
+    at::Tensor all = at::empty({6}, at::kDouble);
+    g->AllGather(at::full({2}, static_cast<double>(r), at::kDouble), all);
+    gathered[r] = all;
+    // A ring of point-to-point messages, two per pair, matched in order by tag.
+    g->Send(at::full({1}, 10.0 * r), (r + 1) % 3, 7);
+    g->Send(at::full({1}, 10.0 * r + 1), (r + 1) % 3, 7);
+    at::Tensor a = at::empty({1}), b = at::empty({1});
+    g->Recv(a, (r + 2) % 3, 7);
+    g->Recv(b, (r + 2) % 3, 7);
+    received[r] = at::cat({a, b});
+    g->Barrier();
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(at::equal(sums[r], at::full({2}, 6.0)));
+    EXPECT_TRUE(at::equal(maxes[r], at::tensor({2.0, 0.0})));
+    // Chunk r of (0..5) * (1 + 2 + 3).
+    EXPECT_TRUE(at::equal(shards[r], at::arange(2 * r, 2 * r + 2, at::kDouble) * 6));
+    EXPECT_TRUE(at::equal(gathered[r], at::tensor({0.0, 0.0, 1.0, 1.0, 2.0, 2.0}, at::kDouble)));
+    const double from = 10.0 * ((r + 2) % 3);
+    EXPECT_TRUE(at::equal(received[r], at::tensor({from, from + 1.0}).to(at::kFloat)));
+  }
+}
+
+TEST(FakeCommTest, AMissingPeerIsAnErrorAfterTheTimeout) {
+  FakeCommWorld world(2, std::chrono::milliseconds(50));
+  auto g = world.Group(0, "pair");
+  // A peer that never comes is an I/O failure, not a bug (the CLI exits 1 with the reason).
+  EXPECT_THROW(g->AllReduceSum(at::ones({1})), IoError);
+  EXPECT_THROW(g->Recv(at::empty({1}), 1, 0), IoError);
+  EXPECT_THROW(world.Group(2, "pair"), InvalidInput);
+  EXPECT_THROW(world.Group(0, "odd", {1}), InvalidInput);
+}
+
+const std::vector<int> kLengths = {9, 1, 30, 4, 17, 2, 11, 6};
+
+// The fake communicator matches point-to-point operations as NCCL does, in each pair's
+// issue order: two sides that disagree are an error at once, not a silent Gloo-style match.
+TEST(FakeCommTest, PointToPointFollowsIssueOrderAsUnderNccl) {
+  {
+    // Both sides send first: under NCCL each send waits behind nothing but its peer's
+    // receive, which comes after the peer's own send.
+    FakeCommWorld world(2, std::chrono::milliseconds(2000));
+    std::vector<std::string> errors(2);
+    OnThreads(2, [&](int r) {
+      auto g = world.Group(r, "pair");
+      try {
+        g->Send(at::full({4}, 1.0), 1 - r, r);
+        at::Tensor in = at::empty({4});
+        g->Recv(in, 1 - r, 1 - r);
+      } catch (const InternalError& e) {
+        errors[r] = e.what();
+      }
+    });
+    EXPECT_NE(errors[0].find("both would wait for ever"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[1].find("both would wait for ever"), std::string::npos) << errors[1];
+  }
+  {
+    // Both sides issuing one sequence (send, send, receive; receive, receive, send) is
+    // fine, the second receive posted before the send it precedes and waited for after.
+    FakeCommWorld world(2);
+    std::vector<at::Tensor> got(2);
+    OnThreads(2, [&](int r) {
+      auto g = world.Group(r, "pair");
+      if (r == 0) {
+        g->Send(at::full({2}, 1.0), 1, 0);
+        g->Send(at::full({2}, 2.0), 1, 2);
+        at::Tensor back = at::empty({3});
+        g->Recv(back, 1, 1);
+        got[0] = back;
+      } else {
+        at::Tensor a = at::empty({2}), b = at::empty({2});
+        g->Recv(a, 0, 0);
+        auto second = g->RecvAsync(b, 0, 2);
+        g->Send(at::full({3}, 5.0), 0, 1);
+        second->Wait();
+        got[1] = at::cat({a, b});
+      }
+      g->WaitSends();
+    });
+    EXPECT_TRUE(at::equal(got[0], at::full({3}, 5.0)));
+    EXPECT_TRUE(at::equal(got[1], at::tensor({1.0f, 1.0f, 2.0f, 2.0f})));
+  }
+  {
+    // Sizes or tags that differ at the heads are a wrong match.
+    FakeCommWorld world(2, std::chrono::milliseconds(2000));
+    std::vector<std::string> errors(2);
+    OnThreads(2, [&](int r) {
+      auto g = world.Group(r, "pair");
+      try {
+        if (r == 0) {
+          g->Send(at::full({4}, 1.0), 1, 0);
+          g->WaitSends();
+        } else {
+          g->Recv(at::empty({5}), 0, 0);
+        }
+      } catch (const InternalError& e) {
+        errors[r] = e.what();
+      }
+    });
+    EXPECT_NE(errors[1].find("do not match"), std::string::npos) << errors[1];
+  }
+}
+
+// Pipeline stages on fake ranks (so every boundary's sends and receives are checked for
+// NCCL's in-order matching, receives posted ahead included) against one process: for
+// pp = 2..4 and any number of micro-batches, fewer than the stages included.
+TEST(FakeCommTest, PipelineStagesMatchOneProcessUnderInOrderMatching) {
+  ModelConfig c = Tiny();
+  c.shape.layers = 4;
+  const Documents docs = RandomDocuments(kLengths, 5, static_cast<int>(c.shape.vocab));
+  for (int pp = 2; pp <= 4; ++pp) {
+    for (int v : {1, 2, 3, 5, 8}) {
+      std::vector<PackedBatch> mbs;
+      for (int j = 0; j < v; ++j) {
+        mbs.push_back(PackDocuments({docs[static_cast<std::size_t>(j)]}, c.shape.vocab));
+      }
+      std::int64_t targets = 0;
+      for (const auto& mb : mbs) targets += mb.num_targets();
+      Transformer reference(c, 11);
+      const double reference_loss = ForwardBackward(reference, mbs, targets);  // summed
+      FakeCommWorld world(pp);
+      std::vector<double> loss(static_cast<std::size_t>(pp), 0.0);
+      std::vector<double> worst(static_cast<std::size_t>(pp), 0.0);
+      OnThreads(pp, [&](int r) {
+        auto group = world.Group(r, "pipeline");
+        const Transformer stage(c, 11, nullptr, ModelPart::Stage(c, r, pp));
+        ZeroGradients(stage);
+        StageLinks links{group.get(), r, pp, r > 0 ? r - 1 : -1, r + 1 < pp ? r + 1 : -1};
+        const StageResult result = RunPipelineStage(stage, mbs, links, targets);
+        loss[static_cast<std::size_t>(r)] = result.loss_sum;
+        for (const NamedParameter& p : stage.named_parameters()) {
+          for (const NamedParameter& q : reference.named_parameters()) {
+            if (q.full_name != p.full_name) continue;
+            worst[static_cast<std::size_t>(r)] = std::max(
+                worst[static_cast<std::size_t>(r)], RelativeError(p.value.grad(), q.value.grad()));
+          }
+        }
+      });
+      EXPECT_NEAR(loss.back(), reference_loss, 1e-5 * reference_loss) << pp << " " << v;
+      for (int r = 0; r < pp; ++r) {
+        EXPECT_LT(worst[static_cast<std::size_t>(r)], 1e-5)
+            << "pp " << pp << " v " << v << " stage " << r;
+      }
+    }
+  }
+}
+
+// Gradients of a tensor-parallel model on 2 fake ranks equal the matching slices of the
+// single-process model's gradients.
+TEST(FakeCommTest, TensorParallelGradientsMatchOneProcess) {
+  const ModelConfig c = Tiny();
+  const Documents docs = RandomDocuments(kLengths, 3, static_cast<int>(c.shape.vocab));
+  const std::vector<PackedBatch> mbs = {PackDocuments({docs[0], docs[1], docs[2]}, c.shape.vocab),
+                                        PackDocuments({docs[3], docs[4]}, c.shape.vocab)};
+  std::int64_t targets = 0;
+  for (const auto& mb : mbs) targets += mb.num_targets();
+  Transformer reference(c, 11);
+  const double reference_loss = ForwardBackward(reference, mbs, targets);
+
+  FakeCommWorld world(2);
+  std::vector<double> losses(2);
+  std::vector<double> worst(2, 0.0);
+  OnThreads(2, [&](int r) {
+    auto tp = world.Group(r, "tp");
+    Transformer model(c, 11, tp.get());
+    ZeroGradients(model);
+    losses[r] = ForwardBackward(model, mbs, targets);
+    for (std::size_t i = 0; i < model.named_parameters().size(); ++i) {
+      const NamedParameter& p = model.named_parameters()[i];
+      at::Tensor full = reference.named_parameters()[i].value.grad();
+      if (p.split != TensorSplit::kReplicated) {
+        const std::int64_t dim = p.split == TensorSplit::kRows ? 0 : 1;
+        const std::int64_t part = full.size(dim) / 2;
+        full = full.slice(dim, part * r, part * (r + 1));
+      }
+      worst[r] = std::max(worst[r], RelativeError(p.value.grad(), full));
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(losses[r], reference_loss, 1e-5 * reference_loss);
+    EXPECT_LT(worst[r], 1e-5) << "rank " << r;
+  }
+}
+
+// Three steps of the sharded optimizer over 2 fake data-parallel ranks (reduce-scatter of
+// the gradients, all-gather of the parameters) equal single-process AdamW.
+TEST(FakeCommTest, ShardedOptimizerOverTwoRanksMatchesOneProcess) {
+  const ModelConfig c = Tiny();
+  AdamWOptions adam;
+  adam.lr = 1e-3;
+  adam.weight_decay = 0.1;
+  std::vector<Documents> batches;
+  for (int s = 0; s < 3; ++s) {
+    batches.push_back(RandomDocuments(kLengths, 20 + s, static_cast<int>(c.shape.vocab)));
+  }
+  Transformer reference(c, 11);
+  ReferenceTrainer trainer(reference, adam);
+  for (const Documents& docs : batches) {
+    trainer.Step({PackDocuments(docs, c.shape.vocab)});
+  }
+  std::vector<at::Tensor> expected;
+  for (const auto& p : reference.named_parameters()) expected.push_back(p.value.detach());
+
+  // One bucket (the tiny model is far below the default), and buckets of 999 elements
+  // (rounded to 1000: dozens of reduce-scatters and all-gathers per step).
+  for (std::int64_t bucket : {kDefaultBucketElements, std::int64_t{999}}) {
+    SCOPED_TRACE("buckets of " + std::to_string(bucket));
+    FakeCommWorld world(2);
+    std::vector<at::Tensor> results(2);
+    OnThreads(2, [&](int r) {
+      auto everyone = world.Group(r, "world");
+      ShardedAdamW optimizer(Transformer(c, 11), *everyone, adam, at::Device(at::kCPU), bucket);
+      if (bucket != kDefaultBucketElements) {
+        EXPECT_GT(optimizer.shard_layout().buckets.size(), 20u);
+      }
+      Transformer model(c, 11);
+      for (const Documents& docs : batches) {
+        std::int64_t targets = 0;
+        for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+        // Rank 0 runs the first half of the documents, rank 1 the rest.
+        const std::size_t half = docs.size() / 2;
+        const Documents mine(
+            docs.begin() + (r == 0 ? 0 : static_cast<std::ptrdiff_t>(half)),
+            r == 0 ? docs.begin() + static_cast<std::ptrdiff_t>(half) : docs.end());
+        optimizer.Materialise(model);
+        ZeroGradients(model);
+        ForwardBackward(model, {PackDocuments(mine, c.shape.vocab)}, targets);
+        optimizer.Step(&model);
+      }
+      results[r] = optimizer.full_parameters().clone();
+    });
+    EXPECT_TRUE(at::equal(results[0], results[1]));
+    const FlatLayout layout = MakeFlatLayout(c);
+    double worst = 0.0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const NamedParameter& p = reference.named_parameters()[i];
+      worst = std::max(worst, RelativeError(RegionOf(results[0], layout, p, 1, 0), expected[i]));
+    }
+    EXPECT_LT(worst, 1e-5);
+  }
+}
+
+// A NaN gradient on one rank: every rank sees the same non-finite norm and skips the
+// update, leaving master weights, moments and the step count as they were; a finite step
+// then applies and reports the norm both ranks agree on.
+TEST(FakeCommTest, NonFiniteGradientSkipsTheUpdateOnEveryRank) {
+  const ModelConfig c = Tiny();
+  const Documents docs = RandomDocuments(kLengths, 4, static_cast<int>(c.shape.vocab));
+  std::int64_t targets = 0;
+  for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+  FakeCommWorld world(2);
+  std::vector<ShardedAdamW::StepOutcome> poisoned(2), clean(2);
+  std::vector<bool> unchanged(2, false);
+  OnThreads(2, [&](int r) {
+    auto everyone = world.Group(r, "world");
+    ShardedAdamW optimizer(Transformer(c, 11), *everyone, AdamWOptions{});
+    Transformer model(c, 11);
+    const at::Tensor before = optimizer.full_parameters().clone();
+    optimizer.Materialise(model);
+    ZeroGradients(model);
+    ForwardBackward(model, {PackDocuments(docs, c.shape.vocab)}, targets);
+    if (r == 1) {
+      at::NoGradGuard no_grad;
+      GradientOf(model.named_parameters().front()).view({-1})[0] = std::nan("");
+    }
+    poisoned[static_cast<std::size_t>(r)] = optimizer.Step(&model);
+    unchanged[static_cast<std::size_t>(r)] =
+        at::equal(before, optimizer.full_parameters()) && optimizer.steps() == 0;
+    optimizer.Materialise(model);
+    ZeroGradients(model);
+    ForwardBackward(model, {PackDocuments(docs, c.shape.vocab)}, targets);
+    clean[static_cast<std::size_t>(r)] = optimizer.Step(&model);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(poisoned[static_cast<std::size_t>(r)].applied) << "rank " << r;
+    EXPECT_FALSE(std::isfinite(poisoned[static_cast<std::size_t>(r)].grad_norm));
+    EXPECT_TRUE(unchanged[static_cast<std::size_t>(r)]) << "rank " << r;
+    EXPECT_TRUE(clean[static_cast<std::size_t>(r)].applied);
+    EXPECT_GT(clean[static_cast<std::size_t>(r)].grad_norm, 0.0);
+  }
+  EXPECT_EQ(clean[0].grad_norm, clean[1].grad_norm);
+}
+
+// The overlapped reduction (gradients collected by hooks during backward, shards reduced as
+// they become final) and the overlapped parameter gather (copied as the next forward reaches
+// them) give the plain path's three steps, and on 2 ranks the last layers' shard starts while
+// backward is still producing the first layers' gradients.
+TEST(FakeCommTest, OverlappedReductionEqualsThePlainOne) {
+  const ModelConfig c = Tiny();
+  AdamWOptions adam;
+  adam.lr = 1e-3;
+  const Documents docs = RandomDocuments(kLengths, 9, static_cast<int>(c.shape.vocab));
+  std::int64_t targets = 0;
+  for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+  FakeCommWorld world(2);
+  std::vector<at::Tensor> plain(2), overlapped(2);
+  std::vector<ShardedAdamW::OverlapStats> stats(2);
+  OnThreads(2, [&](int r) {
+    auto everyone = world.Group(r, "world");
+    const std::size_t half = docs.size() / 2;
+    const Documents mine(docs.begin() + (r == 0 ? 0 : static_cast<std::ptrdiff_t>(half)),
+                         r == 0 ? docs.begin() + static_cast<std::ptrdiff_t>(half) : docs.end());
+    const std::vector<PackedBatch> mbs = {
+        PackDocuments(Documents(mine.begin(), mine.begin() + 2), c.shape.vocab),
+        PackDocuments(Documents(mine.begin() + 2, mine.end()), c.shape.vocab)};
+    for (bool overlap : {false, true}) {
+      // Four buckets, so that reduce-scatters can start while backward goes on.
+      ShardedAdamW optimizer(Transformer(c, 11), *everyone, adam, at::Device(at::kCPU),
+                             MakeFlatLayout(c).numel / 4 + 2);
+      Transformer model(c, 11);
+      Transformer check(c, 12);
+      for (int step = 0; step < 3; ++step) {
+        if (!overlap) {
+          optimizer.Materialise(model);
+          ZeroGradients(model);
+          ForwardBackward(model, mbs, targets);
+          optimizer.Step(&model);
+          continue;
+        }
+        // Overlapped both ways: parameters copied as forward reaches them (the last
+        // step's all-gathers still in flight), gradients reduced during backward.
+        optimizer.BeginMaterialise(model);
+        const at::Tensor head_before = model.named_parameters().back().value.clone();
+        ZeroGradients(model);
+        optimizer.BeginStep(&model, static_cast<int>(mbs.size()));
+        ForwardBackward(model, mbs, targets);
+        optimizer.FinishMaterialise(model);
+        optimizer.Materialise(check);
+        for (std::size_t i = 0; i < model.named_parameters().size(); ++i) {
+          EXPECT_TRUE(at::equal(model.named_parameters()[i].value.detach(),
+                                check.named_parameters()[i].value.detach()))
+              << "step " << step << " parameter " << i;
+        }
+        // Nothing was copied before forward asked: after a step the head still held the
+        // previous values when BeginMaterialise returned.
+        EXPECT_EQ(at::equal(head_before, model.named_parameters().back().value.detach()), step == 0)
+            << "step " << step;
+        optimizer.Step(&model);
+        stats[static_cast<std::size_t>(r)] = optimizer.overlap_stats();
+      }
+      (overlap ? overlapped : plain)[static_cast<std::size_t>(r)] =
+          optimizer.full_parameters().clone();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LT(RelativeError(overlapped[r], plain[r]), 1e-6);
+    EXPECT_EQ(stats[r].buckets, 4);
+    EXPECT_EQ(stats[r].buckets_started_in_backward, 3) << "rank " << r;
+  }
+  EXPECT_TRUE(at::equal(overlapped[0], overlapped[1]));
+}
+
+// bf16 compute with fp32 main gradients and fp32 optimizer state tracks fp32 training: the
+// per-step losses agree to bf16 accuracy (8 mantissa bits: relative 2^-8 per rounding,
+// accumulated through 2 layers), and the micro-batch gradients are accumulated in fp32.
+TEST(MixedPrecisionTest, Bf16TrainingTracksFp32OnTheCpu) {
+  const ModelConfig c = Tiny();
+  ComputeOptions bf16;
+  bf16.precision = Precision::kBf16;
+  AdamWOptions adam;
+  adam.lr = 3e-3;
+  FakeCommWorld world(1);
+  auto everyone = world.Group(0, "world");
+  ShardedAdamW fp32_opt(Transformer(c, 11), *everyone, adam);
+  ShardedAdamW bf16_opt(Transformer(c, 11), *everyone, adam);
+  Transformer fp32_model(c, 11);
+  Transformer bf16_model(c, 11, nullptr, {}, bf16);
+  ASSERT_EQ(bf16_model.parameters()[0].scalar_type(), at::kBFloat16);
+  ASSERT_TRUE(bf16_model.named_parameters()[0].main_grad.defined());
+  double worst = 0.0;
+  for (int s = 0; s < 10; ++s) {
+    const Documents docs = RandomDocuments(kLengths, 40 + s, static_cast<int>(c.shape.vocab));
+    std::int64_t targets = 0;
+    for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+    const std::vector<PackedBatch> mbs = {
+        PackDocuments({docs[0], docs[1], docs[2], docs[3]}, c.shape.vocab),
+        PackDocuments({docs[4], docs[5], docs[6], docs[7]}, c.shape.vocab)};
+    double losses[2];
+    int i = 0;
+    for (auto [model, opt] :
+         {std::pair{&fp32_model, &fp32_opt}, std::pair{&bf16_model, &bf16_opt}}) {
+      opt->Materialise(*model);
+      ZeroGradients(*model);
+      losses[i++] = ForwardBackward(*model, mbs, targets) / static_cast<double>(targets);
+      opt->Step(model);
+    }
+    if (s == 0) {
+      // The fp32 main gradient holds the sum over both micro-batches; the bf16 one is zero.
+      const NamedParameter& p = bf16_model.named_parameters()[1];
+      EXPECT_EQ(p.main_grad.scalar_type(), at::kFloat);
+      EXPECT_EQ(p.value.grad().abs().max().item<double>(), 0.0);
+    }
+    worst = std::max(worst, std::abs(losses[1] - losses[0]) / losses[0]);
+  }
+  EXPECT_LT(worst, 2e-2);
+  // The master weights moved together: fp32 training and bf16 training differ by far less
+  // than the distance either moved from the initial weights.
+  const at::Tensor initial = ShardedAdamW(Transformer(c, 11), *everyone, adam).full_parameters();
+  const double moved = (fp32_opt.full_parameters() - initial).norm().item<double>();
+  const double apart =
+      (bf16_opt.full_parameters() - fp32_opt.full_parameters()).norm().item<double>();
+  EXPECT_LT(apart, 0.1 * moved);
+}
+
+}  // namespace
+}  // namespace hydraulis

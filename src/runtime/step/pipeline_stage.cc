@@ -1,0 +1,208 @@
+#include "hydraulis/runtime/step/pipeline_stage.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/communication/comm_group.h"
+
+namespace hydraulis {
+
+std::vector<StageOp> OneFOneBOrder(int stage, int pp, int micro_batches) {
+  if (pp < 1 || stage < 0 || stage >= pp || micro_batches < 0) {
+    throw InvalidInput("1F1B order: stage " + std::to_string(stage) + " of pp " +
+                       std::to_string(pp) + " with " + std::to_string(micro_batches) +
+                       " micro-batches is out of range");
+  }
+  const int warmup = std::min(pp - 1 - stage, micro_batches);
+  std::vector<StageOp> ops;
+  for (int j = 0; j < warmup; ++j) ops.push_back({true, j});
+  for (int j = warmup; j < micro_batches; ++j) {
+    ops.push_back({true, j});
+    ops.push_back({false, j - warmup});
+  }
+  for (int j = micro_batches - warmup; j < micro_batches; ++j) ops.push_back({false, j});
+  return ops;
+}
+
+namespace {
+
+// Tags of the four messages of micro-batch j between two neighbouring stages.
+int Tag(int micro_batch, int kind) { return micro_batch * 4 + kind; }
+constexpr int kForwardShape = 0, kForwardData = 1, kBackwardShape = 2, kBackwardData = 3;
+
+// The transfers of one stage: sends in the background, receives posted ahead of use.
+class StageIo {
+ public:
+  StageIo(const StageLinks& links, std::int64_t hidden, at::TensorOptions options, int v)
+      : links_(links),
+        hidden_(hidden),
+        options_(options),
+        posted_(2 * static_cast<std::size_t>(v)) {}
+
+  void Send(const at::Tensor& t, int peer, int micro_batch, bool forward) {
+    const at::Tensor shape = at::tensor({t.size(0), t.size(1)}, at::kLong);
+    links_.pipeline->Send(shape, peer, Tag(micro_batch, forward ? kForwardShape : kBackwardShape));
+    links_.pipeline->Send(t.detach().contiguous(), peer,
+                          Tag(micro_batch, forward ? kForwardData : kBackwardData));
+  }
+
+  // Posts the receive of micro-batch `micro_batch`'s activations (forward) or their
+  // gradients, of `tokens` rows as the plan gives.
+  void Post(int peer, int micro_batch, bool forward, std::int64_t tokens) {
+    Posted& p = posted_[Slot(micro_batch, forward)];
+    p.shape = at::empty({2}, at::kLong);
+    p.data = at::empty({tokens, hidden_}, options_);
+    p.shape_work = links_.pipeline->RecvAsync(
+        p.shape, peer, Tag(micro_batch, forward ? kForwardShape : kBackwardShape));
+    p.data_work = links_.pipeline->RecvAsync(
+        p.data, peer, Tag(micro_batch, forward ? kForwardData : kBackwardData));
+  }
+
+  // Waits for a posted receive and checks its shape against the plan's.
+  at::Tensor Take(int micro_batch, bool forward) {
+    Posted& p = posted_[Slot(micro_batch, forward)];
+    if (!p.data_work) {
+      throw InternalError("pipeline stage " + std::to_string(links_.stage) + ": micro-batch " +
+                          std::to_string(micro_batch) + "'s receive was never posted");
+    }
+    const auto start = std::chrono::steady_clock::now();
+    p.shape_work->Wait();
+    p.data_work->Wait();
+    wait_ms_ +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    // The data arrived into a buffer of the plan's size; a sender whose plan differs is
+    // caught before the step by the plan-hash check, and here by the shape it sent.
+    const std::int64_t got_tokens = p.shape[0].item<std::int64_t>();
+    const std::int64_t got_hidden = p.shape[1].item<std::int64_t>();
+    const std::int64_t tokens = p.data.size(0);
+    if (got_tokens != tokens || got_hidden != hidden_) {
+      throw Error("pipeline stage " + std::to_string(links_.stage) + ": micro-batch " +
+                  std::to_string(micro_batch) + ": received " +
+                  (forward ? "activations" : "gradients") + " of shape [" +
+                  std::to_string(got_tokens) + ", " + std::to_string(got_hidden) +
+                  "], the plan gives [" + std::to_string(tokens) + ", " + std::to_string(hidden_) +
+                  "]: the ranks of this pipeline disagree on the plan");
+    }
+    at::Tensor data = std::move(p.data);
+    p = Posted{};
+    return data;
+  }
+
+  double wait_ms() const { return wait_ms_; }
+
+ private:
+  struct Posted {
+    at::Tensor shape, data;
+    std::unique_ptr<CommWork> shape_work, data_work;
+  };
+  static std::size_t Slot(int micro_batch, bool forward) {
+    return 2 * static_cast<std::size_t>(micro_batch) + (forward ? 0 : 1);
+  }
+
+  const StageLinks& links_;
+  std::int64_t hidden_;
+  at::TensorOptions options_;  // of the activations: compute device and dtype
+  std::vector<Posted> posted_;
+  double wait_ms_ = 0;
+};
+
+}  // namespace
+
+// When receives are posted. Under NCCL two neighbouring stages must issue their transfers
+// to each other in one order (comm_group.h). Take the order in which the upstream stage
+// (warm-up w = min(pp - 1 - its stage, v)) meets them in its 1F1B order: it sends a_j at
+// the end of forward j and needs g_i at the start of backward i, which follows forward
+// i + w, so its sequence is a_0 .. a_w, g_0, a_{w+1}, g_1, ..., then the remaining g's.
+//   - The downstream stage posts a_0 .. a_w before anything else and a_{i+w+1} right
+//     after sending g_i. That is this very sequence, and every a_j is posted before its
+//     forward needs it (downstream's own warm-up is w - 1, or v when w = v), one forward
+//     ahead: the transfer of the next activations overlaps the current backward.
+//   - The upstream stage posts g_i right after sending a_{i+w} (g_0 .. g_{v-1} as far as
+//     there are no further sends, after the last one), its own position in the sequence,
+//     so in the drain phase every remaining gradient is on its way while it computes.
+// The two sides of every boundary therefore issue identical sequences, which neither
+// deadlocks under NCCL's in-order matching nor depends on Gloo's tags; the fake
+// communicator checks it on every pipeline test.
+StageResult RunPipelineStage(const Transformer& model,
+                             const std::vector<PackedBatch>& micro_batches, const StageLinks& links,
+                             std::int64_t global_targets) {
+  const bool first = links.stage == 0;
+  const bool last = links.stage == links.pp - 1;
+  if (links.pp > 1 &&
+      (links.pipeline == nullptr || (!first && links.prev < 0) || (!last && links.next < 0))) {
+    throw InternalError("RunPipelineStage: missing pipeline links");
+  }
+  if (global_targets <= 0) {
+    throw InvalidInput("training step: the global batch has no target token");
+  }
+  const int v = static_cast<int>(micro_batches.size());
+  StageIo io(links, model.config().shape.hidden, model.activation_options(), v);
+  auto tokens_of = [&](int j) { return micro_batches[static_cast<std::size_t>(j)].num_tokens(); };
+  // Warm-ups of the previous stage and of this one.
+  const int warmup_prev = std::min(links.pp - links.stage, v);
+  const int warmup = std::min(links.pp - 1 - links.stage, v);
+  int forwards_posted = 0;                 // a_0 .. a_{forwards_posted - 1} posted (from prev)
+  int grads_posted = 0;                    // g_0 .. g_{grads_posted - 1} posted (from next)
+  auto post_forwards_until = [&](int j) {  // posts a_j and everything before it
+    for (; forwards_posted <= std::min(j, v - 1); ++forwards_posted) {
+      io.Post(links.prev, forwards_posted, true, tokens_of(forwards_posted));
+    }
+  };
+  auto post_grads_until = [&](int i) {
+    for (; grads_posted <= std::min(i, v - 1); ++grads_posted) {
+      io.Post(links.next, grads_posted, false, tokens_of(grads_posted));
+    }
+  };
+  if (!first) post_forwards_until(warmup_prev);
+
+  struct InFlight {
+    at::Tensor input;   // received activations (requires grad), undefined on the first stage
+    at::Tensor output;  // hidden states sent on, or the scaled loss on the last stage
+  };
+  std::vector<InFlight> in_flight(micro_batches.size());
+  StageResult result;
+  for (const StageOp& op : OneFOneBOrder(links.stage, links.pp, v)) {
+    const PackedBatch& mb = micro_batches[static_cast<std::size_t>(op.micro_batch)];
+    InFlight& f = in_flight[static_cast<std::size_t>(op.micro_batch)];
+    if (op.forward) {
+      if (!first) {
+        f.input = io.Take(op.micro_batch, true);
+        f.input.requires_grad_(true);
+      }
+      at::Tensor out = model.ForwardStage(mb, f.input);
+      result.tokens += mb.num_tokens();
+      if (last) {
+        TokenLoss loss = SummedTokenLoss(out, mb);
+        // Divided by the global count, so the gradients add up to those of the global mean.
+        f.output = loss.sum / static_cast<double>(global_targets);
+        result.loss_sum += loss.sum.item<double>();
+        result.targets += loss.tokens;
+      } else {
+        io.Send(out, links.next, op.micro_batch, true);
+        f.output = out;
+        post_grads_until(op.micro_batch == v - 1 ? v - 1 : op.micro_batch - warmup);
+      }
+      continue;
+    }
+    if (last) {
+      f.output.backward();
+    } else {
+      f.output.backward(io.Take(op.micro_batch, false));
+    }
+    // No AccumulateMainGradients here: the distributed trainer's optimizer collects every
+    // backward pass's gradients itself, in fp32 (ShardedAdamW::BeginStep).
+    if (!first) {
+      io.Send(f.input.grad(), links.prev, op.micro_batch, false);
+      post_forwards_until(op.micro_batch + warmup_prev + 1);
+    }
+    f = InFlight{};  // frees the activations of this micro-batch
+  }
+  if (links.pipeline != nullptr) links.pipeline->WaitSends();
+  result.wait_ms = io.wait_ms();
+  return result;
+}
+
+}  // namespace hydraulis
