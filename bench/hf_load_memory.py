@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Peak memory of loading a LLaMA-7B-shaped Hugging Face checkpoint (issue 11: "a 7B
-checkpoint must load on a 24 GiB machine").
+"""Peak memory of loading a LLaMA-7B-shaped Hugging Face checkpoint (the goal: a 7B
+checkpoint loads on a 24 GiB machine).
 
 Usage: .venv/bin/python bench/hf_load_memory.py HYDRAULIS_BINARY [--work DIR]
        [--layers 32 --hidden 4096 --ffn 11008 --heads 32 --kv-heads 32 --vocab 32000]

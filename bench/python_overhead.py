@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What planning through Python costs beyond planning in C++ (issue 10's goal: at most 10 %).
+"""What planning through Python costs beyond planning in C++ (the goal: at most 10 %).
 
 Usage: .venv/bin/python bench/python_overhead.py [--batches 200] [--tokens 200000]
 

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hydraulis::tools {
@@ -24,10 +25,27 @@ Command AddProfileCommand(CLI::App& app);
 Command AddEvalCommand(CLI::App& app);
 Command AddExportCommand(CLI::App& app);
 
+// The commands that run the libtorch engine, written once: the runtime binary registers
+// them, the planning binary hands them to its sibling and lists them in its help.
+struct RuntimeCommand {
+  std::string_view name;
+  std::string_view summary;  // the --help line
+};
+inline constexpr RuntimeCommand kRuntimeCommands[] = {
+    {"train", "Train a model on the runtime (Gloo), planning every step (docs/runtime.md)"},
+    {"profile", "Fit the cost model of a model's schemes on this engine (docs/runtime.md)"},
+    {"eval", "Per-document loss of a model (e.g. a Hugging Face checkpoint) on a dataset"},
+    {"export",
+     "Write a training checkpoint as a Hugging Face checkpoint (config.json + safetensors)"},
+};
+// The summary of runtime command `name` (InternalError when it is not one).
+std::string RuntimeCommandSummary(std::string_view name);
+
 // glibc malloc settings for CPU training and profiling: never mmap a block of its own, never
 // return the heap to the kernel, as a GPU caching allocator keeps device memory. Otherwise
-// every large tensor (a long document's attention scores) is page-faulted afresh: measured
-// ~45 % of a CPU step in the kernel. Read when the process starts (docs/runtime.md).
+// every large tensor (a long document's attention scores) is page-faulted afresh, and a CPU
+// step spends much of its time in the kernel (docs/runtime.md, "Profiler", has the figure).
+// Read when the process starts.
 inline constexpr char kAllocatorTunables[] =
     "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776";
 

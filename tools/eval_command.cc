@@ -19,8 +19,8 @@
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/model/hf_weights.h"
-#include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/spec/model_config.h"
 
 namespace hydraulis::tools {

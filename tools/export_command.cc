@@ -13,8 +13,8 @@
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
-#include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/model/hf_weights.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"
 #include "hydraulis/spec/model_config.h"

@@ -760,4 +760,14 @@ int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port) {
   return result.exit_code;
 }
 
+void RestartSelfWith(const std::vector<EnvironmentSetting>& settings,
+                     const std::vector<std::string>& argv) {
+  for (const EnvironmentSetting& s : settings) setenv(s.name, s.value, 1);
+  std::vector<std::string> args = argv;
+  std::vector<char*> pointers;
+  for (std::string& arg : args) pointers.push_back(arg.data());
+  pointers.push_back(nullptr);
+  execv("/proc/self/exe", pointers.data());
+}
+
 }  // namespace hydraulis::tools

@@ -85,4 +85,17 @@ bool IsLaunchedRank();
 // code of the job (0 when every rank succeeded).
 int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port);
 
+// An environment variable and the value a restarted process gets.
+struct EnvironmentSetting {
+  const char* name;
+  const char* value;
+};
+
+// Replaces this process with this executable run again on `argv` (argv[0] is kept), with
+// `settings` set in its environment (overwriting): for settings libraries read only when a
+// process starts (glibc's allocator tunables, BLAS thread counts). Returns only when exec
+// fails, with errno set; the caller then goes on as it is.
+void RestartSelfWith(const std::vector<EnvironmentSetting>& settings,
+                     const std::vector<std::string>& argv);
+
 }  // namespace hydraulis::tools

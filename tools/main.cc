@@ -10,11 +10,13 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "launcher.h"
 #include "number_flags.h"
 #ifdef HYDRAULIS_HAVE_RUNTIME
 #include "hydraulis/runtime/model/compute.h"
@@ -28,6 +30,13 @@ std::vector<std::string>& MutableCommandLine() {
 }
 }  // namespace
 const std::vector<std::string>& CommandLine() { return MutableCommandLine(); }
+
+std::string RuntimeCommandSummary(std::string_view name) {
+  for (const auto& command : kRuntimeCommands) {
+    if (command.name == name) return std::string(command.summary);
+  }
+  throw InternalError("no runtime command " + std::string(name));
+}
 }  // namespace hydraulis::tools
 
 #ifdef HYDRAULIS_HAVE_RUNTIME
@@ -36,10 +45,10 @@ namespace {
 // them set, unless the user set GLIBC_TUNABLES.
 void KeepFreedMemoryInTheHeap(int argc, char** argv) {
   if (argc < 2 || std::getenv("GLIBC_TUNABLES") != nullptr) return;
-  const std::string command = argv[1];
-  if (command != "train") return;  // profile sets these and its thread count itself
-  setenv("GLIBC_TUNABLES", hydraulis::tools::kAllocatorTunables, 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  if (std::string_view(argv[1]) != "train") return;  // profile sets these itself
+  // Returns only on failure: then run as we are.
+  hydraulis::tools::RestartSelfWith({{"GLIBC_TUNABLES", hydraulis::tools::kAllocatorTunables}},
+                                    std::vector<std::string>(argv, argv + argc));
 }
 }  // namespace
 #endif
@@ -50,9 +59,23 @@ namespace {
 // arguments; this binary never loads libtorch, so planning commands start at once.
 bool NeedsRuntime(int argc, char** argv) {
   if (argc < 2) return false;
-  const std::string first = argv[1];
-  return first == "train" || first == "profile" || first == "eval" || first == "export" ||
-         first == "--version";
+  const std::string_view first = argv[1];
+  if (first == "--version") return true;
+  for (const auto& command : hydraulis::tools::kRuntimeCommands) {
+    if (command.name == first) return true;
+  }
+  return false;
+}
+
+// "train, profile, eval and export".
+std::string RuntimeCommandList() {
+  std::string out;
+  const std::size_t n = std::size(hydraulis::tools::kRuntimeCommands);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) out += i + 1 == n ? " and " : ", ";
+    out += hydraulis::tools::kRuntimeCommands[i].name;
+  }
+  return out;
 }
 
 [[noreturn]] void RunSibling(char** argv) {
@@ -65,9 +88,8 @@ bool NeedsRuntime(int argc, char** argv) {
   }
   argv[0] = path.data();
   execv(path.c_str(), argv);
-  fmt::print(stderr,
-             "hydraulis: error: cannot run {}: {} (it holds train, profile, eval and export)\n",
-             path, std::strerror(errno));
+  fmt::print(stderr, "hydraulis: error: cannot run {}: {} (it holds {})\n", path,
+             std::strerror(errno), RuntimeCommandList());
   std::exit(1);
 }
 }  // namespace
@@ -107,13 +129,16 @@ int main(int argc, char** argv) {
   add(hydraulis::tools::AddProfileCommand);
   add(hydraulis::tools::AddEvalCommand);
   add(hydraulis::tools::AddExportCommand);
+  // The table the planning binary lists and forwards must be what this binary registers.
+  for (const auto& command : hydraulis::tools::kRuntimeCommands) {
+    app.get_subcommand(std::string(command.name));  // throws when one is missing
+  }
 #elif defined(HYDRAULIS_RUNTIME_SIBLING)
   // Listed for --help only: main() hands these to the sibling before parsing.
-  app.add_subcommand(
-      "train", "Train a model with per-step plans (libtorch runtime; runs hydraulis-runtime)");
-  app.add_subcommand("profile",
-                     "Fit the cost model on the libtorch engine (runs hydraulis-runtime)");
-  app.add_subcommand("eval", "Per-document loss of a model on a dataset (runs hydraulis-runtime)");
+  for (const auto& command : hydraulis::tools::kRuntimeCommands) {
+    app.add_subcommand(std::string(command.name),
+                       std::string(command.summary) + " (runs hydraulis-runtime)");
+  }
 #endif
   hydraulis::tools::CheckEveryNumber(app);
   try {

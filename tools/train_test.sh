@@ -225,6 +225,20 @@ check "documents cut to the context length are reported per step and in total"
 grep -q '"cut_documents":' "$TMP/one.jsonl" || fail "log lacks cut_documents"
 grep -q "document(s) cut to the context length" "$TMP/one.out" || fail "no total line"
 
+check "a model of another shape trains without --profile on a derived one, and an explicit mismatch says how to fit one"
+sed 's/"layers": 2/"layers": 3/' "$MODEL" >"$TMP/three-layers.json"
+"$BIN" train --model "$TMP/three-layers.json" --data "$TMP/corpus" --tokens-per-batch 3000 --max-len 700 \
+  --seed 5 --timeout-s 20 --steps 2 --nproc 1 --log-json "$TMP/derived.jsonl" >"$TMP/derived.out" 2>&1 ||
+  fail "exit status $?: $(tail -c 600 "$TMP/derived.out")"
+grep -q "profile: derived from" "$TMP/derived.out" || fail "no start-up line: $(head -c 300 "$TMP/derived.out")"
+[[ $(grep -c '"profile":"derived"' "$TMP/derived.jsonl") -eq 2 ]] || fail "steps not marked derived"
+grep -q '"profile":' "$TMP/one.jsonl" && fail "a run on a fitted profile is marked"
+"$BIN" train --model "$TMP/three-layers.json" --profile "$PROFILE" --data "$TMP/corpus" --steps 1 --nproc 1 \
+  >"$TMP/mismatch.out" 2>&1
+RC=$?
+[[ $RC -eq 2 ]] || fail "mismatch: exit status $RC, expected 2"
+grep -q "hydraulis profile --model" "$TMP/mismatch.out" || fail "mismatch: no way forward: $(cat "$TMP/mismatch.out")"
+
 if [[ $FAILED -gt 0 ]]; then
   echo "$FAILED check(s) failed" >&2
   exit 1

@@ -1,4 +1,4 @@
-"""Length readers and the seeded sampler from Python, against the CLI (issue 10)."""
+"""Length readers and the seeded sampler from Python, against the CLI."""
 import json
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""The Megatron-style packing scheduler (issue 10)."""
+"""The Megatron-style packing scheduler."""
 import os
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""The Python planner against the CLI and against bad input (issue 10).
+"""The Python planner against the CLI and against bad input.
 
 Run by ctest (python_tests) with HYDRAULIS_BIN pointing at the CLI; the package must be
 installed into the interpreter (scripts/install-python-package.sh).

@@ -1,4 +1,4 @@
-"""propose and simulate from Python equal the CLI's output (issue 10)."""
+"""propose and simulate from Python equal the CLI's output."""
 import json
 import os
 import subprocess

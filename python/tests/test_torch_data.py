@@ -1,4 +1,4 @@
-"""PyTorch data loading from plans (issue 10): the fields of Hugging Face's flattening
+"""PyTorch data loading from plans: the fields of Hugging Face's flattening
 collator, every document of a step packed once across the pipelines, resumable, and the
 example training loop."""
 import os

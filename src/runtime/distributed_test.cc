@@ -34,19 +34,20 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/data/megatron_dataset.h"
-#include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/communication/comm_group.h"
-#include "hydraulis/runtime/step/distributed_trainer.h"
-#include "hydraulis/runtime/model/transformer.h"
-#include "hydraulis/runtime/model/packed_batch.h"
-#include "hydraulis/runtime/step/pipeline_stage.h"
+#include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/job/plan_ahead.h"
-#include "hydraulis/runtime/step/sharded_optimizer.h"
-#include "runtime/testing/reference_trainer.h"
 #include "hydraulis/runtime/job/training_job.h"
+#include "hydraulis/runtime/job/training_run.h"
+#include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/step/distributed_trainer.h"
+#include "hydraulis/runtime/step/pipeline_stage.h"
+#include "hydraulis/runtime/step/sharded_optimizer.h"
 #include "hydraulis/spec/model_config.h"
 #include "hydraulis/spec/spec_io.h"
 #include "runtime/testing/rank_harness.h"
+#include "runtime/testing/reference_trainer.h"
 #include "runtime/testing/test_documents.h"
 
 extern char** environ;
@@ -198,7 +199,8 @@ int WorkerMain(const std::string& scenario, const std::string& path) {
     AllReduceGradientSync sync(group);
     ReferenceTrainer trainer(model, Adam(eps), &sync);
     for (int step = 0; step < kSteps; ++step) {
-      ReferenceStepResult r = trainer.Step(MicroBatches(c, step, assignment, group.rank(), group.size()));
+      ReferenceStepResult r =
+          trainer.Step(MicroBatches(c, step, assignment, group.rank(), group.size()));
       o.losses.push_back(r.loss);
       o.targets.push_back(r.targets);
     }
@@ -837,6 +839,94 @@ TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
   EXPECT_EQ(first.first[0], straight.first[0]);
   EXPECT_EQ(second.first[1], straight.first[3]);
   EXPECT_TRUE(at::equal(second.second, straight.second));
+  std::filesystem::remove_all(dir);
+}
+
+// The set-up `hydraulis train` runs, in-process on one rank: TrainingRun builds from its
+// options the same run as the pieces built by hand (same losses, bit for bit), and its
+// checks name the flag a user gave.
+TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
+  const std::string root = HYDRAULIS_SOURCE_DIR;
+  const std::string dir = ::testing::TempDir() + "/hydraulis_run_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const ModelConfig c = Tiny();
+  {
+    std::ifstream lengths(root + "/data/wikipedia-sample-lengths.txt");
+    MegatronDatasetWriter writer(dir + "/corpus", MegatronDType::kUInt16);
+    std::int64_t length = 0;
+    for (int d = 0; d < 200 && lengths >> length; ++d) {
+      const auto doc = test_support::RandomDocuments(
+          {static_cast<int>(std::min<std::int64_t>(length, 700))}, static_cast<std::uint64_t>(d),
+          static_cast<int>(c.shape.vocab));
+      writer.AddDocument(doc[0]);
+    }
+    writer.Finish();
+  }
+  TrainingRunOptions options;
+  options.model = root + "/configs/models/tiny.json";
+  options.profile = root + "/configs/profiles/tiny-cpu.json";
+  options.data = dir + "/corpus";
+  options.tokens_per_batch = 2048;
+  options.max_len = 512;
+  options.adam = Adam(1e-8);
+  options.job.steps = 3;
+  options.job.seed = 7;
+  options.timeout_s = 10;
+
+  std::vector<double> by_run;
+  {
+    DistributedOptions distributed;
+    distributed.master_port = test_support::FreePort();
+    TrainingRun run(options, distributed, 0);
+    while (!run.job().done()) by_run.push_back(run.job().RunStep().result.loss);
+  }
+  std::vector<double> by_hand;
+  {
+    const MegatronDataset dataset(dir + "/corpus");
+    std::vector<std::int64_t> lengths;
+    for (std::size_t i = 0; i < dataset.num_documents(); ++i) {
+      lengths.push_back(dataset.DocumentLength(i));
+    }
+    const Profile profile = LoadProfile(options.profile);
+    CandidateSet candidates;
+    candidates.gpus = 1;
+    candidates.optimizer_layout = {1, 1, 1};
+    candidates.strategies.push_back(Strategy{"1xtp1", {Scheme{}}});
+    PlannerOptions planning;
+    planning.context_tokens = 512;
+    planning.seed = 7;
+    const Planner planner(profile, candidates, planning);
+    BatchSampler sampler(lengths, {2048, 512, 7});
+    DistributedOptions distributed;
+    distributed.master_port = test_support::FreePort();
+    distributed.timeout = std::chrono::milliseconds(10000);
+    Rendezvous rendezvous(distributed);
+    DistributedTrainer trainer(c, 7, Adam(1e-8), rendezvous, candidates.strategies);
+    TrainingJob job(planner, sampler, dataset, trainer, options.job);
+    while (!job.done()) by_hand.push_back(job.RunStep().result.loss);
+  }
+  ASSERT_EQ(by_run.size(), 3u);
+  EXPECT_EQ(by_run, by_hand);
+
+  auto error_of = [&](const TrainingRunOptions& o, int world) {
+    try {
+      CheckTrainingRun(o, world);
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TrainingRunOptions bad = options;
+  bad.plan_algorithm = "kk";
+  EXPECT_EQ(error_of(bad, 1), "--plan-algorithm: expected ours or static-fixed, got 'kk'");
+  bad = options;
+  bad.tp = 2;
+  EXPECT_EQ(error_of(bad, 3), "train: --tp 2 x --pp 1 does not divide the 3 ranks");
+  bad = options;
+  bad.comm_backend = "mpi";
+  EXPECT_EQ(error_of(bad, 1), "--comm-backend: expected gloo or nccl, got 'mpi'");
+  EXPECT_EQ(error_of(options, 1), "no error");
   std::filesystem::remove_all(dir);
 }
 

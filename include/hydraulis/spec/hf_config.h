@@ -1,6 +1,6 @@
 // Hugging Face `config.json` of the LLaMA family, read into and written from ModelConfig,
 // so a checkpoint saved by transformers' `save_pretrained` describes the model hydraulis
-// trains (issue 11; docs/runtime.md, "Hugging Face formats").
+// trains (docs/runtime.md, "Hugging Face formats").
 #pragma once
 
 #include <string>

@@ -105,10 +105,17 @@ Rendezvous::~Rendezvous() = default;
 
 const DistributedOptions& Rendezvous::options() const { return impl_->options; }
 
+namespace {
+constexpr EnumNames<CommBackend, 2> kCommBackendNames{
+    {{CommBackend::kGloo, "gloo"}, {CommBackend::kNccl, "nccl"}}};
+}  // namespace
+
 std::string ToString(CommBackend backend) {
-  static constexpr EnumNames<CommBackend, 2> kNames{
-      {{CommBackend::kGloo, "gloo"}, {CommBackend::kNccl, "nccl"}}};
-  return std::string(NameOf(backend, kNames));
+  return std::string(NameOf(backend, kCommBackendNames));
+}
+
+CommBackend ParseCommBackend(const std::string& text, const std::string& what) {
+  return ParseName(text, kCommBackendNames, what);
 }
 
 namespace {

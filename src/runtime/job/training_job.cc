@@ -212,7 +212,8 @@ void TrainingJob::Describe(const Plan& plan, TrainingStepRecord& record) {
   record.planning_ms = plan.planning_ms;
 }
 
-std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compute) {
+std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compute,
+                        bool profile_derived) {
   nlohmann::json j;
   j["step"] = r.step;
   j["loss"] =
@@ -244,6 +245,7 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["skipped"] = r.skipped;
   j["device"] = ToString(compute.device);
   j["precision"] = ToString(compute.precision);
+  if (profile_derived) j["profile"] = "derived";
   return j.dump();
 }
 

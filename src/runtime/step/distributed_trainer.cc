@@ -120,7 +120,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
   // one global creation order, so group creation cannot deadlock (comm_group.h).
   // The master weights come straight from the source, one tensor at a time; the compute
   // models are left uninitialised, as every step materialises them from the master weights:
-  // so no process ever holds a second full copy of the weights (issue 11).
+  // so no process ever holds a second full copy of the weights.
   optimizer_ =
       std::make_unique<ShardedAdamW>(config_, initial ? initial : SeededWeights(config_, seed_),
                                      *world_, options, TorchDevice(compute_), bucket_elements);
@@ -232,9 +232,9 @@ void DistributedTrainer::AgreeOnStep(const Plan& plan,
 
 // Phase 3: this rank's pipeline stage runs its micro-batches (an idle rank only joins the
 // optimizer's step), its gradients flowing into the optimizer's buffers during backward.
-StageResult DistributedTrainer::ComputeStep(
-    Compute& compute, const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents,
-    std::int64_t global_targets) {
+StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
+                                            const std::vector<std::vector<std::int64_t>>& documents,
+                                            std::int64_t global_targets) {
   if (compute.model == nullptr) {
     optimizer_->BeginStep(nullptr, 0);
     return {};
@@ -321,3 +321,5 @@ DistributedStepResult DistributedTrainer::Step(
   result.step_ms = MsSince(start);
   return result;
 }
+
+}  // namespace hydraulis

@@ -16,13 +16,13 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
-#include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/step/pipeline_stage.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"
-#include "runtime/testing/reference_trainer.h"
 #include "hydraulis/spec/model_config.h"
 #include "runtime/testing/rank_harness.h"
+#include "runtime/testing/reference_trainer.h"
 #include "runtime/testing/test_documents.h"
 
 namespace hydraulis {

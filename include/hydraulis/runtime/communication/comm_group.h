@@ -19,6 +19,8 @@ namespace hydraulis {
 // GPU). NCCL needs one GPU per rank: DistributedOptions::device_index.
 enum class CommBackend { kGloo, kNccl };
 std::string ToString(CommBackend backend);
+// The backend named `text` ("gloo", "nccl"); InvalidInput naming `what` otherwise.
+CommBackend ParseCommBackend(const std::string& text, const std::string& what);
 
 // Where and how this rank joins the job. Built by the CLI or a test (possibly from the
 // torchrun environment, DistributedOptionsFromEnvironment) and passed down; nothing below

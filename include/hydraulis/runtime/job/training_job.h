@@ -13,8 +13,8 @@
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/megatron_dataset.h"
-#include "hydraulis/runtime/step/distributed_trainer.h"
 #include "hydraulis/runtime/job/plan_ahead.h"
+#include "hydraulis/runtime/step/distributed_trainer.h"
 
 namespace hydraulis {
 
@@ -120,7 +120,8 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume);
 // compute_ms, wait_ms, sync_ms, grad_buckets, grad_buckets_overlapped, grad_reduce_wait_ms,
 // param_gather_wait_ms,
 // micro_batches, truncated, cut_documents, cut_tokens, grad_norm, skipped, device,
-// precision.
-std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute);
+// precision; and "profile": "derived" when the planner ran on a derived profile.
+std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute,
+                        bool profile_derived = false);
 
 }  // namespace hydraulis

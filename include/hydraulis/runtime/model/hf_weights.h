@@ -1,4 +1,4 @@
-// The model's weights in Hugging Face's LLaMA layout (issue 11): our parameter names to
+// The model's weights in Hugging Face's LLaMA layout: our parameter names to
 // transformers' names, initial weights read from a checkpoint (HfCheckpoint), and a model
 // written back as a checkpoint transformers loads.
 #pragma once

@@ -19,8 +19,8 @@
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/model/transformer.h"
-#include "hydraulis/runtime/step/sharded_optimizer.h"
 #include "hydraulis/runtime/step/adamw.h"
+#include "hydraulis/runtime/step/sharded_optimizer.h"
 #include "hydraulis/spec/strategy.h"
 
 namespace hydraulis {

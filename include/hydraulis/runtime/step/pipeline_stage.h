@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/model/transformer.h"
 
 namespace hydraulis {
 

@@ -25,8 +25,8 @@
 
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/transformer.h"
-#include "hydraulis/runtime/step/shard_layout.h"
 #include "hydraulis/runtime/step/adamw.h"
+#include "hydraulis/runtime/step/shard_layout.h"
 
 namespace hydraulis {
 

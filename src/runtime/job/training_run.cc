@@ -1,0 +1,190 @@
+#include "hydraulis/runtime/job/training_run.h"
+
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/job/checkpoint.h"
+#include "hydraulis/runtime/job/derived_profile.h"
+#include "hydraulis/runtime/model/hf_weights.h"
+#include "hydraulis/runtime/step/sharded_optimizer.h"
+#include "hydraulis/spec/spec_io.h"
+
+namespace hydraulis {
+namespace {
+
+// The candidate set this run chooses from: the file, or one strategy of world / (tp * pp)
+// identical pipelines.
+CandidateSet Candidates(const TrainingRunOptions& o, const Profile& profile, int world) {
+  if (!o.candidates.empty()) {
+    CandidateSet set = LoadCandidates(o.candidates, profile);
+    if (set.gpus != world) {
+      throw InvalidInput(o.candidates + ": gpus: the candidate set is for " +
+                         std::to_string(set.gpus) + " ranks, the job has " + std::to_string(world));
+    }
+    return set;
+  }
+  const int width = o.tp * o.pp;
+  if (world % width != 0) {
+    throw InvalidInput("train: --tp " + std::to_string(o.tp) + " x --pp " + std::to_string(o.pp) +
+                       " does not divide the " + std::to_string(world) + " ranks");
+  }
+  Scheme scheme;
+  scheme.tp = o.tp;
+  scheme.pp = o.pp;
+  if (profile.Find(scheme) == nullptr) {
+    throw InvalidInput(o.profile + ": schemes: no entry for " + SchemeName(scheme) +
+                       " (profile it with `hydraulis profile`, or pick a profiled --tp/--pp)");
+  }
+  CandidateSet set;
+  set.gpus = world;
+  set.optimizer_layout = {world, 1, 1};
+  Strategy s;
+  s.name = std::to_string(world / width) + "x" + SchemeName(scheme);
+  s.pipelines.assign(static_cast<std::size_t>(world / width), scheme);
+  set.strategies.push_back(s);
+  return set;
+}
+
+// Whether `profile` was made for `model`'s shape.
+bool ProfiledFor(const Profile& profile, const ModelConfig& model) {
+  return profile.model.layers == model.shape.layers && profile.model.hidden == model.shape.hidden;
+}
+
+// --plan-algorithm: the planner algorithms a training run can execute.
+Algorithm TrainingAlgorithm(const std::string& name) {
+  if (name != "ours" && name != "static-fixed") {
+    throw InvalidInput("--plan-algorithm: expected ours or static-fixed, got " +
+                       QuoteForMessage(name));
+  }
+  return ParseAlgorithm(name, "--plan-algorithm");
+}
+
+}  // namespace
+
+// Everything a rank needs besides its peers, loaded and checked.
+struct TrainingInputs {
+  ModelConfig model;
+  Profile profile;
+  CandidateSet candidates;
+  std::unique_ptr<MegatronDataset> dataset;
+  std::vector<std::int64_t> lengths;
+  PlannerOptions planner;
+  std::unique_ptr<HfCheckpoint> init;  // --init-from, opened and validated
+  bool profile_derived = false;        // no --profile: DeriveProfile from kEngineProfile
+
+  TrainingInputs(const TrainingRunOptions& o, int world_size) {
+    if (!o.candidates.empty() && (o.tp != 1 || o.pp != 1)) {
+      throw InvalidInput("train: give --candidates or --tp/--pp, not both");
+    }
+    if (o.resume && o.job.checkpoint_dir.empty()) {
+      throw InvalidInput("train: --resume needs --checkpoint-dir");
+    }
+    CheckCheckpointDir(o.job.checkpoint_dir, o.resume);
+    const std::string model_source = o.init_from.empty() ? o.model : o.init_from + "/config.json";
+    if (!o.init_from.empty()) {
+      init = std::make_unique<HfCheckpoint>(o.init_from);
+      model = init->config();
+    } else {
+      model = LoadModelConfig(o.model);
+    }
+    if (o.profile.empty()) {
+      // The engine's bundled profile when it is this model's, else one derived from it.
+      profile = LoadProfile(kEngineProfile);
+      if (!ProfiledFor(profile, model)) {
+        profile = DeriveProfile(profile, model);
+        profile_derived = true;
+      }
+    } else {
+      profile = LoadProfile(o.profile);
+      if (!ProfiledFor(profile, model)) {
+        throw InvalidInput(o.profile + ": model: profiled for " +
+                           std::to_string(profile.model.layers) + " layers of hidden " +
+                           std::to_string(profile.model.hidden) + ", " + model_source + " has " +
+                           std::to_string(model.shape.layers) + " of " +
+                           std::to_string(model.shape.hidden) +
+                           " (fit one for this model with `hydraulis profile --model "
+                           "MODEL.json -o PROFILE.json`, or leave --profile out to derive one)");
+      }
+    }
+    candidates = Candidates(o, profile, world_size);
+    try {
+      MakeShardLayout(MakeFlatLayout(model).numel, world_size, o.ddp_bucket_size);
+    } catch (const InvalidInput& e) {
+      throw InvalidInput(std::string("--ddp-bucket-size: ") + e.what());
+    }
+    dataset = std::make_unique<MegatronDataset>(o.data);
+    dataset->RequireIdsInVocabulary(model.shape.vocab, model_source);
+    for (std::size_t i = 0; i < dataset->num_documents(); ++i) {
+      lengths.push_back(dataset->DocumentLength(i));
+    }
+    planner.algorithm = TrainingAlgorithm(o.plan_algorithm);
+    planner.context_tokens = o.max_len;
+    planner.seed = o.job.seed;
+  }
+};
+
+void CheckTrainingRun(const TrainingRunOptions& options, int world_size) {
+  ResolveCommBackend(options, ResolveCompute(options, 0));
+  const TrainingInputs in(options, world_size);
+  // Both check the candidates against the profile and the budget against the data.
+  const Planner planner(in.profile, in.candidates, in.planner);
+  const BatchSampler sampler(in.lengths,
+                             {options.tokens_per_batch, options.max_len, options.job.seed});
+}
+
+ComputeOptions ResolveCompute(const TrainingRunOptions& o, int local_rank) {
+  ComputeOptions c = DefaultComputeOptions(local_rank);
+  if (!o.device.empty()) {
+    c.device = ParseDeviceKind(o.device, "--device");
+    c.device_index = local_rank;
+    c.precision = c.device == DeviceKind::kCuda ? Precision::kBf16 : Precision::kFp32;
+  }
+  if (!o.precision.empty()) c.precision = ParsePrecision(o.precision, "--precision");
+  try {
+    CheckComputeAvailable(c);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(std::string("--device ") + ToString(c.device) + " --precision " +
+                       ToString(c.precision) + ": " + e.what());
+  }
+  return c;
+}
+
+CommBackend ResolveCommBackend(const TrainingRunOptions& o, const ComputeOptions& compute) {
+  if (o.comm_backend.empty()) {
+    return compute.device == DeviceKind::kCuda ? CommBackend::kNccl : CommBackend::kGloo;
+  }
+  const CommBackend backend = ParseCommBackend(o.comm_backend, "--comm-backend");
+  if (backend == CommBackend::kNccl && compute.device != DeviceKind::kCuda) {
+    throw InvalidInput("--comm-backend nccl needs --device cuda");
+  }
+  return backend;
+}
+
+TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOptions& distributed,
+                         int local_rank)
+    : compute_(ResolveCompute(options, local_rank)), distributed_(distributed) {
+  distributed_.timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_s * 1000));
+  distributed_.device_index = compute_.device_index;
+  distributed_.backend = ResolveCommBackend(options, compute_);
+  inputs_ = std::make_unique<TrainingInputs>(options, distributed_.world_size);
+  planner_ = std::make_unique<Planner>(inputs_->profile, inputs_->candidates, inputs_->planner);
+  sampler_ = std::make_unique<BatchSampler>(
+      inputs_->lengths,
+      SamplerOptions{options.tokens_per_batch, options.max_len, options.job.seed});
+  rendezvous_ = std::make_unique<Rendezvous>(distributed_);
+  trainer_ = std::make_unique<DistributedTrainer>(
+      inputs_->model, options.job.seed, options.adam, *rendezvous_, inputs_->candidates.strategies,
+      compute_, inputs_->init ? HfInitialWeights(*inputs_->init) : InitialWeights(),
+      options.ddp_bucket_size);
+  job_ = std::make_unique<TrainingJob>(*planner_, *sampler_, *inputs_->dataset, *trainer_,
+                                       options.job);
+}
+
+TrainingRun::~TrainingRun() = default;
+
+bool TrainingRun::profile_derived() const { return inputs_->profile_derived; }
+
+}  // namespace hydraulis
