@@ -321,3 +321,5 @@ DistributedStepResult DistributedTrainer::Step(
   result.step_ms = MsSince(start);
   return result;
 }
+
+}  // namespace hydraulis
