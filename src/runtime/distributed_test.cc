@@ -34,19 +34,19 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/data/megatron_dataset.h"
-#include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/communication/comm_group.h"
-#include "hydraulis/runtime/step/distributed_trainer.h"
-#include "hydraulis/runtime/model/transformer.h"
-#include "hydraulis/runtime/model/packed_batch.h"
-#include "hydraulis/runtime/step/pipeline_stage.h"
+#include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/job/plan_ahead.h"
-#include "hydraulis/runtime/step/sharded_optimizer.h"
-#include "runtime/testing/reference_trainer.h"
 #include "hydraulis/runtime/job/training_job.h"
+#include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/step/distributed_trainer.h"
+#include "hydraulis/runtime/step/pipeline_stage.h"
+#include "hydraulis/runtime/step/sharded_optimizer.h"
 #include "hydraulis/spec/model_config.h"
 #include "hydraulis/spec/spec_io.h"
 #include "runtime/testing/rank_harness.h"
+#include "runtime/testing/reference_trainer.h"
 #include "runtime/testing/test_documents.h"
 
 extern char** environ;
@@ -198,7 +198,8 @@ int WorkerMain(const std::string& scenario, const std::string& path) {
     AllReduceGradientSync sync(group);
     ReferenceTrainer trainer(model, Adam(eps), &sync);
     for (int step = 0; step < kSteps; ++step) {
-      ReferenceStepResult r = trainer.Step(MicroBatches(c, step, assignment, group.rank(), group.size()));
+      ReferenceStepResult r =
+          trainer.Step(MicroBatches(c, step, assignment, group.rank(), group.size()));
       o.losses.push_back(r.loss);
       o.targets.push_back(r.targets);
     }
@@ -678,7 +679,7 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   meta.step = 7;
   meta.sampler_offset = 42;
   meta.seed = 5;
-  SaveCheckpoint(dir, meta, a, world);
+  SaveCheckpoint(dir, meta, a, c, world);
   const std::optional<std::string> path = LatestCheckpoint(dir);
   ASSERT_TRUE(path.has_value());
   EXPECT_EQ(*path, dir + "/step-00000007");
@@ -750,7 +751,7 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   // Keeping the newest 2: after steps 8 and 9, step 7 is gone.
   for (std::int64_t step : {8, 9}) {
     meta.step = step;
-    SaveCheckpoint(dir, meta, a, world, 2);
+    SaveCheckpoint(dir, meta, a, c, world, 2);
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000007"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000008/meta.json"));
@@ -759,7 +760,7 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   // rank, removes the incomplete checkpoint and leaves `latest` as it was.
   std::filesystem::create_directories(dir + "/step-00000010/rank-00000.bin.tmp");
   meta.step = 10;
-  EXPECT_THROW(SaveCheckpoint(dir, meta, a, world, 2), IoError);
+  EXPECT_THROW(SaveCheckpoint(dir, meta, a, c, world, 2), IoError);
   EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000010"));
   EXPECT_EQ(*LatestCheckpoint(dir), dir + "/step-00000009");
   std::filesystem::remove_all(dir);
