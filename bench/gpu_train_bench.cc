@@ -21,8 +21,8 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
-#include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/step/distributed_trainer.h"
 #include "hydraulis/spec/model_config.h"
 

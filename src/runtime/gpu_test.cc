@@ -19,15 +19,15 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/attention.h"
 #include "hydraulis/runtime/model/compute.h"
-#include "hydraulis/runtime/communication/comm_group.h"
-#include "hydraulis/runtime/step/distributed_trainer.h"
-#include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/model/packed_batch.h"
-#include "runtime/testing/reference_trainer.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/runtime/step/distributed_trainer.h"
 #include "hydraulis/spec/model_config.h"
 #include "runtime/testing/rank_harness.h"
+#include "runtime/testing/reference_trainer.h"
 #include "runtime/testing/test_documents.h"
 
 namespace hydraulis {

@@ -13,10 +13,10 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/model/attention.h"
-#include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/model/packed_batch.h"
-#include "runtime/testing/reference_trainer.h"
+#include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/spec/model_config.h"
+#include "runtime/testing/reference_trainer.h"
 #include "runtime/testing/test_documents.h"
 
 namespace hydraulis {
@@ -181,7 +181,7 @@ TEST(TrainerTest, StepLossIsTheMeanOverTheGlobalBatch) {
   TokenLoss whole = SummedTokenLoss(model.Forward(all), all);
   ReferenceTrainer trainer(model, AdamWOptions{});
   ReferenceStepResult r = trainer.Step({PackDocuments({docs[0], docs[1]}, c.shape.vocab),
-                               PackDocuments({docs[2], docs[3], docs[4]}, c.shape.vocab)});
+                                        PackDocuments({docs[2], docs[3], docs[4]}, c.shape.vocab)});
   EXPECT_EQ(r.targets, 7 + 3 + 12 + 1 + 5 - 5);
   EXPECT_NEAR(r.loss, whole.sum.item<double>() / static_cast<double>(whole.tokens), 1e-5);
   EXPECT_THROW(trainer.Step({PackDocuments({{1}, {2}}, c.shape.vocab)}), InvalidInput);

@@ -9,8 +9,8 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/runtime/communication/comm_group.h"
-#include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/model/gradients.h"
+#include "hydraulis/runtime/model/packed_batch.h"
 
 namespace hydraulis {
 namespace {

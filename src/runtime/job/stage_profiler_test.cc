@@ -16,8 +16,8 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/capacity.h"
 #include "hydraulis/runtime/communication/comm_group.h"
-#include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/model/transformer.h"
 #include "runtime/testing/rank_harness.h"
 
 namespace hydraulis {

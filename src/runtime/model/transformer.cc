@@ -7,8 +7,8 @@
 #include <string>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/runtime/model/attention.h"
 #include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/attention.h"
 
 namespace hydraulis {
 namespace {

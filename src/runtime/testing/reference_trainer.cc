@@ -61,7 +61,8 @@ Transformer& RequireFp32(Transformer& model) {
 
 }  // namespace
 
-ReferenceTrainer::ReferenceTrainer(Transformer& model, const AdamWOptions& options, GradientSync* sync)
+ReferenceTrainer::ReferenceTrainer(Transformer& model, const AdamWOptions& options,
+                                   GradientSync* sync)
     : impl_(new Impl{RequireFp32(model), torch::optim::AdamW(model.parameters(), ToTorch(options)),
                      sync}) {}
 
