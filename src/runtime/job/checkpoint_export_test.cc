@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "data/test_files.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/checkpoint/hf_checkpoint.h"
@@ -18,7 +19,6 @@
 #include "hydraulis/runtime/model/hf_weights.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"
-#include "runtime/testing/test_directory.h"
 
 namespace hydraulis {
 namespace {
@@ -65,8 +65,8 @@ class CheckpointExportTest : public ::testing::Test {
 
   const ModelConfig config_ = LoadModelConfig(TinyPath());
   const Transformer model_{config_, 7};
-  const test_support::TestDirectory directory_;
-  const std::string& root_ = directory_.path();
+  const test_support::TempDir directory_;  // the data layer's
+  const std::string root_ = directory_.path();
 };
 
 TEST_F(CheckpointExportTest, CheckpointRecordsItsModel) {

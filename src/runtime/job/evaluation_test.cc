@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "data/test_files.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/spec/model_config.h"
-#include "runtime/testing/test_directory.h"
 #include "runtime/testing/test_documents.h"
 
 namespace hydraulis {
@@ -41,8 +41,8 @@ class EvaluationTest : public ::testing::Test {
   // The second has no target and is skipped; the third is cut to max_len.
   const test_support::Documents documents_ =
       test_support::RandomDocuments({9, 1, 30, 5}, 11, config_.shape.vocab);
-  const test_support::TestDirectory directory_;
-  const std::string& root_ = directory_.path();
+  const test_support::TempDir directory_;  // the data layer's
+  const std::string root_ = directory_.path();
 };
 
 TEST_F(EvaluationTest, LossesAreEachDocumentsSummedTokenLossAlone) {
