@@ -1,35 +1,21 @@
 // `hydraulis export`: a training checkpoint (our sharded optimizer state) written as a
-// Hugging Face checkpoint transformers loads (config.json + model.safetensors).
+// Hugging Face checkpoint transformers loads (config.json + model.safetensors); the driver
+// is job/checkpoint_export.h.
 #include <fmt/core.h>
-
-#include <ATen/ATen.h>
 
 #include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
-#include "hydraulis/runtime/communication/comm_group.h"
-#include "hydraulis/runtime/job/checkpoint.h"
-#include "hydraulis/runtime/model/hf_weights.h"
-#include "hydraulis/runtime/step/sharded_optimizer.h"
-#include "hydraulis/spec/model_config.h"
+#include "hydraulis/runtime/job/checkpoint_export.h"
+#include "parsed_option.h"
 
 namespace hydraulis::tools {
 namespace {
-
-struct ExportArgs {
-  std::string checkpoint_dir;
-  std::string model;
-  std::string format = "hf";
-  std::string dtype = "f32";
-  std::string output;
-  std::string max_shard_size = "5GB";
-};
 
 // "5GB", "500MB", "100KB", "2GiB" or a count of bytes: transformers' max_shard_size forms
 // (KB/MB/GB powers of 10, KiB/MiB/GiB of 2).
@@ -62,59 +48,32 @@ std::uint64_t ParseShardSize(const std::string& text) {
   return value * unit;
 }
 
-int RunExport(const ExportArgs& a) {
-  if (a.format != "hf") {
-    throw InvalidInput("export: --format must be hf, got " + QuoteForMessage(a.format));
-  }
-  if (a.dtype != "f32" && a.dtype != "bf16") {
-    throw InvalidInput("export: --dtype must be f32 or bf16, got " + QuoteForMessage(a.dtype));
-  }
-  const std::uint64_t max_shard_bytes = ParseShardSize(a.max_shard_size);
-  const ModelConfig config = LoadModelConfig(a.model);
-  const std::optional<std::string> latest = LatestCheckpoint(a.checkpoint_dir);
-  if (!latest) throw InvalidInput("--checkpoint-dir " + a.checkpoint_dir + ": no checkpoint");
-  // One in-process rank holds the whole optimizer state: a checkpoint loads on any number
-  // of ranks (every rank reads every shard).
-  FakeCommWorld world(1);
-  const std::unique_ptr<CommGroup> group = world.Group(0, "world");
-  ShardedAdamW optimizer(config, UninitializedWeights(), *group, AdamWOptions{});
-  const CheckpointMeta meta = LoadCheckpoint(*latest, optimizer);
-  const at::Tensor full = optimizer.full_parameters();
-  std::vector<NamedParameter> parameters;
-  for (const FlatParameter& p : optimizer.layout().parameters) {
-    NamedParameter named;
-    named.name = p.parameter.name;
-    named.full_name = p.parameter.name;
-    named.value = full.slice(0, p.offset, p.offset + p.numel).view(p.parameter.shape);
-    parameters.push_back(std::move(named));
-  }
-  WriteHfCheckpoint(a.output, config, parameters,
-                    a.dtype == "f32" ? SafetensorsDType::kF32 : SafetensorsDType::kBF16,
-                    max_shard_bytes);
-  fmt::print("wrote {} (config.json and safetensors weights) from {} (step {})\n", a.output,
-             *latest, meta.step);
+int RunExport(const ExportOptions& options) {
+  const ExportedCheckpoint exported = ExportCheckpoint(options);
+  fmt::print("wrote {} (config.json and safetensors weights) from {} (step {})\n", options.output,
+             exported.checkpoint, exported.step);
   return 0;
 }
 
 }  // namespace
 
 Command AddExportCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "export",
-      "Write a training checkpoint as a Hugging Face checkpoint (config.json + safetensors)");
-  auto a = std::make_shared<ExportArgs>();
-  cmd->add_option("--checkpoint-dir", a->checkpoint_dir,
+  auto* cmd = app.add_subcommand("export", RuntimeCommandSummary("export"));
+  auto o = std::make_shared<ExportOptions>();
+  cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
                   "the run's --checkpoint-dir (its newest checkpoint)")
       ->required();
-  cmd->add_option("--model", a->model, "the model config the run trained")->required();
-  cmd->add_option("--format", a->format, "output format: hf")->capture_default_str();
-  cmd->add_option("--dtype", a->dtype, "weights' dtype: f32 or bf16")->capture_default_str();
-  cmd->add_option("-o,--output", a->output, "output directory (created)")->required();
-  cmd->add_option("--max-shard-size", a->max_shard_size,
+  cmd->add_option("--model", o->model,
+                  "the model config the run trained (default: the one the checkpoint records; "
+                  "needed for checkpoints that record none)");
+  AddEnumOption(cmd, "--format", o->format, kExportFormatNames, "output format");
+  AddEnumOption(cmd, "--dtype", o->dtype, kExportDTypeNames, "weights' dtype");
+  cmd->add_option("-o,--output", o->output, "output directory (created)")->required();
+  AddParsedOption(cmd, "--max-shard-size", o->max_shard_bytes, ParseShardSize,
                   "largest weights file; larger models are split into model-0000k-of-0000n "
-                  "files with model.safetensors.index.json (as save_pretrained)")
-      ->capture_default_str();
-  return [a] { return RunExport(*a); };
+                  "files with model.safetensors.index.json (as save_pretrained)",
+                  "5GB");
+  return [o] { return RunExport(*o); };
 }
 
 }  // namespace hydraulis::tools

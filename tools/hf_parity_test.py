@@ -82,9 +82,10 @@ def train_and_export(binary, src, tmp, ckpt, tokens, run_dir, lr, extra):
          "--timeout-s", "60"] + extra, capture_output=True, text=True)
     if train.returncode != 0:
         return f"train: {train.stderr.strip()[-600:]}"
+    # Without --model: the checkpoint records the model it trained (export_forms passes it).
     export = subprocess.run(
-        [binary, "export", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--model",
-         os.path.join(ckpt, "config.json"), "-o", os.path.join(run_dir, "hf")],
+        [binary, "export", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "-o",
+         os.path.join(run_dir, "hf")],
         capture_output=True, text=True)
     if export.returncode != 0:
         return f"export: {export.stderr.strip()}"

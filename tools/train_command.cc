@@ -138,7 +138,7 @@ int Train(TrainArgs& a) {
 }  // namespace
 
 Command AddTrainCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", std::string(RuntimeCommandSummary("train")));
+  auto* cmd = app.add_subcommand("train", RuntimeCommandSummary("train"));
   auto a = std::make_shared<TrainArgs>();
   auto* model_flag =
       cmd->add_option("--model", a->run.model, "model config JSON")->capture_default_str();

@@ -180,6 +180,22 @@ STEPS=4 train keep --nproc 2 --checkpoint-dir "$TMP/keep" --checkpoint-every 1 -
 [[ -e $TMP/keep/step-00000004/meta.json && -e $TMP/keep/step-00000003/meta.json ]] ||
   fail "kept: $(ls "$TMP/keep")"
 
+check "export reads the model from the checkpoint; one that records none needs --model"
+"$BIN" export --checkpoint-dir "$TMP/keep" -o "$TMP/hf" >"$TMP/export.out" 2>"$TMP/export.err" ||
+  fail "export without --model: $(tail -c 600 "$TMP/export.err")"
+grep -q "wrote $TMP/hf (config.json and safetensors weights) from .*step-00000004 (step 4)" \
+  "$TMP/export.out" || fail "stdout: $(cat "$TMP/export.out")"
+grep -q '"hidden_size": 64' "$TMP/hf/config.json" || fail "config.json: $(head -c 400 "$TMP/hf/config.json")"
+[[ -f $TMP/hf/model.safetensors ]] || fail "no model.safetensors: $(ls "$TMP/hf")"
+rm "$TMP/keep/step-00000004/model.json"
+"$BIN" export --checkpoint-dir "$TMP/keep" -o "$TMP/hf-old" >/dev/null 2>"$TMP/export-old.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "exit status $RC without model.json"
+grep -q "does not record its model .*give --model" "$TMP/export-old.err" ||
+  fail "stderr: $(tail -c 600 "$TMP/export-old.err")"
+"$BIN" export --checkpoint-dir "$TMP/keep" --model "$MODEL" -o "$TMP/hf-old" >/dev/null \
+  2>"$TMP/export-old.err" || fail "export with --model: $(tail -c 600 "$TMP/export-old.err")"
+
 check "profile refuses a memory budget that holds no micro-batch, before any timing"
 "$BIN" profile --model "$MODEL" --memory-bytes 100000 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
   --output "$TMP/p.json" >"$TMP/prof.out" 2>"$TMP/prof.err"

@@ -680,7 +680,7 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   meta.step = 7;
   meta.sampler_offset = 42;
   meta.seed = 5;
-  SaveCheckpoint(dir, meta, a, world);
+  SaveCheckpoint(dir, meta, a, c, world);
   const std::optional<std::string> path = LatestCheckpoint(dir);
   ASSERT_TRUE(path.has_value());
   EXPECT_EQ(*path, dir + "/step-00000007");
@@ -752,7 +752,7 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   // Keeping the newest 2: after steps 8 and 9, step 7 is gone.
   for (std::int64_t step : {8, 9}) {
     meta.step = step;
-    SaveCheckpoint(dir, meta, a, world, 2);
+    SaveCheckpoint(dir, meta, a, c, world, 2);
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000007"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000008/meta.json"));
@@ -761,7 +761,7 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   // rank, removes the incomplete checkpoint and leaves `latest` as it was.
   std::filesystem::create_directories(dir + "/step-00000010/rank-00000.bin.tmp");
   meta.step = 10;
-  EXPECT_THROW(SaveCheckpoint(dir, meta, a, world, 2), IoError);
+  EXPECT_THROW(SaveCheckpoint(dir, meta, a, c, world, 2), IoError);
   EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000010"));
   EXPECT_EQ(*LatestCheckpoint(dir), dir + "/step-00000009");
   std::filesystem::remove_all(dir);

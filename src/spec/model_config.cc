@@ -1,5 +1,9 @@
 #include "hydraulis/spec/model_config.h"
 
+#include <nlohmann/json.hpp>
+
+#include <utility>
+
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/base/json_text.h"
@@ -64,6 +68,43 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
   r.RejectUnknown();
   ValidateModelConfig(c, source_name);
   return c;
+}
+
+std::string ModelConfigToJson(const ModelConfig& config) {
+  nlohmann::ordered_json j;
+  j["name"] = config.shape.name;
+  j["layers"] = config.shape.layers;
+  j["hidden"] = config.shape.hidden;
+  j["ffn"] = config.shape.ffn;
+  j["heads"] = config.shape.heads;
+  j["kv_heads"] = config.shape.kv_heads;
+  j["vocab"] = config.shape.vocab;
+  j["tie_embeddings"] = config.tie_embeddings;
+  j["rope_theta"] = config.rope_theta;
+  j["norm_eps"] = config.norm_eps;
+  return j.dump(2) + "\n";
+}
+
+std::string WeightLayoutDifference(const ModelConfig& a, const ModelConfig& b) {
+  const ModelSpec &x = a.shape, &y = b.shape;
+  const std::pair<const char*, std::pair<int, int>> sizes[] = {
+      {"layers", {x.layers, y.layers}},
+      {"hidden", {x.hidden, y.hidden}},
+      {"ffn", {x.ffn, y.ffn}},
+      {"heads", {x.heads, y.heads}},
+      {"kv_heads", {x.kv_heads, y.kv_heads}},
+      {"vocab", {x.vocab, y.vocab}}};
+  for (const auto& [field, values] : sizes) {
+    if (values.first != values.second) {
+      return std::string(field) + ": " + std::to_string(values.first) + " vs " +
+             std::to_string(values.second);
+    }
+  }
+  if (a.tie_embeddings != b.tie_embeddings) {
+    return std::string("tie_embeddings: ") + (a.tie_embeddings ? "true" : "false") + " vs " +
+           (b.tie_embeddings ? "true" : "false");
+  }
+  return "";
 }
 
 ModelConfig LoadModelConfig(const std::string& path) {

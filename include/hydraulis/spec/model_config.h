@@ -31,6 +31,16 @@ struct ModelConfig {
 ModelConfig LoadModelConfig(const std::string& path);
 ModelConfig ParseModelConfig(const std::string& json_text, const std::string& source_name);
 
+// The config as hydraulis' own JSON (the format of configs/models, every field written, the
+// numbers exact), which ParseModelConfig reads back as an equal config.
+std::string ModelConfigToJson(const ModelConfig& config);
+
+// The first field in which `a` and `b` differ in the layout of the model's weights, as
+// "FIELD: A vs B" in the JSON's names (a size: layers, hidden, ffn, heads, kv_heads, vocab;
+// or tie_embeddings); "" when their weights have the same layout (name, rope_theta and
+// norm_eps are not compared).
+std::string WeightLayoutDifference(const ModelConfig& a, const ModelConfig& b);
+
 // The names a file uses for ModelConfig's fields, so errors name what the user wrote
 // (hydraulis' own configs by default; Hugging Face's in hf_config.h).
 struct ModelConfigFieldNames {

@@ -127,7 +127,7 @@ std::vector<std::string> CompleteCheckpoints(const std::string& dir) {
 }  // namespace
 
 void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAdamW& optimizer,
-                    CommGroup& world, int keep_last) {
+                    const ModelConfig& model, CommGroup& world, int keep_last) {
   const std::string name = StepDirName(meta.step);
   const std::string step_dir = dir + "/" + name;
   std::error_code ec;
@@ -139,7 +139,14 @@ void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAd
   if (ec) {
     mine.error = "cannot create " + step_dir + ": " + ec.message();
   } else {
-    mine = WriteShard(ShardPath(step_dir, world.rank()), header, state);
+    try {
+      // Before meta.json, which seals the checkpoint: a complete one names its model.
+      if (world.rank() == 0)
+        WriteFileAtomically(step_dir + "/" + kCheckpointModelFile, ModelConfigToJson(model));
+      mine = WriteShard(ShardPath(step_dir, world.rank()), header, state);
+    } catch (const Error& e) {  // IoError, or InvalidInput for a directory in the way
+      mine.error = e.what();
+    }
   }
   // Every rank learns every shard's outcome, size and hash, so all stop alike on a failed
   // write and rank 0 can record the checksums.
@@ -198,6 +205,12 @@ std::optional<std::string> LatestCheckpoint(const std::string& dir) {
                        ", which is not a complete checkpoint");
   }
   return path;
+}
+
+std::optional<ModelConfig> CheckpointModel(const std::string& path) {
+  const std::string model_path = path + "/" + kCheckpointModelFile;
+  if (!fs::exists(model_path)) return std::nullopt;
+  return ParseModelConfig(ReadFileText(model_path), model_path);
 }
 
 CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) {

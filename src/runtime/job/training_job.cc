@@ -116,8 +116,8 @@ void TrainingJob::Save(int steps_done) {
   meta.sampler_epoch = position_.epoch;
   meta.sampler_offset = position_.offset;
   meta.seed = options_.seed;
-  SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.world(),
-                 options_.keep_checkpoints);
+  SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.config(),
+                 trainer_.world(), options_.keep_checkpoints);
 }
 
 TrainingStepRecord TrainingJob::RunStep() {

@@ -1,6 +1,7 @@
 // Checkpoints of distributed training: the optimizer layout's state (fp32 master weights,
 // AdamW moments, step count; every rank writes its own shard) plus where the data stream
 // stands, in one directory per checkpoint:
+//   DIR/step-00000012/model.json      the model trained (ModelConfigToJson), by rank 0
 //   DIR/step-00000012/rank-00003.bin  each rank's shard, written to a temporary and renamed
 //   DIR/step-00000012/meta.json       written by rank 0 after every shard is in place
 //   DIR/latest                        the name of the newest complete checkpoint (atomic)
@@ -17,18 +18,28 @@
 
 #include "hydraulis/checkpoint/checkpoint_meta.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"
+#include "hydraulis/spec/model_config.h"
 
 namespace hydraulis {
 
 class CommGroup;
 
-// Saves a checkpoint of `optimizer` as step `meta.step` under `dir` (created if needed): a
-// collective over `world`. meta.json records each shard's size and XXH3-64 hash and a
-// checksum of itself. When any rank cannot write its shard (a full disk), every rank throws
-// IoError, the incomplete checkpoint is removed and `latest` still names the previous one.
-// keep_last > 0 then removes all but the newest keep_last complete checkpoints.
+// Saves a checkpoint of `optimizer`, which holds the weights of `model`, as step `meta.step`
+// under `dir` (created if needed): a collective over `world`. meta.json records each shard's size
+// and XXH3-64 hash and a checksum of itself. When any rank cannot write its shard (a full disk),
+// every rank throws IoError, the incomplete checkpoint is removed and `latest` still names the
+// previous one (model.json counts as rank 0's shard here). keep_last > 0 then removes all but the
+// newest keep_last complete checkpoints.
 void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAdamW& optimizer,
-                    CommGroup& world, int keep_last = 0);
+                    const ModelConfig& model, CommGroup& world, int keep_last = 0);
+
+// The file in a checkpoint's directory that records its model.
+inline constexpr char kCheckpointModelFile[] = "model.json";
+
+// The model recorded in the checkpoint directory `path` (its model.json), or nullopt for a
+// checkpoint written before checkpoints recorded their model. InvalidInput naming the file
+// when it does not parse (ParseModelConfig).
+std::optional<ModelConfig> CheckpointModel(const std::string& path);
 
 // The directory of the newest complete checkpoint under `dir`, or nullopt when there is none.
 // InvalidInput when `latest` is missing but complete checkpoints exist (never silently

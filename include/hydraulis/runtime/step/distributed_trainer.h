@@ -96,6 +96,7 @@ class DistributedTrainer {
 
   const ShardedAdamW& optimizer() const { return *optimizer_; }
   ShardedAdamW& optimizer() { return *optimizer_; }
+  const ModelConfig& config() const { return config_; }
   const ComputeOptions& compute() const { return compute_; }
   CommGroup& world();
   const std::vector<Strategy>& candidates() const { return candidates_; }

@@ -1,0 +1,180 @@
+#include "hydraulis/runtime/job/profile_run.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/cost/capacity.h"
+#include "hydraulis/data/lengths.h"
+#include "hydraulis/runtime/job/profile_ranks.h"
+#include "hydraulis/runtime/job/stage_profiler.h"
+#include "hydraulis/runtime/model/transformer.h"
+#include "hydraulis/spec/model_config.h"
+#include "hydraulis/spec/spec_io.h"
+
+namespace hydraulis {
+namespace {
+
+// A micro-batch whose fixed cost c is at most this share of its time keeps the device busy
+// (the profile's informational utilization_tokens).
+constexpr double kUtilizationOverheadShare = 0.1;
+
+// The smallest aligned micro-batch whose fixed cost is at most kUtilizationOverheadShare
+// of its time under `m` (one document of s tokens: a s^2 + b s >= c (1 - share) / share).
+int UtilizationTokens(const TimeModel& m) {
+  const double need = m.c_ms * (1 - kUtilizationOverheadShare) / kUtilizationOverheadShare;
+  double s = 0;
+  if (m.a_ms_per_token2 > 0) {
+    const double a = m.a_ms_per_token2, b = m.b_ms_per_token;
+    s = (-b + std::sqrt(b * b + 4 * a * need)) / (2 * a);
+  } else if (m.b_ms_per_token > 0) {
+    s = need / m.b_ms_per_token;
+  }
+  const double aligned = std::ceil(std::max(s, 1.0) / kTokenAlignment) * kTokenAlignment;
+  return static_cast<int>(std::min(aligned, 1e9));
+}
+
+std::vector<int> TensorParallelDegrees(const std::vector<Scheme>& schemes) {
+  std::set<int> tps;
+  for (const Scheme& s : schemes) tps.insert(s.tp);
+  return {tps.begin(), tps.end()};
+}
+
+// The profile of `fits` (one per scheme) on `world_size` ranks. Error when a fit does not
+// grow with tokens.
+Profile ProfileOf(const ModelConfig& model, const ProfileOptions& options, int world_size,
+                  const std::vector<TimeFit>& fits) {
+  Profile profile;
+  profile.model = model.shape;
+  profile.cluster.gpus_per_node = world_size;
+  profile.cluster.gpu_memory_bytes = options.memory_bytes;
+  profile.memory = EngineMemoryModel(model, TensorParallelDegrees(options.schemes));
+  for (std::size_t i = 0; i < options.schemes.size(); ++i) {
+    const Scheme& scheme = options.schemes[i];
+    const TimeModel& m = fits[i].model;
+    if (m.a_ms_per_token2 == 0 && m.b_ms_per_token == 0) {
+      throw Error("profile: the fit of " + SchemeName(scheme) +
+                  " has a = b = 0 (time does not grow with tokens); rerun with more --repeats "
+                  "or a larger --max-len");
+    }
+    profile.schemes.push_back({scheme, m.a_ms_per_token2, m.b_ms_per_token, m.c_ms});
+    int& u = profile.utilization_tokens_by_tp[scheme.tp];
+    u = std::max(u, UtilizationTokens(m));
+  }
+  // The strict parser again, so nothing is returned that the planner would reject.
+  return ParseProfile(ProfileToJson(profile), "the measured profile");
+}
+
+}  // namespace
+
+void CheckProfileOptions(const ProfileOptions& options, int ranks) {
+  const ModelConfig model = LoadModelConfig(options.model);
+  for (const Scheme& s : options.schemes) {
+    try {
+      ValidateTensorParallel(model, s.tp);
+      ModelPart::Stage(model, 0, s.pp);
+    } catch (const InvalidInput& e) {
+      throw InvalidInput("--schemes: " + std::to_string(s.tp) + "x" + std::to_string(s.pp) +
+                         " does not split " + options.model + ": " + e.what());
+    }
+  }
+  if (options.memory_bytes <= 0) throw InvalidInput("--memory-bytes: must be > 0");
+  // Before minutes of timing: a budget that cannot hold one aligned micro-batch beside
+  // the parameters and optimizer state would write a profile of capacity 0.
+  Profile probe;
+  probe.model = model.shape;
+  probe.cluster.gpus_per_node = std::max(1, ranks);
+  probe.cluster.gpu_memory_bytes = options.memory_bytes;
+  probe.memory = EngineMemoryModel(model, TensorParallelDegrees(options.schemes));
+  for (const Scheme& s : options.schemes) {
+    if (CapacityTokens(probe, s, OptimizerLayout{std::max(1, ranks), 1, 1}) <= 0) {
+      throw InvalidInput("--memory-bytes " + std::to_string(options.memory_bytes) + ": scheme " +
+                         SchemeName(s) + " cannot hold a micro-batch of " +
+                         std::to_string(kTokenAlignment) +
+                         " tokens beside the model's parameters and optimizer state; give "
+                         "more memory");
+    }
+  }
+}
+
+ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* distributed,
+                      const ProfileProgress& progress) {
+  CheckProfileOptions(options, distributed != nullptr ? distributed->world_size : 1);
+  const ModelConfig model = LoadModelConfig(options.model);
+  const std::vector<int> tps = TensorParallelDegrees(options.schemes);
+  const int max_tp = tps.empty() ? 1 : tps.back();
+  if (distributed == nullptr && max_tp > 1) {
+    throw InvalidInput("--schemes: tp = " + std::to_string(max_tp) + " needs " +
+                       std::to_string(max_tp) + " ranks: give --nproc " + std::to_string(max_tp) +
+                       " (or run under torchrun)");
+  }
+  at::set_num_threads(1);
+
+  std::vector<std::int64_t> pool;
+  try {
+    pool = ReadLengths(options.lengths);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(std::string("--lengths: ") + e.what());
+  }
+  ProfileBatchOptions batch_options;
+  batch_options.min_len = std::min(options.min_len, options.max_len);
+  batch_options.max_len = options.max_len;
+  batch_options.packed = options.packed;
+  batch_options.seed = options.seed;
+  const std::vector<std::vector<std::int64_t>> batches = ProfileMicroBatches(pool, batch_options);
+  StageProfileOptions timing;
+  timing.warmup = options.warmup;
+  timing.repeats = options.repeats;
+  timing.seed = options.seed;
+
+  ProfileRun run;
+  std::unique_ptr<ProfileRanks> ranks;
+  if (distributed != nullptr) {
+    ranks = std::make_unique<ProfileRanks>(*distributed, std::set<int>(tps.begin(), tps.end()));
+    run.rank = ranks->rank();
+    run.world_size = ranks->world_size();
+  }
+  const bool chief = run.rank == 0;
+  for (const Scheme& s : options.schemes) {
+    if (ranks == nullptr || ranks->Runs(s.tp)) {
+      const auto start = std::chrono::steady_clock::now();
+      CommGroup* group = ranks == nullptr ? nullptr : ranks->TensorParallelGroup(s.tp);
+      std::vector<TimeSample> samples = ProfileStage(model, s.pp, group, batches, timing);
+      if (chief) {
+        run.fits.push_back(FitTimeModel(samples));
+        run.samples.push_back(std::move(samples));
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        if (progress) progress(s, run.samples.back().size(), took.count());
+      }
+    }
+    // Ranks outside every full block wait here; rank 0's block's samples are kept.
+    if (ranks) ranks->Barrier();
+  }
+  if (chief) run.profile = ProfileOf(model, options, run.world_size, run.fits);
+  if (ranks) ranks->Barrier();  // rank 0 hosts the store: no rank may still need it
+  return run;
+}
+
+std::string ProfileSamplesToJson(const ProfileRun& run) {
+  nlohmann::ordered_json raw = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < run.samples.size(); ++i) {
+    const Scheme& s = run.profile.schemes[i].scheme;
+    nlohmann::ordered_json entry = {{"tp", s.tp}, {"pp", s.pp}};
+    entry["samples"] = nlohmann::ordered_json::array();
+    for (const TimeSample& t : run.samples[i]) {
+      entry["samples"].push_back({{"lengths", t.lengths},
+                                  {"ms", t.ms},
+                                  {"fitted_ms", run.fits[i].model.MicroBatchMs(t.lengths)}});
+    }
+    raw.push_back(entry);
+  }
+  return raw.dump(1) + "\n";
+}
+
+}  // namespace hydraulis

@@ -1,0 +1,51 @@
+#include "hydraulis/spec/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace hydraulis {
+namespace {
+
+ModelConfig Example() {
+  ModelConfig c;
+  c.shape = {"example", 3, 96, 260, 6, 2, 1000};
+  c.tie_embeddings = true;
+  c.rope_theta = 500000.0;
+  c.norm_eps = 1.0 / 3.0;  // no short decimal form: the writer must keep every digit
+  return c;
+}
+
+TEST(ModelConfigJsonTest, RoundTripsEveryField) {
+  const ModelConfig c = Example();
+  const ModelConfig back = ParseModelConfig(ModelConfigToJson(c), "written.json");
+  EXPECT_EQ(back.shape.name, "example");
+  EXPECT_EQ(back.shape.layers, 3);
+  EXPECT_EQ(back.shape.hidden, 96);
+  EXPECT_EQ(back.shape.ffn, 260);
+  EXPECT_EQ(back.shape.heads, 6);
+  EXPECT_EQ(back.shape.kv_heads, 2);
+  EXPECT_EQ(back.shape.vocab, 1000);
+  EXPECT_TRUE(back.tie_embeddings);
+  EXPECT_EQ(back.rope_theta, 500000.0);
+  EXPECT_EQ(back.norm_eps, 1.0 / 3.0);
+  EXPECT_EQ(ModelConfigToJson(back), ModelConfigToJson(c));
+}
+
+TEST(ModelConfigJsonTest, WeightLayoutDifferenceNamesTheFirstField) {
+  const ModelConfig a = Example();
+  ModelConfig b = a;
+  b.shape.name = "renamed";
+  b.rope_theta = 10000.0;
+  b.norm_eps = 1e-6;
+  EXPECT_EQ(WeightLayoutDifference(a, b), "");
+  b.shape.ffn = 300;
+  b.shape.vocab = 2000;
+  EXPECT_EQ(WeightLayoutDifference(a, b), "ffn: 260 vs 300");
+  b = a;
+  b.tie_embeddings = false;
+  EXPECT_EQ(WeightLayoutDifference(a, b), "tie_embeddings: true vs false");
+}
+
+}  // namespace
+}  // namespace hydraulis
