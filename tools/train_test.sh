@@ -196,6 +196,16 @@ grep -q "does not record its model .*give --model" "$TMP/export-old.err" ||
 "$BIN" export --checkpoint-dir "$TMP/keep" --model "$MODEL" -o "$TMP/hf-old" >/dev/null \
   2>"$TMP/export-old.err" || fail "export with --model: $(tail -c 600 "$TMP/export-old.err")"
 
+check "resuming a checkpoint of another model is one clear error naming the field"
+sed 's/"hidden": 64/"hidden": 128/' "$MODEL" >"$TMP/wide.json"
+"$BIN" train --model "$TMP/wide.json" --data "$TMP/corpus" --tokens-per-batch 3000 --max-len 700 \
+  --seed 5 --timeout-s 20 --steps 6 --nproc 1 --checkpoint-dir "$TMP/ckpt" --resume >/dev/null \
+  2>"$TMP/wrong-model.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "exit status $RC, expected 2"
+grep -q "model.json: the checkpoint is of another model than this run's (hidden: 64 vs 128)" \
+  "$TMP/wrong-model.err" || fail "stderr: $(tail -c 600 "$TMP/wrong-model.err")"
+
 check "profile refuses a memory budget that holds no micro-batch, before any timing"
 "$BIN" profile --model "$MODEL" --memory-bytes 100000 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
   --output "$TMP/p.json" >"$TMP/prof.out" 2>"$TMP/prof.err"

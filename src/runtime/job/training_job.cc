@@ -58,6 +58,14 @@ std::optional<std::string> TrainingJob::Resume() {
   }
   const std::optional<std::string> path = LatestCheckpoint(options_.checkpoint_dir);
   if (!path) return std::nullopt;
+  if (const std::optional<ModelConfig> recorded = CheckpointModel(*path)) {
+    const std::string difference = WeightLayoutDifference(*recorded, trainer_.config());
+    if (!difference.empty()) {
+      throw InvalidInput(*path + "/" + kCheckpointModelFile +
+                         ": the checkpoint is of another model than this run's (" + difference +
+                         ")");
+    }
+  }
   const CheckpointMeta meta = LoadCheckpoint(*path, trainer_.optimizer());
   if (meta.seed != options_.seed) {
     throw InvalidInput(*path + "/meta.json: seed: the checkpoint was written with seed " +

@@ -64,7 +64,8 @@ class TrainingJob {
 
   // Loads the newest checkpoint of options.checkpoint_dir into the optimizer and the
   // sampler; returns its path, or nullopt when there is none (the job starts at step 0).
-  // InvalidInput without a checkpoint_dir, or when the checkpoint's seed differs.
+  // InvalidInput without a checkpoint_dir, when the checkpoint's seed differs, or when it
+  // records a model of another weight layout than the trainer's.
   std::optional<std::string> Resume();
 
   int next_step() const { return next_step_; }
