@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -33,14 +34,30 @@ struct TrainArgs {
   int fail_step = 0;
 };
 
-// build/<preset>/demo-corpus, beside the build's tools/ directory (scripts/build.sh makes it).
-std::string DefaultCorpusPrefix() {
+// The build directory this executable lives in (build/<preset>, above its tools/), or ""
+// when it cannot be read.
+std::string BuildDirectory() {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return "demo-corpus";
+  if (n <= 0) return "";
   std::string path(exe, static_cast<std::size_t>(n));
   path = path.substr(0, path.rfind('/'));  // .../tools
-  return path.substr(0, path.rfind('/')) + "/demo-corpus";
+  return path.substr(0, path.rfind('/'));
+}
+
+// build/<preset>/demo-corpus, beside the build's tools/ directory (scripts/build.sh makes it).
+std::string DefaultCorpusPrefix() {
+  const std::string build = BuildDirectory();
+  return build.empty() ? "demo-corpus" : build + "/demo-corpus";
+}
+
+// The bundled engine profile: relative to the working directory (the repository, where the
+// commands run by default), else in the source tree the build directory belongs to.
+std::string EngineProfilePath() {
+  if (std::filesystem::exists(kEngineProfile)) return kEngineProfile;
+  const std::string build = BuildDirectory();
+  const std::string beside = build + "/../../" + kEngineProfile;
+  return !build.empty() && std::filesystem::exists(beside) ? beside : kEngineProfile;
 }
 
 // LOCAL_RANK as torchrun and the launcher set it (0 when absent): this rank's GPU.
@@ -71,6 +88,7 @@ void PrintStep(const TrainingStepRecord& r) {
 
 int Train(TrainArgs& a) {
   if (a.run.data.empty()) a.run.data = DefaultCorpusPrefix();
+  if (a.run.profile.empty()) a.run.engine_profile = EngineProfilePath();
   if (a.nproc > 0 && !IsLaunchedRank()) {
     // One clear line from the launcher, not one per rank: the checks every rank would fail.
     CheckTrainingRun(a.run, a.nproc);

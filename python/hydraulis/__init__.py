@@ -123,7 +123,7 @@ class Planner(_core.Planner):
 
 class LookaheadPlanner:
     """Plans step k+1 (and up to `depth` steps ahead) on a background thread while step k
-    trains: the planner releases the GIL, so planning and the training loop overlap.
+    trains: the thread plans without the GIL, so planning and the training loop overlap.
 
         with hydraulis.LookaheadPlanner(planner, batches, depth=2) as plans:
             for lengths, plan in plans:        # in the order of `batches`
@@ -132,80 +132,66 @@ class LookaheadPlanner:
     `batches` is any iterable of length lists/arrays (a sampler), or of any items when
     `lengths_of(item)` gives each one's lengths (the iteration yields the items). Plans are exactly those
     `planner.plan` gives for the same batches, in order (planning is deterministic and
-    independent of what was planned before). At most `depth` plans wait in the queue. An
-    exception raised while planning (or while drawing the next batch) is raised by the
-    iteration at the step that needs that plan; steps before it are delivered first.
-    `close()` (or leaving the `with` block) stops the thread without planning further;
-    `waited_ms` is how long the last step waited for its plan.
+    independent of what was planned before). At most `depth` plans wait; `planned_ahead` is
+    how many do now. An exception raised while planning (or while drawing the next batch) is
+    raised by the iteration at the step that needs that plan; steps before it are delivered
+    first. `close()` (or leaving the `with` block) stops the thread without planning further;
+    `waited_ms` is how long the last step waited for its plan. The thread is the C++
+    look-ahead the training runtime plans with (assign/lookahead.h); batches are drawn from
+    `batches` on it, holding the GIL only while drawing.
     """
 
-    _DONE = object()
-
     def __init__(self, planner, batches, depth=2, lengths_of=None):
-        import queue
-        import threading
+        import collections
+        import weakref
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
             raise ValueError(f"depth: must be an integer >= 1, got {depth!r}")
-        self._planner = planner
-        self._batches = iter(batches)
-        self._lengths_of = lengths_of if lengths_of is not None else (lambda item: item)
-        self._queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
+        batches = iter(batches)
+        lengths_of = lengths_of if lengths_of is not None else (lambda item: item)
+        # Items drawn, in order; the thread appends, __next__ takes (both under the GIL).
+        items = collections.deque()
+
+        def next_lengths():
+            try:
+                item = next(batches)
+            except StopIteration:
+                return None
+            items.append(item)
+            return lengths_of(item)
+
+        self._items = items
         self._finished = False
         self.waited_ms = 0.0
-        self._thread = threading.Thread(target=self._run, name="hydraulis-lookahead",
-                                        daemon=True)
-        self._thread.start()
+        self._impl = _core.Lookahead(planner, next_lengths, depth)
+        # Joined when the object is collected or the interpreter exits, whichever is first.
+        self._close = weakref.finalize(self, self._impl.close)
 
-    def _put(self, item):
-        import queue
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self):
-        try:
-            for lengths in self._batches:
-                if self._stop.is_set():
-                    return
-                plan = self._planner.plan(self._lengths_of(lengths))
-                if not self._put((lengths, plan, None)):
-                    return
-        except BaseException as e:  # delivered to the consumer at this step
-            self._put((None, None, e))
-            return
-        self._put(self._DONE)
+    @property
+    def planned_ahead(self):
+        """Plans made and not yet taken by the iteration."""
+        return self._impl.ready
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        import time
         if self._finished:
             raise StopIteration
-        t0 = time.perf_counter()
-        item = self._queue.get()
-        self.waited_ms = (time.perf_counter() - t0) * 1e3
-        if item is self._DONE:
-            self._finished = True
-            self._thread.join()
+        try:
+            step = self._impl.next()
+        except BaseException:
+            self.close()
+            raise
+        if step is None:
+            self.close()
             raise StopIteration
-        lengths, plan, error = item
-        if error is not None:
-            self._finished = True
-            self._thread.join()
-            raise error
-        return lengths, plan
+        plan, self.waited_ms = step
+        return self._items.popleft(), plan
 
     def close(self):
         """Stops planning ahead and joins the thread (a plan being made is finished first)."""
-        self._stop.set()
         self._finished = True
-        self._thread.join()
+        self._close()
 
     def __enter__(self):
         return self
@@ -213,3 +199,4 @@ class LookaheadPlanner:
     def __exit__(self, *exc):
         self.close()
         return False
+

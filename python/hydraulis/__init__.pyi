@@ -1,5 +1,5 @@
 import os
-from typing import Any, Iterable, Iterator, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -67,8 +67,12 @@ class Planner:
 class LookaheadPlanner:
     waited_ms: float
     def __init__(self, planner: Planner,
-                 batches: Iterable[Union[Sequence[int], npt.NDArray[np.integer]]],
-                 depth: int = 2) -> None: ...
+                 batches: Iterable[Any],
+                 depth: int = 2,
+                 lengths_of: Optional[Callable[[Any], Union[Sequence[int], npt.NDArray[np.integer]]]] = None
+                 ) -> None: ...
+    @property
+    def planned_ahead(self) -> int: ...
     def __iter__(self) -> Iterator[tuple[Any, Plan]]: ...
     def __next__(self) -> tuple[Any, Plan]: ...
     def close(self) -> None: ...

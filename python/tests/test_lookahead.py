@@ -82,8 +82,8 @@ def test_plans_are_made_while_the_caller_trains(planner, batches):
     with hydraulis.LookaheadPlanner(planner, batches[:8], depth=3) as plans:
         next(plans)
         deadline = time.monotonic() + 60
-        while plans._queue.qsize() < 3 and time.monotonic() < deadline:
+        while plans.planned_ahead < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert plans._queue.qsize() == 3
+        assert plans.planned_ahead == 3
         next(plans)
         assert plans.waited_ms < 1000

@@ -91,7 +91,7 @@ struct TrainingInputs {
     }
     if (o.profile.empty()) {
       // The engine's bundled profile when it is this model's, else one derived from it.
-      profile = LoadProfile(kEngineProfile);
+      profile = LoadProfile(o.engine_profile);
       if (!ProfiledFor(profile, model)) {
         profile = DeriveProfile(profile, model);
         profile_derived = true;

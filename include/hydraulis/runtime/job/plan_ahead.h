@@ -1,16 +1,11 @@
-// The training driver's look-ahead: the next steps' global batches sampled and planned on a
-// background thread while the current step trains (the mechanism of the Python package's
-// LookaheadPlanner, docs/python.md), so a step waits for its plan only when planning is
-// slower than training.
+// The training driver's look-ahead: Lookahead (assign/lookahead.h, the mechanism the Python
+// package's LookaheadPlanner also runs on) over the next steps of a BatchSampler, each with
+// where the sampler stood after drawing it.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
-#include <exception>
-#include <mutex>
-#include <thread>
-#include <variant>
+#include <memory>
 
+#include "hydraulis/assign/lookahead.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/data/batch_sampler.h"
 
@@ -41,18 +36,12 @@ class PlanAhead {
   Step Next(double& waited_ms);
 
  private:
-  void Run();
-
-  const Planner& planner_;
-  BatchSampler& sampler_;
-  const int steps_;
-  const std::size_t depth_;
-  int taken_ = 0;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<std::variant<Step, std::exception_ptr>> ready_;
-  bool stop_ = false;
-  std::thread thread_;  // last: started once the members above exist
+  struct Drawn {  // a batch and the sampler's position after it
+    SampledBatch batch;
+    SamplerPosition position_after;
+  };
+  int drawn_ = 0;  // touched by the thread only
+  std::unique_ptr<Lookahead<Drawn>> lookahead_;
 };
 
 }  // namespace hydraulis

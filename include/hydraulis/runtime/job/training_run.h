@@ -37,9 +37,10 @@ struct TrainingRunOptions {
   std::string model = "configs/models/tiny.json";  // model config JSON
   std::string init_from;  // a Hugging Face checkpoint to start from; its config.json is the model
   std::string data;       // Megatron dataset prefix; empty: the demo corpus beside the build
-  // Cost and memory profile of the model on this engine; empty: kEngineProfile when it is
+  // Cost and memory profile of the model on this engine; empty: engine_profile when it is
   // the model's, else one derived from it (DeriveProfile).
   std::string profile;
+  std::string engine_profile = kEngineProfile;  // the fitted profile no --profile falls back to
   // Candidate strategies JSON (chosen per step); empty: one strategy of identical tp x pp
   // pipelines over every rank.
   std::string candidates;
