@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "hydraulis/assign/plan_json.h"
 #include "hydraulis/assign/planner.h"
+#include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/length_source.h"
@@ -394,6 +396,7 @@ NB_MODULE(_core, m) {
             const CandidateSet set = ParseCandidates(candidates.json, candidates.source, profile);
             PlannerOptions options;
             options.algorithm = ParseAlgorithm(algorithm);
+            options.published_assigner = AssignPublished;
             options.overlong = reject_overlong ? OverlongRule::kReject : OverlongRule::kTruncate;
             options.context_tokens = max_len;
             options.seed = seed;

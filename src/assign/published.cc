@@ -22,7 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "hydraulis/assign/baselines.h"
+#include "hydraulis/assign/pack.h"
+#include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/base/tolerance.h"
