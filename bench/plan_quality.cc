@@ -10,6 +10,7 @@
 
 #include "bench_main.h"
 #include "hydraulis/assign/planner.h"
+#include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
@@ -62,6 +63,7 @@ int Run(int argc, char** argv) {
   for (std::size_t a = 0; a < algos.size(); ++a) {
     PlannerOptions options;
     options.algorithm = algos[a];
+    options.published_assigner = AssignPublished;
     options.context_tokens = max_len;
     options.seed = seed;
     Planner planner(profile, candidates, options);

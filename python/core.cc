@@ -16,9 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "hydraulis/assign/plan_json.h"
 #include "hydraulis/assign/planner.h"
+#include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/document_length.h"
 #include "hydraulis/data/length_source.h"
 #include "hydraulis/propose/propose.h"
 #include "hydraulis/sim/report.h"
@@ -99,7 +102,8 @@ nb::object MakePipelines(const Plan& plan) {
 }
 
 // Lengths from a Python sequence of ints or an integer NumPy array; TypeError for anything
-// else (floats are never cast), ValueError naming the first length below 1.
+// else (floats are never cast), ValueError naming the first length below 1 or above
+// kMaxDocumentTokens (data/document_length.h), as the length files' readers reject them.
 std::vector<std::int64_t> Lengths(nb::handle obj) {
   std::vector<std::int64_t> lengths;
   nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>> int64_array;
@@ -171,6 +175,10 @@ std::vector<std::int64_t> Lengths(nb::handle obj) {
                              "token, got " +
                              std::to_string(lengths[i]))
                                 .c_str());
+    }
+    if (lengths[i] > kMaxDocumentTokens) {
+      throw nb::value_error(
+          ("lengths[" + std::to_string(i) + "]: " + DocumentTooLongMessage(lengths[i])).c_str());
     }
   }
   return lengths;
@@ -394,6 +402,7 @@ NB_MODULE(_core, m) {
             const CandidateSet set = ParseCandidates(candidates.json, candidates.source, profile);
             PlannerOptions options;
             options.algorithm = ParseAlgorithm(algorithm);
+            options.published_assigner = AssignPublished;
             options.overlong = reject_overlong ? OverlongRule::kReject : OverlongRule::kTruncate;
             options.context_tokens = max_len;
             options.seed = seed;

@@ -480,6 +480,26 @@ expect_rc stats 0
 grep -q "p50" "$TMP/stats.out" || fail "no p50 in stats output"
 grep -q "20,000" "$TMP/stats.out" || fail "stats does not count the 20,000 documents"
 
+check "lengths over 2^32 tokens are one input error, never a wrapped token count"
+printf '9223372036854775807\n9223372036854775807\n' >"$TMP/huge-lengths.txt"
+hyd hugeplan plan --profile "$PROFILE" --candidates "$CANDS" --lengths "$TMP/huge-lengths.txt"
+expect_input_error hugeplan "huge-lengths.txt:1: a length must be at most 4294967296 tokens (2^32)" \
+  "got 9223372036854775807"
+hyd_in hugestdin "$TMP/huge-lengths.txt" plan --profile "$PROFILE" --candidates "$CANDS" \
+  --lengths -
+expect_input_error hugestdin "a length must be at most 4294967296 tokens"
+hyd hugestats stats --lengths "$TMP/huge-lengths.txt"
+expect_input_error hugestats "huge-lengths.txt:1: a length must be at most 4294967296 tokens"
+printf '9223372036854775807\n' >"$TMP/huge-one.txt"
+hyd hugeone stats --lengths "$TMP/huge-one.txt"
+expect_input_error hugeone "huge-one.txt:1:" "got 9223372036854775807"
+printf '{"length": 4294967297}\n' >"$TMP/huge.jsonl"
+hyd hugejl stats --lengths "$TMP/huge.jsonl"
+expect_input_error hugejl "huge.jsonl:1: field 'length': a length must be at most 4294967296"
+printf '4294967296\n' >"$TMP/max-length.txt"
+hyd maxlen stats --lengths "$TMP/max-length.txt"
+expect_rc maxlen 0
+
 check "stats on a bad lengths file"
 printf '12\nabc\n' > "$TMP/bad-lengths.txt"
 hyd statsbad stats --lengths "$TMP/bad-lengths.txt"

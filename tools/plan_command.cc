@@ -3,7 +3,9 @@
 #include <memory>
 
 #include "commands.h"
+#include "hydraulis/assign/plan_json.h"
 #include "hydraulis/assign/planner.h"
+#include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/length_source.h"
@@ -48,6 +50,7 @@ int RunPlan(const PlanArgs& a) {
   CandidateSet candidates = LoadCandidates(a.candidates, profile);
   PlannerOptions options;
   options.algorithm = ParseAlgorithm(a.algorithm, "--algorithm");
+  options.published_assigner = AssignPublished;
   options.overlong = a.reject_overlong ? OverlongRule::kReject : OverlongRule::kTruncate;
   options.context_tokens = a.max_len;
   options.seed = a.seed;

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "hydraulis/assign/plan.h"
 #include "hydraulis/assign/plan_lines.h"
-#include "hydraulis/assign/planner.h"
 #include "hydraulis/base/file_io.h"
 
 namespace hydraulis::tools {

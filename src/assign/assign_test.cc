@@ -13,6 +13,7 @@
 #include "hydraulis/assign/pipeline_relaxation.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/assign/planner.h"
+#include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/base/tolerance.h"
@@ -177,6 +178,7 @@ TEST(PlannerTest, PlansCarryTheirSolveStatus) {
   options.published.shuffles = 1;
   options.published.micro_batch_counts = 1;
   options.published.milp_time_limit_s = 1e-6;
+  options.published_assigner = AssignPublished;
   Planner published(cs.profile, cs.candidates, options);
   const Plan rushed = published.PlanBatch(batches[0]);
   EXPECT_GT(rushed.time_limited_solves, 0);
@@ -185,6 +187,18 @@ TEST(PlannerTest, PlansCarryTheirSolveStatus) {
                             ToAssignment(rushed)),
             "");
   EXPECT_EQ(SolveStatusName(SolveStatus::kTimeLimit), "time-limit");
+}
+
+// The planner's library does not link CBC: the published algorithm runs only where a
+// program passes the MILP planner in.
+TEST(PlannerTest, PublishedNeedsTheMilpPlannerPassedIn) {
+  CaseStudy cs;
+  PlannerOptions options;
+  options.algorithm = Algorithm::kPublished;
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
+              Planner(cs.profile, cs.candidates, options);
+            }).find("algorithm published is not available here"),
+            std::string::npos);
 }
 
 TEST(PlannerTest, RelativeGapIsEmptyWithoutAPositiveFiniteBound) {

@@ -337,6 +337,159 @@ class WarmLp {
   int t_col_ = 0;
 };
 
+// ComputeLowerBound's phases, over the batch's distinct lengths and its groups of identical
+// pipelines: the exact search over the thresholds where the plain LP changes, then raising
+// the bound by bisection with tighter units (the relaxed 1F1B schedule, the micro-batch
+// constant charged per token, the integrality cuts). Not movable: the warm LP refers to
+// the groups and lengths it holds.
+class LowerBoundSearch {
+ public:
+  LowerBoundSearch(const AssignProblem& problem, RelaxationTable* relaxations)
+      : problem_(problem), relaxations_(relaxations) {
+    for (const auto& p : problem.pipelines) {
+      auto it = std::find_if(groups_.begin(), groups_.end(),
+                             [&](const Group& g) { return g.model.SameAs(p); });
+      if (it == groups_.end()) {
+        groups_.push_back({p, 1});
+      } else {
+        ++it->count;
+      }
+    }
+    std::map<std::int64_t, double> counts;
+    for (auto s : problem.lengths) counts[s] += 1;
+    docs_.assign(counts.begin(), counts.end());
+  }
+  LowerBoundSearch(const LowerBoundSearch&) = delete;
+  LowerBoundSearch& operator=(const LowerBoundSearch&) = delete;
+
+  LowerBound Run() {
+    lb_.longest_doc_ms = LongestDocumentBoundMs(problem_);
+    if (lb_.longest_doc_ms == kInf) {
+      lb_.ms = lb_.fractional_ms = kInf;
+      return lb_;
+    }
+    const bool deep = UsesRelaxation();
+    SearchThresholds();
+    if (deep) Raise([&](double theta) { return Fractional(theta, true); });
+    RaiseChargingMicroBatchConstant();
+    RaiseWithIntegralityCuts(deep);
+    lb_.ms = std::max(lb_.fractional_ms, lb_.longest_doc_ms);
+    return lb_;
+  }
+
+ private:
+  // The relaxation costs LPs per grid point; use it where pp > 1 pipelines hold enough of
+  // the strategy's GPUs to matter for the bound.
+  bool UsesRelaxation() const {
+    int gpus = 0, deep_gpus = 0;
+    for (const auto& g : groups_) {
+      gpus += g.count * g.model.scheme.Gpus();
+      if (g.model.scheme.pp > 1) deep_gpus += g.count * g.model.scheme.Gpus();
+    }
+    return relaxations_ != nullptr && deep_gpus > 0 && deep_gpus >= kRelaxationMinGpuShare * gpus;
+  }
+
+  // The fractional bound at step time theta, with the relaxed 1F1B units when `relaxed`.
+  double Fractional(double theta, bool relaxed) {
+    for (auto& g : groups_) {
+      IntegralityCut(g, theta);
+      if (g.model.scheme.pp == 1) continue;
+      g.kappa = relaxed ? relaxations_->MinMakespanLowerBound(g.model.scheme.pp, g.model.time.c_ms,
+                                                              theta) /
+                              theta
+                        : 1.0;
+    }
+    const double forced = ForcedDocumentsBound(docs_, groups_, theta, problem_.schedule);
+    if (groups_.size() == 1) return std::max(forced, DualValue(docs_, groups_, {1.0}, theta));
+    if (groups_.size() == 2) return std::max(forced, TwoGroupBound(docs_, groups_, theta));
+    if (!warm_) warm_ = std::make_unique<WarmLp>(docs_, groups_);
+    return std::max(forced, warm_->Solve(theta));
+  }
+
+  // T* >= LP(T*): in an optimal plan every document sits where its critical path
+  // pp*(w + c) is <= T*, and every pipeline's work is <= T*, so kappa(T*) applies. LP(theta)
+  // never rises with theta, so T* >= the least theta with LP(theta) <= theta. Without the
+  // relaxation (kappa = 1) LP changes only at the thresholds pp*(w + c): search over those
+  // exactly.
+  void SearchThresholds() {
+    std::vector<double> thresholds = {lb_.longest_doc_ms};
+    for (const auto& [s, n] : docs_) {
+      for (const auto& g : groups_) {
+        if (s > g.model.capacity_tokens) continue;
+        const double t = g.model.scheme.pp * (g.model.time.DocumentMs(s) + g.model.time.c_ms);
+        if (t > lb_.longest_doc_ms) thresholds.push_back(t);
+      }
+    }
+    std::sort(thresholds.begin(), thresholds.end());
+    thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
+    // The first interval [t_k, t_k+1) whose constant LP value is <= t_k+1.
+    std::size_t lo = 0, hi = thresholds.size() - 1;
+    while (lo < hi) {
+      const std::size_t mid = (lo + hi) / 2;
+      if (Fractional(thresholds[mid], false) <= thresholds[mid + 1]) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    lb_.fractional_ms = std::max(thresholds[lo], Fractional(thresholds[lo], false));
+  }
+
+  // Raises lb_.fractional_ms to the least theta with eval(theta) <= theta when eval (LP
+  // with a tighter unit, never lower than the plain one) exceeds it there: eval varies
+  // continuously, so bisect, keeping `lo` where eval(lo) > lo (so T* > lo).
+  template <typename Eval>
+  void Raise(const Eval& eval) {
+    double lo = lb_.fractional_ms;
+    if (eval(lo) <= lo) return;
+    double hi = lo;
+    do {
+      lo = hi;
+      hi *= 1.25;
+    } while (eval(hi) > hi);
+    for (int i = 0; i < kBisectionSteps && hi - lo > 1e-7 * hi; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (eval(mid) <= mid ? hi : lo) = mid;
+    }
+    lb_.fractional_ms = lo;
+  }
+
+  // Pipelines with pp > 1 charged each token its share of the micro-batch constant.
+  void RaiseChargingMicroBatchConstant() {
+    bool any_deep = false;
+    for (const auto& g : groups_) any_deep = any_deep || g.model.scheme.pp > 1;
+    if (!any_deep) return;
+    for (auto& g : groups_) g.charge_c = g.model.scheme.pp > 1;
+    Raise([&](double theta) { return Fractional(theta, false); });
+    for (auto& g : groups_) g.charge_c = false;
+  }
+
+  // The integrality cut, for each nonempty choice of pp = 1 groups to apply it to (only
+  // where the LP is the closed-form sweep: Clp per choice would cost too much). The cut's
+  // right-hand side moves with theta, so bisect from the bound so far, as above.
+  void RaiseWithIntegralityCuts(bool deep) {
+    std::vector<std::size_t> flat;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      if (groups_[g].model.scheme.pp == 1) flat.push_back(g);
+    }
+    if (groups_.size() > 2) return;
+    for (unsigned mask = 1; mask < (1u << flat.size()); ++mask) {
+      for (std::size_t k = 0; k < flat.size(); ++k) {
+        groups_[flat[k]].lambda = (mask >> k) & 1u ? 1.0 : 0.0;
+      }
+      Raise([&](double theta) { return Fractional(theta, deep); });
+    }
+    for (auto& g : groups_) g.lambda = 0.0;
+  }
+
+  const AssignProblem& problem_;
+  RelaxationTable* relaxations_;
+  std::vector<Group> groups_;
+  std::vector<std::pair<std::int64_t, double>> docs_;  // distinct lengths and their counts
+  std::unique_ptr<WarmLp> warm_;                       // three or more groups, made once
+  LowerBound lb_;
+};
+
 }  // namespace
 
 double LongestDocumentBoundMs(const AssignProblem& problem) {
@@ -355,123 +508,8 @@ double LongestDocumentBoundMs(const AssignProblem& problem) {
 }
 
 LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* relaxations) {
-  LowerBound lb;
-  if (problem.lengths.empty()) return lb;
-  std::vector<Group> groups;
-  for (const auto& p : problem.pipelines) {
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const Group& g) { return g.model.SameAs(p); });
-    if (it == groups.end()) {
-      groups.push_back({p, 1});
-    } else {
-      ++it->count;
-    }
-  }
-  std::map<std::int64_t, double> counts;
-  for (auto s : problem.lengths) counts[s] += 1;
-  std::vector<std::pair<std::int64_t, double>> docs(counts.begin(), counts.end());
-
-  lb.longest_doc_ms = LongestDocumentBoundMs(problem);
-  if (lb.longest_doc_ms == kInf) {
-    lb.ms = lb.fractional_ms = kInf;
-    return lb;
-  }
-  // The relaxation costs LPs per grid point; use it where pp > 1 pipelines hold enough of
-  // the strategy's GPUs to matter for the bound.
-  int gpus = 0, deep_gpus = 0;
-  for (const auto& g : groups) {
-    gpus += g.count * g.model.scheme.Gpus();
-    if (g.model.scheme.pp > 1) deep_gpus += g.count * g.model.scheme.Gpus();
-  }
-  const bool deep =
-      relaxations != nullptr && deep_gpus > 0 && deep_gpus >= kRelaxationMinGpuShare * gpus;
-  std::unique_ptr<WarmLp> warm;
-  auto fractional = [&](double theta, bool relaxed) {
-    for (auto& g : groups) {
-      IntegralityCut(g, theta);
-      if (g.model.scheme.pp == 1) continue;
-      g.kappa = relaxed ? relaxations->MinMakespanLowerBound(g.model.scheme.pp, g.model.time.c_ms,
-                                                             theta) /
-                              theta
-                        : 1.0;
-    }
-    const double forced = ForcedDocumentsBound(docs, groups, theta, problem.schedule);
-    if (groups.size() == 1) return std::max(forced, DualValue(docs, groups, {1.0}, theta));
-    if (groups.size() == 2) return std::max(forced, TwoGroupBound(docs, groups, theta));
-    if (!warm) warm = std::make_unique<WarmLp>(docs, groups);
-    return std::max(forced, warm->Solve(theta));
-  };
-  // T* >= LP(T*): in an optimal plan every document sits where its critical path
-  // pp*(w + c) is <= T*, and every pipeline's work is <= T*, so kappa(T*) applies. LP(theta)
-  // never rises with theta, so T* >= the least theta with LP(theta) <= theta.
-  {
-    // Without the relaxation (kappa = 1) LP changes only at the thresholds pp*(w + c):
-    // search over those exactly.
-    std::vector<double> thresholds = {lb.longest_doc_ms};
-    for (const auto& [s, n] : docs) {
-      for (const auto& g : groups) {
-        if (s > g.model.capacity_tokens) continue;
-        const double t = g.model.scheme.pp * (g.model.time.DocumentMs(s) + g.model.time.c_ms);
-        if (t > lb.longest_doc_ms) thresholds.push_back(t);
-      }
-    }
-    std::sort(thresholds.begin(), thresholds.end());
-    thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
-    // The first interval [t_k, t_k+1) whose constant LP value is <= t_k+1.
-    std::size_t lo = 0, hi = thresholds.size() - 1;
-    while (lo < hi) {
-      const std::size_t mid = (lo + hi) / 2;
-      if (fractional(thresholds[mid], false) <= thresholds[mid + 1]) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    lb.fractional_ms = std::max(thresholds[lo], fractional(thresholds[lo], false));
-  }
-  // Raises lb.fractional_ms to the least theta with eval(theta) <= theta when eval (LP
-  // with a tighter unit, never lower than the plain one) exceeds it there: eval varies
-  // continuously, so bisect, keeping `lo` where eval(lo) > lo (so T* > lo).
-  auto raise = [&](const auto& eval) {
-    double lo = lb.fractional_ms;
-    if (eval(lo) <= lo) return;
-    double hi = lo;
-    do {
-      lo = hi;
-      hi *= 1.25;
-    } while (eval(hi) > hi);
-    for (int i = 0; i < kBisectionSteps && hi - lo > 1e-7 * hi; ++i) {
-      const double mid = 0.5 * (lo + hi);
-      (eval(mid) <= mid ? hi : lo) = mid;
-    }
-    lb.fractional_ms = lo;
-  };
-  if (deep) raise([&](double theta) { return fractional(theta, true); });
-  bool any_deep = false;
-  for (const auto& g : groups) any_deep = any_deep || g.model.scheme.pp > 1;
-  if (any_deep) {
-    for (auto& g : groups) g.charge_c = g.model.scheme.pp > 1;
-    raise([&](double theta) { return fractional(theta, false); });
-    for (auto& g : groups) g.charge_c = false;
-  }
-  // The integrality cut, for each nonempty choice of pp = 1 groups to apply it to (only
-  // where the LP is the closed-form sweep: Clp per choice would cost too much). The cut's
-  // right-hand side moves with theta, so bisect from the bound so far, as above.
-  std::vector<std::size_t> flat;
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    if (groups[g].model.scheme.pp == 1) flat.push_back(g);
-  }
-  if (groups.size() <= 2) {
-    for (unsigned mask = 1; mask < (1u << flat.size()); ++mask) {
-      for (std::size_t k = 0; k < flat.size(); ++k) {
-        groups[flat[k]].lambda = (mask >> k) & 1u ? 1.0 : 0.0;
-      }
-      raise([&](double theta) { return fractional(theta, deep); });
-    }
-    for (auto& g : groups) g.lambda = 0.0;
-  }
-  lb.ms = std::max(lb.fractional_ms, lb.longest_doc_ms);
-  return lb;
+  if (problem.lengths.empty()) return LowerBound{};
+  return LowerBoundSearch(problem, relaxations).Run();
 }
 
 }  // namespace hydraulis

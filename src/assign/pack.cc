@@ -148,116 +148,182 @@ MicroBatches MinCountPack(std::span<const std::int64_t> lengths, std::span<const
   return bfd.size() < ffd.size() ? bfd : ffd;
 }
 
-bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipe,
-                  std::span<const int> docs, int v, int passes, MicroBatches& out) {
-  const std::vector<int> order = LongestFirst(problem.lengths, docs);
-  out.assign(static_cast<std::size_t>(v), {});
-  std::vector<double> work(v, 0.0);
-  std::vector<std::int64_t> tokens(v, 0);
-  const std::int64_t cap = pipe.capacity_tokens;
-  // Micro-batches by (work, index): the least-loaded one with room is the first that fits.
-  // Where the least-loaded few are all full (tight capacity), the leftmost one with room
-  // (a max-tree of free room) stands in, so a placement never scans every micro-batch.
-  constexpr int kScanned = 16;
-  std::set<std::pair<double, int>> by_work;
-  FirstFitBins room(static_cast<std::size_t>(v));
-  for (int b = 0; b < v; ++b) by_work.insert({0.0, b}), room.Set(b, cap);
-  auto least_loaded_with_room = [&](std::int64_t s, int except) {
-    int scanned = 0;
-    for (auto it = by_work.begin(); it != by_work.end() && scanned < kScanned; ++it, ++scanned) {
-      if (it->second != except && tokens[it->second] + s <= cap) return it->second;
-    }
-    const int b = room.Find(s);
-    return b == except ? -1 : b;
-  };
-  auto add = [&](int b, int d, double sign) {
-    by_work.erase({work[b], b});
-    work[b] += sign * pipe.time.DocumentMs(Len(problem, d));
-    tokens[b] += static_cast<std::int64_t>(sign) * Len(problem, d);
-    by_work.insert({work[b], b});
-    room.Set(b, cap - tokens[b]);
-  };
-  for (int d : order) {
-    const int chosen = least_loaded_with_room(Len(problem, d), -1);
-    if (chosen < 0) return false;
-    out[chosen].push_back(d);
-    add(chosen, d, +1);
+namespace {
+
+// BalancedPack's state and its phases: place the documents longest first, each on the
+// least-loaded micro-batch with room; then a local search that moves or swaps a document
+// out of the slowest micro-batch while that lowers the larger of the two involved.
+class BalancedPacking {
+ public:
+  BalancedPacking(const AssignProblem& problem, const PipelineModel& pipe, int v, MicroBatches& out)
+      : problem_(problem),
+        pipe_(pipe),
+        cap_(pipe.capacity_tokens),
+        out_(out),
+        work_(v, 0.0),
+        tokens_(v, 0),
+        room_(static_cast<std::size_t>(v)) {
+    out_.assign(static_cast<std::size_t>(v), {});
+    for (int b = 0; b < v; ++b) by_work_.insert({0.0, b}), room_.Set(b, cap_);
   }
-  // Local search: move or swap a document out of the slowest micro-batch while that lowers
-  // the larger of the two micro-batches involved. A move goes to the least-loaded
+
+  // Phase 1: false when a document finds no micro-batch with room.
+  bool PlaceLongestFirst(const std::vector<int>& order) {
+    for (int d : order) {
+      const int chosen = LeastLoadedWithRoom(Len(problem_, d), -1);
+      if (chosen < 0) return false;
+      out_[chosen].push_back(d);
+      Add(chosen, d, +1);
+    }
+    return true;
+  }
+
+  // Phase 2: at most `max_steps` improving moves or swaps. A move goes to the least-loaded
   // micro-batch with room; swaps look at the few least-loaded micro-batches, each for the
   // partner (by binary search on length, so on work) that best evens the pair. Both keep
   // a step O(documents in the slowest micro-batch * log), so large batches stay linear.
-  constexpr int kSwapPartners = 4;
-  const int max_steps = passes * std::min(std::max(1, static_cast<int>(docs.size())), v + 16);
-  std::vector<int> partner_docs;
-  for (int step = 0; step < max_steps; ++step) {
-    const int hi = std::prev(by_work.end())->second;
-    double best = work[hi] - ToleranceMs(work[hi]);
-    int best_j = -1;
-    std::size_t best_i = 0, best_k = 0;
+  void LocalSearch(int max_steps) {
+    for (int step = 0; step < max_steps; ++step) {
+      const int hi = std::prev(by_work_.end())->second;
+      Step best;
+      best.ms = work_[hi] - ToleranceMs(work_[hi]);
+      FindBestMove(hi, best);
+      FindBestSwap(hi, best);
+      if (best.j < 0) break;
+      Apply(hi, best);
+    }
+  }
+
+  // Phase 3: false when a micro-batch is empty; else each micro-batch in index order.
+  bool Finish() {
+    for (const auto& mb : out_) {
+      if (mb.empty()) return false;
+    }
+    for (auto& mb : out_) std::sort(mb.begin(), mb.end());
+    return true;
+  }
+
+ private:
+  // Micro-batches the least-loaded search looks at before the max-tree stands in.
+  static constexpr int kScanned = 16;
+  static constexpr int kSwapPartners = 4;
+
+  // The best improvement found in one step: document i of the slowest micro-batch moves
+  // to micro-batch j, or swaps with its document k.
+  struct Step {
+    double ms = 0;
+    int j = -1;
+    std::size_t i = 0, k = 0;
     bool swap = false;
-    for (std::size_t i = 0; i < out[hi].size(); ++i) {
-      const int d = out[hi][i];
-      const double wd = pipe.time.DocumentMs(Len(problem, d));
-      const int j = least_loaded_with_room(Len(problem, d), hi);
+  };
+
+  double Work(int d) const { return pipe_.time.DocumentMs(Len(problem_, d)); }
+
+  // Micro-batches by (work, index): the least-loaded one with room is the first that fits.
+  // Where the least-loaded few are all full (tight capacity), the leftmost one with room
+  // (a max-tree of free room) stands in, so a placement never scans every micro-batch.
+  int LeastLoadedWithRoom(std::int64_t s, int except) const {
+    int scanned = 0;
+    for (auto it = by_work_.begin(); it != by_work_.end() && scanned < kScanned; ++it, ++scanned) {
+      if (it->second != except && tokens_[it->second] + s <= cap_) return it->second;
+    }
+    const int b = room_.Find(s);
+    return b == except ? -1 : b;
+  }
+
+  void Add(int b, int d, double sign) {
+    by_work_.erase({work_[b], b});
+    work_[b] += sign * pipe_.time.DocumentMs(Len(problem_, d));
+    tokens_[b] += static_cast<std::int64_t>(sign) * Len(problem_, d);
+    by_work_.insert({work_[b], b});
+    room_.Set(b, cap_ - tokens_[b]);
+  }
+
+  void FindBestMove(int hi, Step& best) const {
+    for (std::size_t i = 0; i < out_[hi].size(); ++i) {
+      const int d = out_[hi][i];
+      const double wd = Work(d);
+      const int j = LeastLoadedWithRoom(Len(problem_, d), hi);
       if (j >= 0) {
-        const double m = std::max(work[hi] - wd, work[j] + wd);
-        if (m < best) best = m, best_j = j, best_i = i, swap = false;
+        const double m = std::max(work_[hi] - wd, work_[j] + wd);
+        if (m < best.ms) best.ms = m, best.j = j, best.i = i, best.swap = false;
       }
     }
+  }
+
+  void FindBestSwap(int hi, Step& best) {
     int partners = 0;
-    for (auto it = by_work.begin(); it != by_work.end() && partners < kSwapPartners; ++it) {
+    for (auto it = by_work_.begin(); it != by_work_.end() && partners < kSwapPartners; ++it) {
       const int j = it->second;
       if (j == hi) continue;
       ++partners;
-      // out[j]'s positions by length (ties by position), for the binary search.
-      partner_docs.resize(out[j].size());
-      std::iota(partner_docs.begin(), partner_docs.end(), 0);
-      std::sort(partner_docs.begin(), partner_docs.end(), [&](int x, int y) {
-        const auto lx = Len(problem, out[j][x]), ly = Len(problem, out[j][y]);
+      // out_[j]'s positions by length (ties by position), for the binary search.
+      partner_docs_.resize(out_[j].size());
+      std::iota(partner_docs_.begin(), partner_docs_.end(), 0);
+      std::sort(partner_docs_.begin(), partner_docs_.end(), [&](int x, int y) {
+        const auto lx = Len(problem_, out_[j][x]), ly = Len(problem_, out_[j][y]);
         return lx != ly ? lx < ly : x < y;
       });
-      for (std::size_t i = 0; i < out[hi].size(); ++i) {
-        const int d = out[hi][i];
-        const double wd = pipe.time.DocumentMs(Len(problem, d));
-        // The pair is even when e's work is (work[hi] - work[j]) / 2 below d's.
-        const double target = wd - 0.5 * (work[hi] - work[j]);
-        auto pos = std::partition_point(partner_docs.begin(), partner_docs.end(), [&](int k) {
-          return pipe.time.DocumentMs(Len(problem, out[j][k])) < target;
-        });
-        const auto first = pos - std::min<std::ptrdiff_t>(2, pos - partner_docs.begin());
-        const auto last = pos + std::min<std::ptrdiff_t>(2, partner_docs.end() - pos);
-        for (auto p = first; p != last; ++p) {
-          const std::size_t k = static_cast<std::size_t>(*p);
-          const int e = out[j][k];
-          const double we = pipe.time.DocumentMs(Len(problem, e));
-          if (we >= wd) continue;
-          const std::int64_t ds = Len(problem, d) - Len(problem, e);
-          if (tokens[j] + ds > cap) continue;
-          const double m = std::max(work[hi] - wd + we, work[j] + wd - we);
-          if (m < best) best = m, best_j = j, best_i = i, best_k = k, swap = true;
-        }
-      }
+      for (std::size_t i = 0; i < out_[hi].size(); ++i) FindBestPartner(hi, j, i, best);
     }
-    if (best_j < 0) break;
-    const int d = out[hi][best_i];
-    if (swap) {
-      const int e = out[best_j][best_k];
-      std::swap(out[hi][best_i], out[best_j][best_k]);
-      add(hi, d, -1), add(hi, e, +1);
-      add(best_j, e, -1), add(best_j, d, +1);
+  }
+
+  // The swap of document i of micro-batch hi with a document of j that best evens them.
+  void FindBestPartner(int hi, int j, std::size_t i, Step& best) const {
+    const int d = out_[hi][i];
+    const double wd = Work(d);
+    // The pair is even when e's work is (work[hi] - work[j]) / 2 below d's.
+    const double target = wd - 0.5 * (work_[hi] - work_[j]);
+    auto pos = std::partition_point(partner_docs_.begin(), partner_docs_.end(),
+                                    [&](int k) { return Work(out_[j][k]) < target; });
+    const auto first = pos - std::min<std::ptrdiff_t>(2, pos - partner_docs_.begin());
+    const auto last = pos + std::min<std::ptrdiff_t>(2, partner_docs_.end() - pos);
+    for (auto p = first; p != last; ++p) {
+      const std::size_t k = static_cast<std::size_t>(*p);
+      const int e = out_[j][k];
+      const double we = Work(e);
+      if (we >= wd) continue;
+      const std::int64_t ds = Len(problem_, d) - Len(problem_, e);
+      if (tokens_[j] + ds > cap_) continue;
+      const double m = std::max(work_[hi] - wd + we, work_[j] + wd - we);
+      if (m < best.ms) best.ms = m, best.j = j, best.i = i, best.k = k, best.swap = true;
+    }
+  }
+
+  void Apply(int hi, const Step& step) {
+    const int d = out_[hi][step.i];
+    if (step.swap) {
+      const int e = out_[step.j][step.k];
+      std::swap(out_[hi][step.i], out_[step.j][step.k]);
+      Add(hi, d, -1), Add(hi, e, +1);
+      Add(step.j, e, -1), Add(step.j, d, +1);
     } else {
-      out[hi].erase(out[hi].begin() + static_cast<std::ptrdiff_t>(best_i));
-      out[best_j].push_back(d);
-      add(hi, d, -1), add(best_j, d, +1);
+      out_[hi].erase(out_[hi].begin() + static_cast<std::ptrdiff_t>(step.i));
+      out_[step.j].push_back(d);
+      Add(hi, d, -1), Add(step.j, d, +1);
     }
   }
-  for (const auto& mb : out) {
-    if (mb.empty()) return false;
-  }
-  for (auto& mb : out) std::sort(mb.begin(), mb.end());
-  return true;
+
+  const AssignProblem& problem_;
+  const PipelineModel& pipe_;
+  const std::int64_t cap_;
+  MicroBatches& out_;
+  std::vector<double> work_;
+  std::vector<std::int64_t> tokens_;
+  std::set<std::pair<double, int>> by_work_;
+  FirstFitBins room_;
+  std::vector<int> partner_docs_;  // scratch of FindBestSwap
+};
+
+}  // namespace
+
+bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipe,
+                  std::span<const int> docs, int v, int passes, MicroBatches& out) {
+  const std::vector<int> order = LongestFirst(problem.lengths, docs);
+  BalancedPacking packing(problem, pipe, v, out);
+  if (!packing.PlaceLongestFirst(order)) return false;
+  packing.LocalSearch(passes * std::min(std::max(1, static_cast<int>(docs.size())), v + 16));
+  return packing.Finish();
 }
 
 bool ShapedPack(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,

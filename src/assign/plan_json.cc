@@ -1,7 +1,7 @@
+#include "hydraulis/assign/plan_json.h"
+
 #include <cmath>
 #include <nlohmann/json.hpp>
-
-#include "hydraulis/assign/planner.h"
 
 namespace hydraulis {
 namespace {

@@ -6,9 +6,9 @@
 #include <limits>
 #include <numeric>
 
+#include "hydraulis/assign/baselines.h"
 #include "hydraulis/assign/lower_bound.h"
 #include "hydraulis/assign/plan_checker.h"
-#include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/tolerance.h"
 #include "hydraulis/cost/capacity.h"
@@ -19,44 +19,12 @@ namespace {
 // About 30 years: no real micro-batch takes longer; beyond it sums could overflow.
 constexpr double kMaxMicroBatchMs = 1e12;
 
-constexpr EnumNames<Algorithm, 4> kAlgorithmNames{{{Algorithm::kOurs, "ours"},
-                                                   {Algorithm::kStaticFixed, "static-fixed"},
-                                                   {Algorithm::kPublished, "published"},
-                                                   {Algorithm::kKarmarkarKarp, "kk"}}};
-
-constexpr EnumNames<CandidateStatus, 4> kCandidateStatusNames{
-    {{CandidateStatus::kPlanned, "planned"},
-     {CandidateStatus::kPruned, "pruned"},
-     {CandidateStatus::kCannotHold, "cannot-hold"},
-     {CandidateStatus::kNotUsed, "not-used"}}};
-
-constexpr EnumNames<SolveStatus, 3> kSolveStatusNames{{{SolveStatus::kOptimal, "optimal"},
-                                                       {SolveStatus::kWithinGap, "within-gap"},
-                                                       {SolveStatus::kTimeLimit, "time-limit"}}};
-
 bool Homogeneous(const Strategy& s) {
   return std::all_of(s.pipelines.begin(), s.pipelines.end(),
                      [&](const Scheme& x) { return x == s.pipelines.front(); });
 }
 
 }  // namespace
-
-std::string AlgorithmName(Algorithm a) { return std::string(NameOf(a, kAlgorithmNames)); }
-
-Algorithm ParseAlgorithm(std::string_view name, std::string_view what) {
-  return ParseName(name, kAlgorithmNames, what);
-}
-
-std::optional<double> RelativeGap(double estimated_step_ms, double lower_bound_ms) {
-  if (!(lower_bound_ms > 0) || std::isinf(lower_bound_ms)) return std::nullopt;
-  return estimated_step_ms / lower_bound_ms - 1.0;
-}
-
-std::string SolveStatusName(SolveStatus s) { return std::string(NameOf(s, kSolveStatusNames)); }
-
-std::string CandidateStatusName(CandidateStatus s) {
-  return std::string(NameOf(s, kCandidateStatusNames));
-}
 
 Planner::Planner(const Profile& profile, const CandidateSet& candidates,
                  const PlannerOptions& options)
@@ -75,6 +43,11 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
   }
   for (double x : options_.strategy_overhead_ms) {
     if (!(x >= 0)) throw InvalidInput("strategy_overhead_ms must be >= 0");
+  }
+  if (options_.algorithm == Algorithm::kPublished && options_.published_assigner == nullptr) {
+    throw InvalidInput(
+        "algorithm published is not available here: it needs the MILP planner "
+        "(hydraulis_milp, CBC), which this program does not link");
   }
   if (options_.context_tokens < 1) {
     throw InvalidInput("context length must be >= 1, got " +
@@ -316,7 +289,8 @@ class BatchPlanning {
   void RunPublished(const std::vector<int>& usable) {
     for (int i : usable) {
       double published_ms = 0;
-      Assignment a = AssignPublished(Problem(i), options_.published, options_.seed, &published_ms);
+      Assignment a =
+          options_.published_assigner(Problem(i), options_.published, options_.seed, &published_ms);
       Consider(i, std::move(a), published_ms);
     }
   }

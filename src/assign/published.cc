@@ -18,11 +18,13 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "hydraulis/assign/baselines.h"
+#include "hydraulis/assign/pack.h"
+#include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/base/tolerance.h"
@@ -185,6 +187,154 @@ double PublishedObjectiveMs(const AssignProblem& problem, const PipelineModel& p
   return (max_work + pipe.time.c_ms) * slots;
 }
 
+// The min-max MILP of SolveMinMax in CBC's column form, with each x column's document and
+// micro-batch.
+struct MinMaxMilp {
+  std::vector<int> rows, cols, col_doc, col_mb;
+  std::vector<double> vals, col_lb, col_ub, obj, row_lb, row_ub;
+  int num_x = 0;       // the x columns; M is the column after them
+  double scale = 1.0;  // costs are divided by this (the largest document's)
+};
+
+// The x_ij columns, j <= min(i, v - 1): document i counted once, its tokens on micro-batch
+// j's capacity row, its scaled cost on j's cost row, and 1 on j's non-empty row.
+void AddAssignmentColumns(const AssignProblem& problem, std::span<const int> docs, int v,
+                          const std::vector<double>& work, MinMaxMilp& milp) {
+  const int n = static_cast<int>(docs.size());
+  const int cap_row = n, work_row = n + v, nonempty_row = n + 2 * v;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j <= std::min(i, v - 1); ++j) {
+      const int col = static_cast<int>(milp.col_doc.size());
+      const auto add = [&](int row, double value) {
+        milp.rows.push_back(row), milp.cols.push_back(col), milp.vals.push_back(value);
+      };
+      add(i, 1.0);
+      add(cap_row + j, static_cast<double>(Len(problem, docs[static_cast<std::size_t>(i)])));
+      add(work_row + j, work[static_cast<std::size_t>(i)] / milp.scale);
+      add(nonempty_row + j, 1.0);
+      milp.col_doc.push_back(i), milp.col_mb.push_back(j);
+    }
+  }
+}
+
+// Rows: n "one micro-batch" (= 1), then per micro-batch v capacity rows (<= capacity), v
+// cost rows (sum - M <= 0), v non-empty rows (>= 1).
+void SetRowBounds(int n, int v, std::int64_t capacity_tokens, MinMaxMilp& milp) {
+  const int cap_row = n, work_row = n + v, nonempty_row = n + 2 * v;
+  const int num_rows = n + 3 * v;
+  milp.row_lb.resize(static_cast<std::size_t>(num_rows));
+  milp.row_ub.resize(static_cast<std::size_t>(num_rows));
+  for (int r = 0; r < num_rows; ++r) {
+    const auto k = static_cast<std::size_t>(r);
+    if (r < cap_row) {
+      milp.row_lb[k] = milp.row_ub[k] = 1.0;
+    } else if (r < work_row) {
+      milp.row_lb[k] = -COIN_DBL_MAX, milp.row_ub[k] = static_cast<double>(capacity_tokens);
+    } else if (r < nonempty_row) {
+      milp.row_lb[k] = -COIN_DBL_MAX, milp.row_ub[k] = 0.0;
+    } else {
+      milp.row_lb[k] = 1.0, milp.row_ub[k] = COIN_DBL_MAX;
+    }
+  }
+}
+
+MinMaxMilp FormulateMinMax(const AssignProblem& problem, const PipelineModel& pipe,
+                           std::span<const int> docs, int v) {
+  const int n = static_cast<int>(docs.size());
+  std::vector<double> work(docs.size());
+  double total = 0, largest = 0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    work[i] = pipe.time.DocumentMs(Len(problem, docs[i]));
+    total += work[i];
+    largest = std::max(largest, work[i]);
+  }
+  MinMaxMilp milp;
+  milp.scale = largest > 0 ? largest : 1.0;
+  AddAssignmentColumns(problem, docs, v, work, milp);
+  milp.num_x = static_cast<int>(milp.col_doc.size());
+  const int m_col = milp.num_x, work_row = n + v;
+  for (int j = 0; j < v; ++j) {
+    milp.rows.push_back(work_row + j), milp.cols.push_back(m_col), milp.vals.push_back(-1);
+  }
+  const auto columns = static_cast<std::size_t>(milp.num_x) + 1;
+  milp.col_lb.assign(columns, 0.0);
+  milp.col_ub.assign(columns, 1.0);
+  milp.obj.assign(columns, 0.0);
+  // M is at least the largest cost and the average: a valid bound that tightens the LP.
+  milp.col_lb[static_cast<std::size_t>(m_col)] = std::max(largest, total / v) / milp.scale;
+  milp.col_ub[static_cast<std::size_t>(m_col)] = COIN_DBL_MAX;
+  milp.obj[static_cast<std::size_t>(m_col)] = 1.0;
+  SetRowBounds(n, v, pipe.capacity_tokens, milp);
+  return milp;
+}
+
+// The cuts and heuristics the cbc command line (what the published code calls) runs by
+// default; a bare CbcModel runs none and is far weaker within the time limit. They are
+// held here for as long as the model searches.
+class CommandLineSearch {
+ public:
+  explicit CommandLineSearch(CbcModel& model) {
+    probing_.setUsingObjective(1);
+    probing_.setMaxPass(1);
+    probing_.setMaxPassRoot(5);
+    probing_.setMaxProbe(10);
+    probing_.setMaxProbeRoot(1000);
+    probing_.setMaxLook(50);
+    probing_.setMaxLookRoot(500);
+    probing_.setMaxElements(200);
+    probing_.setRowCuts(3);
+    gomory_.setLimit(300);
+    clique_.setStarCliqueReport(false);
+    clique_.setRowCliqueReport(false);
+    model.addCutGenerator(&probing_, -1, "Probing");
+    model.addCutGenerator(&gomory_, -1, "Gomory");
+    model.addCutGenerator(&knapsack_, -1, "Knapsack");
+    model.addCutGenerator(&clique_, -1, "Clique");
+    model.addCutGenerator(&mir_, -1, "MixedIntegerRounding2");
+    model.addCutGenerator(&flow_, -1, "FlowCover");
+    rounding_.emplace(model);
+    local_.emplace(model);
+    pump_.emplace(model);
+    model.addHeuristic(&*rounding_);
+    model.addHeuristic(&*local_);
+    model.addHeuristic(&*pump_);
+  }
+
+ private:
+  CglProbing probing_;
+  CglGomory gomory_;
+  CglKnapsackCover knapsack_;
+  CglClique clique_;
+  CglMixedIntegerRounding2 mir_;
+  CglFlowCover flow_;
+  std::optional<CbcRounding> rounding_;
+  std::optional<CbcHeuristicLocal> local_;
+  std::optional<CbcHeuristicFPump> pump_;
+};
+
+// Reads CBC's solution `x` back as micro-batches: rounded and re-checked exactly, so CBC's
+// tolerances cannot leak into the plan. False when it is not a valid packing.
+bool ReadPacking(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
+                 int v, const MinMaxMilp& milp, const double* x, MicroBatches& out) {
+  out.assign(static_cast<std::size_t>(v), {});
+  std::vector<int> placed(docs.size(), 0);
+  for (int k = 0; k < milp.num_x; ++k) {
+    if (x[k] <= 0.5) continue;
+    const auto i = static_cast<std::size_t>(milp.col_doc[static_cast<std::size_t>(k)]);
+    out[static_cast<std::size_t>(milp.col_mb[static_cast<std::size_t>(k)])].push_back(docs[i]);
+    ++placed[i];
+  }
+  if (std::any_of(placed.begin(), placed.end(), [](int c) { return c != 1; })) return false;
+  for (auto& mb : out) {
+    if (mb.empty()) return false;
+    std::int64_t tokens = 0;
+    for (int d : mb) tokens += Len(problem, d);
+    if (tokens > pipe.capacity_tokens) return false;
+    std::sort(mb.begin(), mb.end());
+  }
+  return true;
+}
+
 // The min-max MILP for exactly `v` micro-batches of `docs` (sorted longest first):
 // binary x_ij (document i in micro-batch j), continuous M; every document in one
 // micro-batch, every micro-batch non-empty and within the capacity, its summed cost <= M;
@@ -197,128 +347,27 @@ double PublishedObjectiveMs(const AssignProblem& problem, const PipelineModel& p
 bool SolveMinMax(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
                  int v, double max_work_ms, double time_limit_s, MicroBatches& out,
                  bool* time_limited) {
-  const int n = static_cast<int>(docs.size());
-  std::vector<double> work(docs.size());
-  double total = 0, largest = 0;
-  for (std::size_t i = 0; i < docs.size(); ++i) {
-    work[i] = pipe.time.DocumentMs(Len(problem, docs[i]));
-    total += work[i];
-    largest = std::max(largest, work[i]);
-  }
-  const double scale = largest > 0 ? largest : 1.0;
-
-  // Columns: x_ij for j <= min(i, v - 1), then M. Rows: n "one micro-batch", then per
-  // micro-batch v capacity rows, v cost rows, v non-empty rows.
-  std::vector<int> rows, cols, col_doc, col_mb;
-  std::vector<double> vals;
-  const int cap_row = n, work_row = n + v, nonempty_row = n + 2 * v;
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j <= std::min(i, v - 1); ++j) {
-      const int col = static_cast<int>(col_doc.size());
-      const auto add = [&](int row, double value) {
-        rows.push_back(row), cols.push_back(col), vals.push_back(value);
-      };
-      add(i, 1.0);
-      add(cap_row + j, static_cast<double>(Len(problem, docs[static_cast<std::size_t>(i)])));
-      add(work_row + j, work[static_cast<std::size_t>(i)] / scale);
-      add(nonempty_row + j, 1.0);
-      col_doc.push_back(i), col_mb.push_back(j);
-    }
-  }
-  const int num_x = static_cast<int>(col_doc.size());
-  const int m_col = num_x;
-  for (int j = 0; j < v; ++j)
-    rows.push_back(work_row + j), cols.push_back(m_col), vals.push_back(-1);
-  std::vector<double> col_lb(static_cast<std::size_t>(num_x) + 1, 0.0);
-  std::vector<double> col_ub(static_cast<std::size_t>(num_x) + 1, 1.0);
-  std::vector<double> obj(static_cast<std::size_t>(num_x) + 1, 0.0);
-  // M is at least the largest cost and the average: a valid bound that tightens the LP.
-  col_lb[static_cast<std::size_t>(m_col)] = std::max(largest, total / v) / scale;
-  col_ub[static_cast<std::size_t>(m_col)] = COIN_DBL_MAX;
-  obj[static_cast<std::size_t>(m_col)] = 1.0;
-  const int num_rows = n + 3 * v;
-  std::vector<double> row_lb(static_cast<std::size_t>(num_rows)),
-      row_ub(static_cast<std::size_t>(num_rows));
-  for (int r = 0; r < num_rows; ++r) {
-    const auto k = static_cast<std::size_t>(r);
-    if (r < cap_row) {
-      row_lb[k] = row_ub[k] = 1.0;
-    } else if (r < work_row) {
-      row_lb[k] = -COIN_DBL_MAX, row_ub[k] = static_cast<double>(pipe.capacity_tokens);
-    } else if (r < nonempty_row) {
-      row_lb[k] = -COIN_DBL_MAX, row_ub[k] = 0.0;
-    } else {
-      row_lb[k] = 1.0, row_ub[k] = COIN_DBL_MAX;
-    }
-  }
-  CoinPackedMatrix matrix(true, rows.data(), cols.data(), vals.data(),
-                          static_cast<CoinBigIndex>(vals.size()));
+  const MinMaxMilp milp = FormulateMinMax(problem, pipe, docs, v);
+  CoinPackedMatrix matrix(true, milp.rows.data(), milp.cols.data(), milp.vals.data(),
+                          static_cast<CoinBigIndex>(milp.vals.size()));
   OsiClpSolverInterface lp;
   lp.messageHandler()->setLogLevel(0);
-  lp.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), row_lb.data(), row_ub.data());
-  for (int k = 0; k < num_x; ++k) lp.setInteger(k);
+  lp.loadProblem(matrix, milp.col_lb.data(), milp.col_ub.data(), milp.obj.data(),
+                 milp.row_lb.data(), milp.row_ub.data());
+  for (int k = 0; k < milp.num_x; ++k) lp.setInteger(k);
 
   CbcModel model(lp);
   model.setLogLevel(0);
   model.solver()->messageHandler()->setLogLevel(0);
   model.setUseElapsedTime(true);
   model.setMaximumSeconds(time_limit_s);
-  if (max_work_ms < kInf) model.setCutoff(max_work_ms / scale);
-  // The cbc command line (what the published code calls) runs these cuts and heuristics
-  // by default; a bare CbcModel runs none and is far weaker within the time limit.
-  CglProbing probing;
-  probing.setUsingObjective(1);
-  probing.setMaxPass(1);
-  probing.setMaxPassRoot(5);
-  probing.setMaxProbe(10);
-  probing.setMaxProbeRoot(1000);
-  probing.setMaxLook(50);
-  probing.setMaxLookRoot(500);
-  probing.setMaxElements(200);
-  probing.setRowCuts(3);
-  CglGomory gomory;
-  gomory.setLimit(300);
-  CglKnapsackCover knapsack;
-  CglClique clique;
-  clique.setStarCliqueReport(false);
-  clique.setRowCliqueReport(false);
-  CglMixedIntegerRounding2 mir;
-  CglFlowCover flow;
-  model.addCutGenerator(&probing, -1, "Probing");
-  model.addCutGenerator(&gomory, -1, "Gomory");
-  model.addCutGenerator(&knapsack, -1, "Knapsack");
-  model.addCutGenerator(&clique, -1, "Clique");
-  model.addCutGenerator(&mir, -1, "MixedIntegerRounding2");
-  model.addCutGenerator(&flow, -1, "FlowCover");
-  CbcRounding rounding(model);
-  CbcHeuristicLocal local(model);
-  CbcHeuristicFPump pump(model);
-  model.addHeuristic(&rounding);
-  model.addHeuristic(&local);
-  model.addHeuristic(&pump);
+  if (max_work_ms < kInf) model.setCutoff(max_work_ms / milp.scale);
+  const CommandLineSearch search(model);
   model.branchAndBound();
   *time_limited = model.isSecondsLimitReached();
   const double* x = model.bestSolution();
   if (x == nullptr) return false;
-
-  // Rounded and re-checked exactly, so CBC's tolerances cannot leak into the plan.
-  out.assign(static_cast<std::size_t>(v), {});
-  std::vector<int> placed(docs.size(), 0);
-  for (int k = 0; k < num_x; ++k) {
-    if (x[k] <= 0.5) continue;
-    const auto i = static_cast<std::size_t>(col_doc[static_cast<std::size_t>(k)]);
-    out[static_cast<std::size_t>(col_mb[static_cast<std::size_t>(k)])].push_back(docs[i]);
-    ++placed[i];
-  }
-  if (std::any_of(placed.begin(), placed.end(), [](int c) { return c != 1; })) return false;
-  for (auto& mb : out) {
-    if (mb.empty()) return false;
-    std::int64_t tokens = 0;
-    for (int d : mb) tokens += Len(problem, d);
-    if (tokens > pipe.capacity_tokens) return false;
-    std::sort(mb.begin(), mb.end());
-  }
-  return true;
+  return ReadPacking(problem, pipe, docs, v, milp, x, out);
 }
 
 // Stage 2 for one pipeline: each v from ceil(tokens/capacity) over `micro_batch_counts`

@@ -6,10 +6,10 @@
 #include <numeric>
 #include <vector>
 
-#include "hydraulis/assign/baselines.h"
 #include "hydraulis/assign/pack.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/assign/problem.h"
+#include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 

@@ -73,14 +73,17 @@ std::map<std::string, std::string> ParseSafetensorsIndex(const std::string& json
   return map;
 }
 
-HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
-  if (!fs::is_directory(dir)) {
-    throw InvalidInput(dir +
-                       ": not a directory (expected a Hugging Face checkpoint: "
-                       "config.json and model.safetensors)");
-  }
-  config_ = LoadHfConfig(dir + "/config.json");
-  tensors_ = HfLlamaTensors(config_);
+namespace {
+
+// Opening a checkpoint, phase by phase (HfCheckpoint's constructor): the config, where
+// each tensor is (one file, or the shards an index names), then each tensor the config
+// needs checked for presence, dtype and shape.
+
+// Opens the safetensors file(s) of `dir` into `files` and records every tensor's place in
+// `where`: model.safetensors alone, or the shards model.safetensors.index.json names, each
+// opened once.
+void LocateTensors(const std::string& dir, std::vector<std::unique_ptr<SafetensorsFile>>& files,
+                   std::map<std::string, HfCheckpoint::Located>& where) {
   const std::string single = dir + "/model.safetensors";
   const std::string index_path = dir + "/model.safetensors.index.json";
   std::map<std::string, std::string> index;  // tensor -> file; empty: one file
@@ -91,9 +94,9 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
                        ": neither model.safetensors nor model.safetensors.index.json "
                        "(only safetensors weights are read, not pytorch_model.bin)");
   }
-  std::map<std::string, std::size_t> opened;  // file name -> files_ position
+  std::map<std::string, std::size_t> opened;  // file name -> files position
   auto open = [&](const std::string& name) -> const SafetensorsFile& {
-    const auto [it, added] = opened.emplace(name, files_.size());
+    const auto [it, added] = opened.emplace(name, files.size());
     if (added) {
       const std::string path = dir + "/" + name;
       if (!fs::exists(path)) {
@@ -101,27 +104,33 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
                            (index.empty() ? std::string("") : "model.safetensors.index.json ") +
                            "names)");
       }
-      files_.push_back(std::make_unique<SafetensorsFile>(path));
+      files.push_back(std::make_unique<SafetensorsFile>(path));
     }
-    return *files_[it->second];
+    return *files[it->second];
   };
   if (index.empty()) {
     const SafetensorsFile& file = open("model.safetensors");
     for (const SafetensorsTensor& t : file.header().tensors)
-      where_.emplace(t.name, Located{&file, &t});
-  } else {
-    for (const auto& [tensor, name] : index) {
-      const SafetensorsFile& file = open(name);
-      if (!file.Contains(tensor)) {
-        throw InvalidInput(file.path() + ": no tensor " + QuoteForMessage(tensor) + ", which " +
-                           index_path + " places there");
-      }
-      where_.emplace(tensor, Located{&file, &file.Find(tensor)});
-    }
+      where.emplace(t.name, HfCheckpoint::Located{&file, &t});
+    return;
   }
-  for (const HfTensorSpec& spec : tensors_) {
-    const auto it = where_.find(spec.name);
-    if (it == where_.end()) {
+  for (const auto& [tensor, name] : index) {
+    const SafetensorsFile& file = open(name);
+    if (!file.Contains(tensor)) {
+      throw InvalidInput(file.path() + ": no tensor " + QuoteForMessage(tensor) + ", which " +
+                         index_path + " places there");
+    }
+    where.emplace(tensor, HfCheckpoint::Located{&file, &file.Find(tensor)});
+  }
+}
+
+// Every tensor of `tensors` (what config.json implies) is in `where`, in F32, BF16 or F16,
+// with its shape.
+void CheckTensors(const std::string& dir, const std::vector<HfTensorSpec>& tensors,
+                  const std::map<std::string, HfCheckpoint::Located>& where) {
+  for (const HfTensorSpec& spec : tensors) {
+    const auto it = where.find(spec.name);
+    if (it == where.end()) {
       throw InvalidInput(dir + ": tensor " + QuoteForMessage(spec.name) +
                          " is missing (config.json describes a model that needs it)");
     }
@@ -138,6 +147,20 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
                          ShapeText(spec.shape));
     }
   }
+}
+
+}  // namespace
+
+HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
+  if (!fs::is_directory(dir)) {
+    throw InvalidInput(dir +
+                       ": not a directory (expected a Hugging Face checkpoint: "
+                       "config.json and model.safetensors)");
+  }
+  config_ = LoadHfConfig(dir + "/config.json");
+  tensors_ = HfLlamaTensors(config_);
+  LocateTensors(dir, files_, where_);
+  CheckTensors(dir, tensors_, where_);
 }
 
 HfCheckpoint::~HfCheckpoint() = default;

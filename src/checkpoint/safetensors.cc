@@ -68,23 +68,17 @@ std::string ShapeText(const std::vector<std::int64_t>& shape) {
   return text + "]";
 }
 
-}  // namespace
+// Parsing a file, phase by phase (ParseSafetensors): the length prefix and the header's
+// JSON, the __metadata__ entry, each tensor's entry, then the tensors' layout in the data.
 
-std::string_view SafetensorsDTypeName(SafetensorsDType dtype) { return Info(dtype).name; }
-std::size_t SafetensorsDTypeBytes(SafetensorsDType dtype) { return Info(dtype).bytes; }
-
-std::int64_t SafetensorsTensor::numel() const {
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) n *= d;
-  return n;
-}
-
-SafetensorsHeader ParseSafetensors(std::span<const std::byte> file, const std::string& source) {
+// The header's JSON object; `header_bytes` receives its length from the 8-byte prefix.
+nlohmann::json ReadHeaderJson(std::span<const std::byte> file, const std::string& source,
+                              std::uint64_t& header_bytes) {
   if (file.size() < 8) {
     throw InvalidInput(source + ": " + std::to_string(file.size()) +
                        " bytes, shorter than the 8-byte header length of a safetensors file");
   }
-  const auto header_bytes = LoadLittleEndian<std::uint64_t>(file.data());
+  header_bytes = LoadLittleEndian<std::uint64_t>(file.data());
   if (header_bytes > kMaxSafetensorsHeaderBytes) {
     throw InvalidInput(source + ": header length " + std::to_string(header_bytes) +
                        " bytes is over the 100 MB limit (not a safetensors file?)");
@@ -95,93 +89,118 @@ SafetensorsHeader ParseSafetensors(std::span<const std::byte> file, const std::s
                        " bytes): truncated?");
   }
   const std::string_view text(reinterpret_cast<const char*>(file.data() + 8), header_bytes);
-  const nlohmann::json j = ParseJson(text, source + ": header");
+  nlohmann::json j = ParseJson(text, source + ": header");
   if (!j.is_object()) {
     throw InvalidInput(source + ": header: expected a JSON object, got " + JsonForMessage(j));
   }
-  SafetensorsHeader header;
-  header.data_offset = 8 + header_bytes;
-  const std::uint64_t data_bytes = file.size() - header.data_offset;
-  for (const auto& [name, value] : j.items()) {
-    const std::string where = source + ": tensor " + QuoteForMessage(name) + ": ";
-    if (name == "__metadata__") {
-      if (!value.is_object()) {
-        throw InvalidInput(source + ": __metadata__: expected an object of strings");
-      }
-      for (const auto& [key, text_value] : value.items()) {
-        if (!text_value.is_string()) {
-          throw InvalidInput(source + ": __metadata__: " + QuoteForMessage(key) +
-                             ": expected a string, got " + JsonForMessage(text_value));
-        }
-        header.metadata.emplace(key, text_value.get<std::string>());
-      }
-      continue;
-    }
-    if (!value.is_object()) {
-      throw InvalidInput(where + "expected an object with dtype, shape and data_offsets");
-    }
-    for (const auto& [key, unused] : value.items()) {
-      (void)unused;
-      if (key != "dtype" && key != "shape" && key != "data_offsets") {
-        throw InvalidInput(where + "unknown field " + QuoteForMessage(key));
-      }
-    }
-    SafetensorsTensor t;
-    t.name = name;
-    const auto dtype = value.find("dtype");
-    if (dtype == value.end() || !dtype->is_string()) {
-      throw InvalidInput(where + "dtype: missing or not a string");
-    }
-    const auto info = std::find_if(kDTypes.begin(), kDTypes.end(), [&](const DTypeInfo& i) {
-      return i.name == dtype->get<std::string>();
-    });
-    if (info == kDTypes.end()) {
-      throw InvalidInput(where + "dtype: " + QuoteForMessage(dtype->get<std::string>()) +
-                         " is not a dtype this reader knows (BOOL, U8, I8, F8_E5M2, F8_E4M3, "
-                         "I16, U16, F16, BF16, I32, U32, F32, I64, U64, F64)");
-    }
-    t.dtype = info->dtype;
-    const auto shape = value.find("shape");
-    if (shape == value.end() || !shape->is_array()) {
-      throw InvalidInput(where + "shape: missing or not an array");
-    }
-    for (const auto& d : *shape) {
-      if (!d.is_number_unsigned() ||
-          d.get<std::uint64_t>() >
-              static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-        throw InvalidInput(where + "shape: expected integers >= 0, got " + JsonForMessage(d));
-      }
-      t.shape.push_back(d.get<std::int64_t>());
-    }
-    std::uint64_t expected = 0;
-    if (!ByteSize(t.shape, info->bytes, expected) ||
-        expected > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-      throw InvalidInput(where + "shape " + ShapeText(t.shape) + ": too many elements");
-    }
-    const auto offsets = value.find("data_offsets");
-    if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 ||
-        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
-      throw InvalidInput(where + "data_offsets: expected [begin, end], two integers >= 0");
-    }
-    t.begin = (*offsets)[0].get<std::uint64_t>();
-    t.end = (*offsets)[1].get<std::uint64_t>();
-    if (t.begin > t.end) {
-      throw InvalidInput(where + "data_offsets: begin " + std::to_string(t.begin) +
-                         " is after end " + std::to_string(t.end));
-    }
-    if (t.end - t.begin != expected) {
-      throw InvalidInput(where + "data_offsets span " + std::to_string(t.end - t.begin) +
-                         " bytes, but " + std::string(info->name) + " of shape " +
-                         ShapeText(t.shape) + " needs " + std::to_string(expected));
-    }
-    header.tensors.push_back(std::move(t));
+  return j;
+}
+
+// The __metadata__ entry: an object of strings.
+void ReadMetadata(const nlohmann::json& value, const std::string& source,
+                  std::map<std::string, std::string>& metadata) {
+  if (!value.is_object()) {
+    throw InvalidInput(source + ": __metadata__: expected an object of strings");
   }
-  std::sort(header.tensors.begin(), header.tensors.end(),
+  for (const auto& [key, text_value] : value.items()) {
+    if (!text_value.is_string()) {
+      throw InvalidInput(source + ": __metadata__: " + QuoteForMessage(key) +
+                         ": expected a string, got " + JsonForMessage(text_value));
+    }
+    metadata.emplace(key, text_value.get<std::string>());
+  }
+}
+
+const DTypeInfo& ReadDType(const nlohmann::json& value, const std::string& where) {
+  const auto dtype = value.find("dtype");
+  if (dtype == value.end() || !dtype->is_string()) {
+    throw InvalidInput(where + "dtype: missing or not a string");
+  }
+  const auto info = std::find_if(kDTypes.begin(), kDTypes.end(), [&](const DTypeInfo& i) {
+    return i.name == dtype->get<std::string>();
+  });
+  if (info == kDTypes.end()) {
+    throw InvalidInput(where + "dtype: " + QuoteForMessage(dtype->get<std::string>()) +
+                       " is not a dtype this reader knows (BOOL, U8, I8, F8_E5M2, F8_E4M3, "
+                       "I16, U16, F16, BF16, I32, U32, F32, I64, U64, F64)");
+  }
+  return *info;
+}
+
+std::vector<std::int64_t> ReadShape(const nlohmann::json& value, const std::string& where) {
+  const auto shape = value.find("shape");
+  if (shape == value.end() || !shape->is_array()) {
+    throw InvalidInput(where + "shape: missing or not an array");
+  }
+  std::vector<std::int64_t> dims;
+  for (const auto& d : *shape) {
+    if (!d.is_number_unsigned() ||
+        d.get<std::uint64_t>() >
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw InvalidInput(where + "shape: expected integers >= 0, got " + JsonForMessage(d));
+    }
+    dims.push_back(d.get<std::int64_t>());
+  }
+  return dims;
+}
+
+// Reads data_offsets into `t` and checks they span exactly the bytes its dtype and shape
+// need.
+void ReadDataOffsets(const nlohmann::json& value, const DTypeInfo& info, const std::string& where,
+                     SafetensorsTensor& t) {
+  std::uint64_t expected = 0;
+  if (!ByteSize(t.shape, info.bytes, expected) ||
+      expected > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    throw InvalidInput(where + "shape " + ShapeText(t.shape) + ": too many elements");
+  }
+  const auto offsets = value.find("data_offsets");
+  if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 ||
+      !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+    throw InvalidInput(where + "data_offsets: expected [begin, end], two integers >= 0");
+  }
+  t.begin = (*offsets)[0].get<std::uint64_t>();
+  t.end = (*offsets)[1].get<std::uint64_t>();
+  if (t.begin > t.end) {
+    throw InvalidInput(where + "data_offsets: begin " + std::to_string(t.begin) + " is after end " +
+                       std::to_string(t.end));
+  }
+  if (t.end - t.begin != expected) {
+    throw InvalidInput(where + "data_offsets span " + std::to_string(t.end - t.begin) +
+                       " bytes, but " + std::string(info.name) + " of shape " + ShapeText(t.shape) +
+                       " needs " + std::to_string(expected));
+  }
+}
+
+// One tensor's entry; `where` ("<source>: tensor <name>: ") prefixes every message.
+SafetensorsTensor ReadTensor(const std::string& name, const nlohmann::json& value,
+                             const std::string& where) {
+  if (!value.is_object()) {
+    throw InvalidInput(where + "expected an object with dtype, shape and data_offsets");
+  }
+  for (const auto& [key, unused] : value.items()) {
+    (void)unused;
+    if (key != "dtype" && key != "shape" && key != "data_offsets") {
+      throw InvalidInput(where + "unknown field " + QuoteForMessage(key));
+    }
+  }
+  SafetensorsTensor t;
+  t.name = name;
+  const DTypeInfo& info = ReadDType(value, where);
+  t.dtype = info.dtype;
+  t.shape = ReadShape(value, where);
+  ReadDataOffsets(value, info, where, t);
+  return t;
+}
+
+// Sorts the tensors by offset and checks they tile the `data_bytes` of data exactly.
+void SortAndCheckLayout(std::vector<SafetensorsTensor>& tensors, std::uint64_t data_bytes,
+                        const std::string& source) {
+  std::sort(tensors.begin(), tensors.end(),
             [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
               return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
             });
   std::uint64_t at = 0;
-  for (const SafetensorsTensor& t : header.tensors) {
+  for (const SafetensorsTensor& t : tensors) {
     if (t.begin != at) {
       throw InvalidInput(source + ": tensor " + QuoteForMessage(t.name) + ": data_offsets begin " +
                          std::to_string(t.begin) + ", but the previous tensor ends at " +
@@ -194,6 +213,33 @@ SafetensorsHeader ParseSafetensors(std::span<const std::byte> file, const std::s
                        " of the data, but the file holds " + std::to_string(data_bytes) +
                        " data bytes" + (at > data_bytes ? " (truncated)" : " (trailing bytes)"));
   }
+}
+
+}  // namespace
+
+std::string_view SafetensorsDTypeName(SafetensorsDType dtype) { return Info(dtype).name; }
+std::size_t SafetensorsDTypeBytes(SafetensorsDType dtype) { return Info(dtype).bytes; }
+
+std::int64_t SafetensorsTensor::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+SafetensorsHeader ParseSafetensors(std::span<const std::byte> file, const std::string& source) {
+  std::uint64_t header_bytes = 0;
+  const nlohmann::json j = ReadHeaderJson(file, source, header_bytes);
+  SafetensorsHeader header;
+  header.data_offset = 8 + header_bytes;
+  for (const auto& [name, value] : j.items()) {
+    if (name == "__metadata__") {
+      ReadMetadata(value, source, header.metadata);
+    } else {
+      header.tensors.push_back(
+          ReadTensor(name, value, source + ": tensor " + QuoteForMessage(name) + ": "));
+    }
+  }
+  SortAndCheckLayout(header.tensors, file.size() - header.data_offset, source);
   return header;
 }
 

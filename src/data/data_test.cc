@@ -13,6 +13,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/document_length.h"
 #include "hydraulis/data/lengths.h"
 
 namespace hydraulis {
@@ -40,7 +41,20 @@ TEST(ParseLengthsTest, OnePerLine) {
   EXPECT_EQ(ParseLengths("100\n200\n300\n", "a.txt"), (Lengths{100, 200, 300}));
   EXPECT_EQ(ParseLengths("7", "a.txt"), (Lengths{7}));
   EXPECT_EQ(ParseLengths("1\n2", "a.txt"), (Lengths{1, 2}));
-  EXPECT_EQ(ParseLengths("9223372036854775807\n", "a.txt"), (Lengths{INT64_MAX}));
+  EXPECT_EQ(ParseLengths("4294967296\n", "a.txt"), (Lengths{kMaxDocumentTokens}));
+}
+
+// Lengths beyond kMaxDocumentTokens are rejected where they are read, so no later sum of
+// lengths can wrap (two of 2^63 - 1 once planned with "-87042 tokens lost").
+TEST(ParseLengthsTest, LengthsOverTheMaximumNameTheLineAndValue) {
+  ExpectParseError("5\n4294967297\n", "docs.txt:2: a length must be at most 4294967296 tokens");
+  ExpectParseError("9223372036854775807\n9223372036854775807\n",
+                   "docs.txt:1: a length must be at most 4294967296 tokens (2^32), got "
+                   "9223372036854775807");
+  ExpectParseError("[1, 4294967297]", "docs.txt: [1]: a length must be at most 4294967296");
+  EXPECT_EQ(ParseLengths("[4294967296]", "a.json"), (Lengths{kMaxDocumentTokens}));
+  EXPECT_EQ(DocumentTooLongMessage(std::int64_t{1} << 40),
+            "a length must be at most 4294967296 tokens (2^32), got 1099511627776");
 }
 
 TEST(ParseLengthsTest, SkipsBlankLinesAndComments) {

@@ -7,6 +7,7 @@
 #include "ascii_text.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/json_text.h"
+#include "hydraulis/data/document_length.h"
 
 namespace hydraulis {
 namespace {
@@ -86,6 +87,7 @@ std::vector<std::int64_t> ParseJsonLinesLengths(std::string_view text, const std
     } else {
       len = LengthValue(*it, min_len, fail);
     }
+    if (len > kMaxDocumentTokens) fail(DocumentTooLongMessage(len));
     if (len > 0) out.push_back(len);
   }
   if (out.empty()) throw InvalidInput(source + ": no document lengths");

@@ -8,6 +8,7 @@
 
 #include "../base/test_support.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/data/document_length.h"
 #include "hydraulis/data/json_lines.h"
 
 namespace hydraulis {
@@ -54,8 +55,8 @@ TEST(JsonLinesTest, IntegerLengthField) {
       "{\"length\": 5}\n"
       "\n"
       "  {\"id\": 2, \"text\": \"ignored\", \"length\": 7}  \r\n"
-      "{\"length\": 9223372036854775807}";
-  EXPECT_EQ(ParseJsonLinesLengths(text, "d.jsonl", {}), (Lengths{5, 7, INT64_MAX}));
+      "{\"length\": 4294967296}";
+  EXPECT_EQ(ParseJsonLinesLengths(text, "d.jsonl", {}), (Lengths{5, 7, kMaxDocumentTokens}));
   LengthSourceOptions o;
   o.length_field = "num_tokens";
   EXPECT_EQ(ParseJsonLinesLengths("{\"num_tokens\": 3, \"length\": 99}\n", "d.jsonl", o),
@@ -115,6 +116,12 @@ TEST(JsonLinesTest, ErrorsNameTheLineAndField) {
   ExpectError("{\"length\": null}", plain, "got null");
   ExpectError("{\"length\": true}", plain, "got true");
   ExpectError("{\"length\": 18446744073709551615}", plain, "got 18446744073709551615");
+  ExpectError("{\"length\": 1}\n{\"length\": 9223372036854775807}", plain,
+              "d.jsonl:2: field 'length': a length must be at most 4294967296 tokens (2^32), got "
+              "9223372036854775807");
+  auto huge = [](std::string_view) { return kMaxDocumentTokens + 1; };
+  ExpectError("{\"text\": \"x\"}", TextField("text", huge),
+              "d.jsonl:1: field 'text': a length must be at most 4294967296 tokens");
   ExpectError("{\"length\": 1} {\"length\": 2}\n", plain, "d.jsonl:1: invalid JSON");
   ExpectError("{\"text\": 5}", TextField("text"), "d.jsonl:1: field 'text': expected a string");
   ExpectError("{\"length\": 5}", TextField("text"), "d.jsonl:1: missing field 'text'");

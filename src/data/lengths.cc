@@ -6,6 +6,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/json_text.h"
+#include "hydraulis/data/document_length.h"
 #include "hydraulis/data/length_source.h"
 
 namespace hydraulis {
@@ -19,6 +20,10 @@ std::vector<std::int64_t> ParseLengths(const std::string& text, const std::strin
       if (!j[i].is_number_integer() || j[i].get<std::int64_t>() < 1) {
         throw InvalidInput(source + ": [" + std::to_string(i) +
                            "]: a length must be an integer >= 1, got " + JsonForMessage(j[i]));
+      }
+      if (j[i].get<std::int64_t>() > kMaxDocumentTokens) {
+        throw InvalidInput(source + ": [" + std::to_string(i) +
+                           "]: " + DocumentTooLongMessage(j[i].get<std::int64_t>()));
       }
       out.push_back(j[i].get<std::int64_t>());
     }
@@ -41,6 +46,10 @@ std::vector<std::int64_t> ParseLengths(const std::string& text, const std::strin
         if (ec != std::errc() || ptr != line.data() + line.size() || v < 1) {
           throw InvalidInput(source + ":" + std::to_string(line_no) +
                              ": a length must be an integer >= 1, got " + QuoteForMessage(line));
+        }
+        if (v > kMaxDocumentTokens) {
+          throw InvalidInput(source + ":" + std::to_string(line_no) + ": " +
+                             DocumentTooLongMessage(v));
         }
         out.push_back(v);
       }

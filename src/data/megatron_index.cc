@@ -7,6 +7,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/little_endian.h"
 #include "hydraulis/base/mapped_file.h"
+#include "hydraulis/data/document_length.h"
 
 namespace hydraulis {
 namespace {
@@ -205,6 +206,10 @@ std::vector<std::int64_t> SumDocuments(std::size_t document_count, DocumentIndex
       if (__builtin_add_overflow(tokens, std::int64_t{length(s)}, &tokens)) {
         throw InvalidInput(source + ": document " + std::to_string(d) + ": length overflows int64");
       }
+    }
+    if (tokens > kMaxDocumentTokens) {
+      throw InvalidInput(source + ": document " + std::to_string(d) + ": " +
+                         DocumentTooLongMessage(tokens));
     }
     if (tokens == 0) {
       if (skip_empty) continue;

@@ -12,6 +12,7 @@
 #include "../base/test_support.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
+#include "hydraulis/data/document_length.h"
 #include "hydraulis/data/length_source.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/data/megatron_index.h"
@@ -214,6 +215,23 @@ TEST(MegatronIndexTest, EmptyDocumentsAreRejectedUnlessSkipped) {
   const std::string msg2 = InvalidInputMessage(
       [&] { ReadMegatronDocumentLengths(dir.Write("zero.idx", BuildIdx(s)), false); });
   EXPECT_NE(msg2.find("document 1 (sequences 1 to 3): no tokens"), std::string::npos) << msg2;
+}
+
+// A document's sequences may sum past kMaxDocumentTokens; the reader rejects it by index.
+TEST(MegatronIndexTest, DocumentsOverTheMaximumLengthAreRejected) {
+  TempDir dir;
+  IdxSpec s;
+  s.lengths = {5, INT32_MAX, INT32_MAX, 2, 3};
+  s.document_indices = {0, 1, 4, 5};  // document 1: 2^32 - 2 + 2 = 2^32 tokens, the maximum
+  EXPECT_EQ(ReadMegatronDocumentLengths(dir.Write("max.idx", BuildIdx(s)), false),
+            (Lengths{5, kMaxDocumentTokens, 3}));
+  s.lengths = {5, INT32_MAX, INT32_MAX, 3, 3};
+  const std::string msg = InvalidInputMessage(
+      [&] { ReadMegatronDocumentLengths(dir.Write("over.idx", BuildIdx(s)), false); });
+  EXPECT_NE(msg.find(": document 1: a length must be at most 4294967296 tokens (2^32), got "
+                     "4294967297"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(MegatronIndexTest, HeaderErrors) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
 
 namespace hydraulis {
@@ -23,6 +24,7 @@ PlannerOptions OptionsFor(System system, PlannerOptions options) {
       break;
     case System::kPublished:
       options.algorithm = Algorithm::kPublished;
+      options.published_assigner = AssignPublished;
       break;
     case System::kOurs:
       break;

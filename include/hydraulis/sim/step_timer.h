@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "hydraulis/assign/planner.h"
+#include "hydraulis/assign/plan.h"
+#include "hydraulis/assign/problem.h"
 #include "hydraulis/sim/pipeline_schedule.h"
 #include "hydraulis/sim/sim_options.h"
 #include "hydraulis/sim/sync_cost.h"
