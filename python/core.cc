@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "hydraulis/assign/lookahead.h"
 #include "hydraulis/assign/plan_json.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/assign/published.h"
@@ -191,6 +192,26 @@ struct PyPlanner {
       : planner(profile, candidates, options) {}
   Planner planner;
   std::mutex mutex;
+};
+
+// The look-ahead (assign/lookahead.h) over batches a Python callable draws: it is called on
+// the planning thread holding the GIL, returns the next batch's lengths or None; plans are
+// made without the GIL, under the planner's lock. `planner` keeps the Planner alive.
+struct PyLookahead {
+  using Engine = Lookahead<std::vector<std::int64_t>>;
+  nb::object planner;
+  std::unique_ptr<Engine> engine;
+
+  ~PyLookahead() { Close(); }
+  // Stops and joins the thread without the GIL, which it may be waiting for.
+  void Close() {
+    if (!engine) return;
+    {
+      nb::gil_scoped_release release;
+      engine->Stop();
+    }
+    engine.reset();  // with the GIL: the source holds Python objects
+  }
 };
 
 // A BatchSampler with the dataset it reads (the C++ sampler keeps a view of it).
@@ -425,4 +446,40 @@ NB_MODULE(_core, m) {
             return PyPlan{std::move(plan), nb::object()};
           },
           nb::arg("lengths"));
+
+  nb::class_<PyLookahead>(m, "Lookahead")
+      .def(
+          "__init__",
+          [](PyLookahead* self, nb::object planner_object, nb::object next_lengths, int depth) {
+            PyPlanner& planner = nb::cast<PyPlanner&>(planner_object);
+            new (self) PyLookahead{planner_object, nullptr};
+            self->engine = std::make_unique<PyLookahead::Engine>(
+                [next_lengths]() -> std::optional<std::vector<std::int64_t>> {
+                  nb::gil_scoped_acquire gil;
+                  nb::object lengths = next_lengths();
+                  if (lengths.is_none()) return std::nullopt;
+                  return Lengths(lengths);
+                },
+                [&planner](const std::vector<std::int64_t>& lengths) {
+                  const std::lock_guard<std::mutex> lock(planner.mutex);
+                  return planner.planner.PlanBatch(lengths);
+                },
+                depth);
+          },
+          nb::arg("planner"), nb::arg("next_lengths"), nb::arg("depth"))
+      .def("next",
+           [](PyLookahead& self) -> nb::object {
+             if (!self.engine) return nb::none();
+             double waited_ms = 0;
+             std::optional<PyLookahead::Engine::Step> step;
+             {
+               nb::gil_scoped_release release;
+               step = self.engine->Next(waited_ms);
+             }
+             if (!step) return nb::none();
+             return nb::make_tuple(PyPlan{std::move(step->plan), nb::object()}, waited_ms);
+           })
+      .def_prop_ro("ready",
+                   [](PyLookahead& self) { return self.engine ? self.engine->Ready() : 0; })
+      .def("close", [](PyLookahead& self) { self.Close(); });
 }

@@ -98,6 +98,7 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
     }
     options_.only_strategy = static_index_;
   }
+  static_run_index_ = options_.only_strategy >= 0 ? options_.only_strategy : static_index_;
 }
 
 std::int64_t Planner::MaxCapacity(int i) const {
@@ -124,8 +125,7 @@ class BatchPlanning {
   BatchPlanning(const Planner& planner, const PlannerOptions& options, RelaxationTable& relaxations)
       : planner_(planner), options_(options), relaxations_(relaxations) {
     plan_.algorithm = options_.algorithm;
-    static_index_ =
-        options_.only_strategy >= 0 ? options_.only_strategy : planner_.StaticStrategyIndex();
+    static_index_ = planner_.StaticRunIndex();
     if (IsStatic() && static_index_ < 0) {
       throw InvalidInput("algorithm " + AlgorithmName(options_.algorithm) +
                          ": the candidate set has no homogeneous strategy to run statically");

@@ -768,6 +768,21 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   EXPECT_FALSE(LatestCheckpoint(dir).has_value());
 }
 
+// A Megatron corpus at `prefix` of 200 documents with the repository's real (Wikipedia)
+// lengths cut to 700 tokens, and random token ids below `vocab`.
+void WriteTestCorpus(const std::string& prefix, std::int64_t vocab) {
+  std::ifstream lengths(std::string(HYDRAULIS_SOURCE_DIR) + "/data/wikipedia-sample-lengths.txt");
+  MegatronDatasetWriter writer(prefix, MegatronDType::kUInt16);
+  std::int64_t length = 0;
+  for (int d = 0; d < 200 && lengths >> length; ++d) {
+    const auto doc =
+        test_support::RandomDocuments({static_cast<int>(std::min<std::int64_t>(length, 700))},
+                                      static_cast<std::uint64_t>(d), static_cast<int>(vocab));
+    writer.AddDocument(doc[0]);
+  }
+  writer.Finish();
+}
+
 // The training driver on one real Gloo rank: 4 steps straight equal 2 steps, a checkpoint,
 // a new job resumed from it and 2 more steps, bit for bit (data order, plans, optimizer).
 TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
@@ -775,19 +790,7 @@ TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const ModelConfig c = Tiny();
-  {
-    // Real document lengths (the repository's Wikipedia sample), random token ids.
-    std::ifstream lengths(std::string(HYDRAULIS_SOURCE_DIR) + "/data/wikipedia-sample-lengths.txt");
-    MegatronDatasetWriter writer(dir + "/corpus", MegatronDType::kUInt16);
-    std::int64_t length = 0;
-    for (int d = 0; d < 200 && lengths >> length; ++d) {
-      const auto doc = test_support::RandomDocuments(
-          {static_cast<int>(std::min<std::int64_t>(length, 700))}, static_cast<std::uint64_t>(d),
-          static_cast<int>(c.shape.vocab));
-      writer.AddDocument(doc[0]);
-    }
-    writer.Finish();
-  }
+  WriteTestCorpus(dir + "/corpus", c.shape.vocab);
   const MegatronDataset dataset(dir + "/corpus");
   std::vector<std::int64_t> lengths;
   for (std::size_t i = 0; i < dataset.num_documents(); ++i) {
@@ -851,18 +854,7 @@ TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const ModelConfig c = Tiny();
-  {
-    std::ifstream lengths(root + "/data/wikipedia-sample-lengths.txt");
-    MegatronDatasetWriter writer(dir + "/corpus", MegatronDType::kUInt16);
-    std::int64_t length = 0;
-    for (int d = 0; d < 200 && lengths >> length; ++d) {
-      const auto doc = test_support::RandomDocuments(
-          {static_cast<int>(std::min<std::int64_t>(length, 700))}, static_cast<std::uint64_t>(d),
-          static_cast<int>(c.shape.vocab));
-      writer.AddDocument(doc[0]);
-    }
-    writer.Finish();
-  }
+  WriteTestCorpus(dir + "/corpus", c.shape.vocab);
   TrainingRunOptions options;
   options.model = root + "/configs/models/tiny.json";
   options.profile = root + "/configs/profiles/tiny-cpu.json";

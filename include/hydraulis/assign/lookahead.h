@@ -19,7 +19,7 @@
 #include <utility>
 #include <variant>
 
-#include "hydraulis/assign/planner.h"
+#include "hydraulis/assign/plan.h"
 
 namespace hydraulis {
 
@@ -57,8 +57,7 @@ class Lookahead {
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [this] { return !ready_.empty() || ended_ || stop_; });
     waited_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (ready_.empty()) return std::nullopt;
     if (auto* error = std::get_if<std::exception_ptr>(&ready_.front())) {
       std::rethrow_exception(*error);  // left in the queue: later calls rethrow it too

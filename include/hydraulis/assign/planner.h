@@ -77,6 +77,9 @@ class Planner {
   // The homogeneous candidate the static baselines run by default (largest capacity,
   // first in file); -1 when there is none.
   int StaticStrategyIndex() const { return static_index_; }
+  // The candidate the static baselines run: options.only_strategy when it names one, else
+  // StaticStrategyIndex(); resolved once, here.
+  int StaticRunIndex() const { return static_run_index_; }
   const CandidateSet& candidates() const { return candidates_; }
   const PlannerOptions& options() const { return options_; }
 
@@ -85,6 +88,7 @@ class Planner {
   PlannerOptions options_;
   std::vector<std::vector<PipelineModel>> models_;
   int static_index_ = -1;
+  int static_run_index_ = -1;
   // Memoised 1F1B relaxations for pp > 1 (bounds and packing targets); a cache only, so
   // plans do not depend on what was planned before.
   mutable RelaxationTable relaxations_;

@@ -63,6 +63,114 @@ InitialWeights HfInitialWeights(const HfCheckpoint& checkpoint) {
   };
 }
 
+namespace {
+
+// The export's files: which parameters go into which weights file, and their names.
+struct ShardPlan {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [first, end) of the parameters
+  std::uint64_t total_bytes = 0;
+
+  std::string FileName(std::size_t k) const {
+    if (ranges.size() == 1) return "model.safetensors";
+    std::array<char, 64> name{};
+    std::snprintf(name.data(), name.size(), "model-%05zu-of-%05zu.safetensors", k + 1,
+                  ranges.size());
+    return std::string(name.data());
+  }
+};
+
+// Phase 1: the parameters are the model's, in order; shards are cut greedily by size in the
+// file's dtype.
+ShardPlan PlanShards(const std::vector<NamedParameter>& full,
+                     const std::vector<FullParameter>& expected, std::uint64_t item_bytes,
+                     std::uint64_t max_shard_bytes) {
+  if (full.size() != expected.size()) {
+    throw InvalidInput("Hugging Face export: " + std::to_string(full.size()) +
+                       " parameters, the model has " + std::to_string(expected.size()));
+  }
+  ShardPlan plan;
+  std::uint64_t shard_bytes = 0;
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    if (full[i].name != expected[i].name || full[i].value.sizes().vec() != expected[i].shape) {
+      throw InvalidInput("Hugging Face export: parameter " + std::to_string(i) + " is " +
+                         full[i].name + ", the model's is " + expected[i].name);
+    }
+    const std::uint64_t bytes = static_cast<std::uint64_t>(full[i].value.numel()) * item_bytes;
+    if (plan.ranges.empty() || (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes)) {
+      plan.ranges.emplace_back(i, i);
+      shard_bytes = 0;
+    }
+    plan.ranges.back().second = i + 1;
+    shard_bytes += bytes;
+    plan.total_bytes += bytes;
+  }
+  return plan;
+}
+
+// Phase 2: every file written into `tmp` (weights, the index when sharded, config.json);
+// returns the names of the weight and index files.
+std::vector<std::string> WriteFiles(const std::string& tmp, const ModelConfig& config,
+                                    const std::vector<NamedParameter>& full,
+                                    const std::vector<FullParameter>& expected,
+                                    const ShardPlan& shards, SafetensorsDType dtype) {
+  const at::ScalarType type = dtype == SafetensorsDType::kF32 ? at::kFloat : at::kBFloat16;
+  std::vector<std::string> files;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (std::size_t k = 0; k < shards.ranges.size(); ++k) {
+    std::vector<at::Tensor> converted;  // this shard's tensors in the file's dtype
+    std::vector<SafetensorsEntry> entries;
+    for (std::size_t i = shards.ranges[k].first; i < shards.ranges[k].second; ++i) {
+      converted.push_back(full[i].value.detach().to(at::kCPU).to(type).contiguous());
+      const at::Tensor& t = converted.back();
+      entries.push_back({HfParameterName(full[i].name), dtype, expected[i].shape,
+                         std::span(static_cast<const std::byte*>(t.data_ptr()),
+                                   static_cast<std::size_t>(t.nbytes()))});
+      weight_map[entries.back().name] = shards.FileName(k);
+    }
+    WriteSafetensors(tmp + "/" + shards.FileName(k), entries, {{"format", "pt"}});
+    files.push_back(shards.FileName(k));
+  }
+  if (shards.ranges.size() > 1) {
+    const nlohmann::ordered_json index = {{"metadata", {{"total_size", shards.total_bytes}}},
+                                          {"weight_map", weight_map}};
+    WriteFileAtomically(tmp + "/model.safetensors.index.json", index.dump(2) + "\n");
+    files.push_back("model.safetensors.index.json");
+  }
+  WriteFileAtomically(
+      tmp + "/config.json",
+      HfConfigJson(config, dtype == SafetensorsDType::kF32 ? "float32" : "bfloat16"));
+  return files;
+}
+
+// Phase 3: the weights moved into `dir`, weight files of an earlier export that this one
+// does not have removed (they would be read instead of, or beside, the new ones:
+// transformers prefers model.safetensors to an index), then config.json moved last, so a
+// reader that finds the new config.json finds the new weights.
+void MoveIntoPlace(const std::string& tmp, const std::string& dir,
+                   const std::vector<std::string>& files) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError(dir + ": cannot create: " + ec.message());
+  for (const std::string& name : files) {
+    fs::rename(tmp + "/" + name, dir + "/" + name, ec);
+    if (ec) throw IoError(dir + "/" + name + ": cannot move into place: " + ec.message());
+  }
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool weights = name == "model.safetensors" || name == "model.safetensors.index.json" ||
+                         (name.starts_with("model-") && name.ends_with(".safetensors"));
+    if (weights && std::find(files.begin(), files.end(), name) == files.end()) {
+      fs::remove(entry.path(), ec);
+      if (ec) throw IoError(entry.path().string() + ": cannot remove: " + ec.message());
+    }
+  }
+  fs::rename(tmp + "/config.json", dir + "/config.json", ec);
+  if (ec) throw IoError(dir + "/config.json: cannot move into place: " + ec.message());
+}
+
+}  // namespace
+
 void WriteHfCheckpoint(const std::string& dir, const ModelConfig& config,
                        const std::vector<NamedParameter>& full, SafetensorsDType dtype,
                        std::uint64_t max_shard_bytes) {
@@ -72,39 +180,10 @@ void WriteHfCheckpoint(const std::string& dir, const ModelConfig& config,
   }
   if (max_shard_bytes == 0) throw InvalidInput("Hugging Face export: the shard size limit is 0");
   const std::vector<FullParameter> expected = FullParameters(config);
-  if (full.size() != expected.size()) {
-    throw InvalidInput("Hugging Face export: " + std::to_string(full.size()) +
-                       " parameters, the model has " + std::to_string(expected.size()));
-  }
-  const std::uint64_t item = dtype == SafetensorsDType::kF32 ? 4 : 2;
-  // Shards: [first, end) ranges of `full`, greedily by size in the file's dtype.
-  std::vector<std::pair<std::size_t, std::size_t>> shards;
-  std::uint64_t shard_bytes = 0, total_bytes = 0;
-  for (std::size_t i = 0; i < full.size(); ++i) {
-    if (full[i].name != expected[i].name || full[i].value.sizes().vec() != expected[i].shape) {
-      throw InvalidInput("Hugging Face export: parameter " + std::to_string(i) + " is " +
-                         full[i].name + ", the model's is " + expected[i].name);
-    }
-    const std::uint64_t bytes = static_cast<std::uint64_t>(full[i].value.numel()) * item;
-    if (shards.empty() || (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes)) {
-      shards.emplace_back(i, i);
-      shard_bytes = 0;
-    }
-    shards.back().second = i + 1;
-    shard_bytes += bytes;
-    total_bytes += bytes;
-  }
-  const at::ScalarType type = dtype == SafetensorsDType::kF32 ? at::kFloat : at::kBFloat16;
-  auto shard_name = [&](std::size_t k) {
-    if (shards.size() == 1) return std::string("model.safetensors");
-    std::array<char, 64> name{};
-    std::snprintf(name.data(), name.size(), "model-%05zu-of-%05zu.safetensors", k + 1,
-                  shards.size());
-    return std::string(name.data());
-  };
-  // Every file is written into a sibling temporary directory first, then moved into `dir`
-  // (the weights, the index, then config.json): a failure leaves `dir` as it was, and a
-  // reader that finds the new config.json finds the new weights.
+  const ShardPlan shards =
+      PlanShards(full, expected, dtype == SafetensorsDType::kF32 ? 4 : 2, max_shard_bytes);
+  // Every file is written into a sibling temporary directory first, then moved into `dir`:
+  // a failure leaves `dir` as it was.
   namespace fs = std::filesystem;
   const std::string tmp = dir + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
@@ -112,50 +191,7 @@ void WriteHfCheckpoint(const std::string& dir, const ModelConfig& config,
   fs::create_directories(tmp, ec);
   if (ec) throw IoError(tmp + ": cannot create: " + ec.message());
   try {
-    std::vector<std::string> files;
-    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-    for (std::size_t k = 0; k < shards.size(); ++k) {
-      std::vector<at::Tensor> converted;  // this shard's tensors in the file's dtype
-      std::vector<SafetensorsEntry> entries;
-      for (std::size_t i = shards[k].first; i < shards[k].second; ++i) {
-        converted.push_back(full[i].value.detach().to(at::kCPU).to(type).contiguous());
-        const at::Tensor& t = converted.back();
-        entries.push_back({HfParameterName(full[i].name), dtype, expected[i].shape,
-                           std::span(static_cast<const std::byte*>(t.data_ptr()),
-                                     static_cast<std::size_t>(t.nbytes()))});
-        weight_map[entries.back().name] = shard_name(k);
-      }
-      WriteSafetensors(tmp + "/" + shard_name(k), entries, {{"format", "pt"}});
-      files.push_back(shard_name(k));
-    }
-    if (shards.size() > 1) {
-      const nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
-                                            {"weight_map", weight_map}};
-      WriteFileAtomically(tmp + "/model.safetensors.index.json", index.dump(2) + "\n");
-      files.push_back("model.safetensors.index.json");
-    }
-    WriteFileAtomically(
-        tmp + "/config.json",
-        HfConfigJson(config, dtype == SafetensorsDType::kF32 ? "float32" : "bfloat16"));
-    fs::create_directories(dir, ec);
-    if (ec) throw IoError(dir + ": cannot create: " + ec.message());
-    for (const std::string& name : files) {
-      fs::rename(tmp + "/" + name, dir + "/" + name, ec);
-      if (ec) throw IoError(dir + "/" + name + ": cannot move into place: " + ec.message());
-    }
-    // Weight files of an earlier export that this one does not have would be read instead
-    // of, or beside, the new ones (transformers prefers model.safetensors to an index).
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      const bool weights = name == "model.safetensors" || name == "model.safetensors.index.json" ||
-                           (name.starts_with("model-") && name.ends_with(".safetensors"));
-      if (weights && std::find(files.begin(), files.end(), name) == files.end()) {
-        fs::remove(entry.path(), ec);
-        if (ec) throw IoError(entry.path().string() + ": cannot remove: " + ec.message());
-      }
-    }
-    fs::rename(tmp + "/config.json", dir + "/config.json", ec);
-    if (ec) throw IoError(dir + "/config.json: cannot move into place: " + ec.message());
+    MoveIntoPlace(tmp, dir, WriteFiles(tmp, config, full, expected, shards, dtype));
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

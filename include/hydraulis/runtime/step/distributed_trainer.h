@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "hydraulis/assign/planner.h"
+#include "hydraulis/assign/plan.h"
 #include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/step/adamw.h"
@@ -29,7 +29,7 @@ class CommGroup;
 class Rendezvous;
 struct StageResult;
 
-// What a step runs is the planner's Plan (assign/planner.h), the one plan type from
+// What a step runs is the planner's Plan (assign/plan.h), the one plan type from
 // planner to executor. The trainer reads strategy_index and, per pipeline of that
 // candidate (in strategy order), its micro_batches in execution order, each a list of
 // indices into the step's documents; every document appears exactly once.
