@@ -54,6 +54,17 @@ Assignment ToAssignment(const Plan& plan) {
   return a;
 }
 
+// The coverage rule CheckAssignment and the runtime's step share: every document once.
+TEST(PlanCheckerTest, CoverageNamesTheFirstDocumentOutOfRangeTwiceOrMissing) {
+  EXPECT_EQ(CheckCoverage({{{0, 2}}, {{1}}}, 3), "");
+  EXPECT_EQ(CheckCoverage({{}, {}}, 0), "");
+  EXPECT_EQ(CheckCoverage({{{0}}, {{1}, {5}}}, 3),
+            "pipeline 1 micro-batch 1 has invalid document index 5");
+  EXPECT_EQ(CheckCoverage({{{-1}}}, 3), "pipeline 0 micro-batch 0 has invalid document index -1");
+  EXPECT_EQ(CheckCoverage({{{0, 1}}, {{1, 2}}}, 3), "document 1 is assigned more than once");
+  EXPECT_EQ(CheckCoverage({{{0}}, {{2}}}, 3), "document 1 is not assigned");
+}
+
 TEST(PlannerTest, EveryAlgorithmGivesValidPlansOnRealBatches) {
   CaseStudy cs;
   const auto batches = RealBatches(12, 200'000, 7);

@@ -11,13 +11,35 @@ bool Close(double a, double b) { return NearlyEqual(a, b); }
 
 }  // namespace
 
+std::string CheckCoverage(const std::vector<MicroBatches>& pipelines, std::size_t num_documents) {
+  std::vector<int> seen(num_documents, 0);
+  for (std::size_t p = 0; p < pipelines.size(); ++p) {
+    for (std::size_t j = 0; j < pipelines[p].size(); ++j) {
+      for (int d : pipelines[p][j]) {
+        if (d < 0 || static_cast<std::size_t>(d) >= num_documents) {
+          return "pipeline " + std::to_string(p) + " micro-batch " + std::to_string(j) +
+                 " has invalid document index " + std::to_string(d);
+        }
+        if (seen[static_cast<std::size_t>(d)]++) {
+          return "document " + std::to_string(d) + " is assigned more than once";
+        }
+      }
+    }
+  }
+  for (std::size_t d = 0; d < num_documents; ++d) {
+    if (!seen[d]) return "document " + std::to_string(d) + " is not assigned";
+  }
+  return "";
+}
+
 std::string CheckAssignment(const AssignProblem& problem, const Assignment& a) {
-  const std::size_t n = problem.lengths.size();
   if (a.pipelines.size() != problem.pipelines.size()) {
     return "assignment has " + std::to_string(a.pipelines.size()) + " pipelines, strategy has " +
            std::to_string(problem.pipelines.size());
   }
-  std::vector<int> seen(n, 0);
+  if (std::string error = CheckCoverage(a.pipelines, problem.lengths.size()); !error.empty()) {
+    return error;
+  }
   double step = 0;
   for (std::size_t p = 0; p < a.pipelines.size(); ++p) {
     const auto& pipe = problem.pipelines[p];
@@ -27,15 +49,7 @@ std::string CheckAssignment(const AssignProblem& problem, const Assignment& a) {
           "pipeline " + std::to_string(p) + " micro-batch " + std::to_string(j);
       if (mb.empty()) return where + " is empty";
       std::int64_t tokens = 0;
-      for (int d : mb) {
-        if (d < 0 || static_cast<std::size_t>(d) >= n) {
-          return where + " has invalid document index " + std::to_string(d);
-        }
-        if (seen[static_cast<std::size_t>(d)]++) {
-          return "document " + std::to_string(d) + " is assigned more than once";
-        }
-        tokens += problem.lengths[static_cast<std::size_t>(d)];
-      }
+      for (int d : mb) tokens += problem.lengths[static_cast<std::size_t>(d)];
       if (tokens > pipe.capacity_tokens) {
         return where + " holds " + std::to_string(tokens) + " tokens, capacity " +
                std::to_string(pipe.capacity_tokens);
@@ -47,9 +61,6 @@ std::string CheckAssignment(const AssignProblem& problem, const Assignment& a) {
              std::to_string(ms);
     }
     step = std::max(step, ms);
-  }
-  for (std::size_t d = 0; d < n; ++d) {
-    if (!seen[d]) return "document " + std::to_string(d) + " is not assigned";
   }
   if (!Close(a.step_ms, step))
     return "step time is not the slowest pipeline's " + std::to_string(step);

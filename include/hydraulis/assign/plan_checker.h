@@ -1,7 +1,9 @@
 // Independent check of an assignment: used by tests and, in debug builds, after each stage.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "hydraulis/assign/problem.h"
 
@@ -12,5 +14,10 @@ namespace hydraulis {
 // within its pipeline's capacity, and pipeline_ms/step_ms equal to the cost model's
 // values (relative tolerance 1e-9). Otherwise a description of the first violation.
 std::string CheckAssignment(const AssignProblem& problem, const Assignment& assignment);
+
+// The part of the check every executor of a plan repeats (the runtime's step): "" when every
+// document index in `pipelines` (per pipeline, its micro-batches) is in [0, num_documents)
+// and appears exactly once; otherwise the first violation.
+std::string CheckCoverage(const std::vector<MicroBatches>& pipelines, std::size_t num_documents);
 
 }  // namespace hydraulis

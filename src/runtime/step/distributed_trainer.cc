@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/gradients.h"
@@ -184,24 +185,13 @@ std::int64_t DistributedTrainer::CheckStep(
     throw InvalidInput("step plan: " + std::to_string(plan.pipelines.size()) +
                        " pipelines for a strategy of " + std::to_string(strategy.pipelines.size()));
   }
-  std::vector<int> seen(documents.size(), 0);
-  for (const PipelinePlan& pipeline : plan.pipelines) {
-    for (const auto& mb : pipeline.micro_batches) {
-      for (int d : mb) {
-        if (d < 0 || d >= static_cast<int>(documents.size()) ||
-            seen[static_cast<std::size_t>(d)]++) {
-          throw InvalidInput("step plan: document " + std::to_string(d) +
-                             (d < 0 || d >= static_cast<int>(documents.size()) ? " is out of range"
-                                                                               : " appears twice"));
-        }
-      }
-    }
+  std::vector<MicroBatches> assignment;
+  for (const PipelinePlan& pipeline : plan.pipelines) assignment.push_back(pipeline.micro_batches);
+  if (const std::string error = CheckCoverage(assignment, documents.size()); !error.empty()) {
+    throw InvalidInput("step plan: " + error);
   }
   std::int64_t global_targets = 0;
   for (std::size_t d = 0; d < documents.size(); ++d) {
-    if (seen[d] == 0) {
-      throw InvalidInput("step plan: document " + std::to_string(d) + " is not assigned");
-    }
     if (documents[d].empty()) {
       throw InvalidInput("step batch: document " + std::to_string(d) + " is empty");
     }
