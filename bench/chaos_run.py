@@ -209,7 +209,10 @@ class Chaos:
                        f"(status {rc2}): {text[-400:]}")
             # The operator's repair: drop the damaged checkpoint, resume from the previous.
             shutil.rmtree(path)
-            previous = sorted(d for d in os.listdir(ckpt) if d.startswith("step-"))
+            # Only complete checkpoints (meta.json written): a save the fault interrupted
+            # leaves a directory without one.
+            previous = sorted(d for d in os.listdir(ckpt) if d.startswith("step-") and
+                              os.path.exists(os.path.join(ckpt, d, "meta.json")))
             if previous:
                 with open(os.path.join(ckpt, "latest"), "w") as f:
                     f.write(previous[-1] + "\n")
