@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hydraulis/assign/lookahead.h"
+#include "hydraulis/assign/micro_batch_layout.h"
 #include "hydraulis/assign/plan_json.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/assign/published.h"
@@ -62,6 +63,7 @@ struct PyPipeline {
   std::int64_t tokens;
   nb::list micro_batches;         // int64 arrays of document indices
   nb::object micro_batch_tokens;  // int64 array: tokens per micro-batch
+  nb::list kept_lengths;          // per micro-batch: the tokens kept of each of its documents
   nb::list cu_seqlens;    // per micro-batch: 0, then the running sum of its documents' lengths
   nb::object max_seqlen;  // int64 array: per micro-batch, its longest document
 };
@@ -75,25 +77,23 @@ struct PyPlan {
 
 nb::object MakePipelines(const Plan& plan) {
   std::vector<PyPipeline> out;
-  for (const PipelinePlan& p : plan.pipelines) {
+  for (std::size_t i = 0; i < plan.pipelines.size(); ++i) {
+    const PipelinePlan& p = plan.pipelines[i];
     PyPipeline pp;
     pp.scheme = SchemeName(p.scheme);
     pp.capacity_tokens = p.capacity_tokens;
     pp.estimated_ms = p.estimated_ms;
     pp.tokens = p.tokens;
     std::vector<std::int64_t> tokens, longest;
-    for (const std::vector<int>& mb : p.micro_batches) {
-      pp.micro_batches.append(nb::cast(ToNumpy(mb)));
-      std::vector<std::int64_t> cu{0};
+    // The packing rule the runtime's step uses too (micro_batch_layout.h).
+    for (const MicroBatchLayout& layout : PipelineLayouts(plan, static_cast<int>(i))) {
+      pp.micro_batches.append(nb::cast(ToNumpy(layout.documents)));
+      pp.kept_lengths.append(nb::cast(ToNumpy(layout.lengths)));
+      pp.cu_seqlens.append(nb::cast(ToNumpy(layout.cu_seqlens)));
+      tokens.push_back(layout.cu_seqlens.back());
       std::int64_t max_len = 0;
-      for (int d : mb) {
-        const std::int64_t len = plan.lengths[static_cast<std::size_t>(d)];
-        cu.push_back(cu.back() + len);
-        max_len = std::max(max_len, len);
-      }
-      tokens.push_back(cu.back());
+      for (const std::int64_t len : layout.lengths) max_len = std::max(max_len, len);
       longest.push_back(max_len);
-      pp.cu_seqlens.append(nb::cast(ToNumpy(cu)));
     }
     pp.micro_batch_tokens = nb::cast(ToNumpy(tokens));
     pp.max_seqlen = nb::cast(ToNumpy(longest));
@@ -255,6 +255,7 @@ NB_MODULE(_core, m) {
       .def_ro("micro_batches", &PyPipeline::micro_batches)
       .def_ro("micro_batch_tokens", &PyPipeline::micro_batch_tokens)
       .def_ro("cu_seqlens", &PyPipeline::cu_seqlens)
+      .def_ro("kept_lengths", &PyPipeline::kept_lengths)
       .def_ro("max_seqlen", &PyPipeline::max_seqlen);
 
   nb::class_<PyPlan>(m, "Plan")

@@ -23,6 +23,7 @@ class Pipeline:
     tokens: int
     micro_batches: list[npt.NDArray[np.int64]]
     micro_batch_tokens: npt.NDArray[np.int64]
+    kept_lengths: list[npt.NDArray[np.int64]]
     cu_seqlens: list[npt.NDArray[np.int64]]
     max_seqlen: npt.NDArray[np.int64]
 

@@ -73,12 +73,13 @@ def step_micro_batches(plan, pipeline, dataset, dataset_indices):
     planner's long-document rule)."""
     if pipeline >= len(plan.pipelines):
         return []
-    lengths = plan.lengths
+    # The layout the runtime packs by (documents in order, each cut to what the plan keeps).
+    p = plan.pipelines[pipeline]
     out = []
-    for docs in plan.pipelines[pipeline].micro_batches:
+    for docs, kept in zip(p.micro_batches, p.kept_lengths):
         out.append(collate_packed([
-            np.asarray(dataset[int(dataset_indices[d])], dtype=np.int64)[:int(lengths[d])]
-            for d in docs]))
+            np.asarray(dataset[int(dataset_indices[d])], dtype=np.int64)[:int(k)]
+            for d, k in zip(docs, kept)]))
     return out
 
 

@@ -79,9 +79,12 @@ def test_plan_arrays_cover_every_document_once(planner, lengths):
     seen = []
     for pipeline in plan.pipelines:
         assert len(pipeline.micro_batches) == len(pipeline.cu_seqlens)
-        for docs, cu, tokens, longest in zip(pipeline.micro_batches, pipeline.cu_seqlens,
-                                             pipeline.micro_batch_tokens, pipeline.max_seqlen):
+        assert len(pipeline.micro_batches) == len(pipeline.kept_lengths)
+        for docs, kept, cu, tokens, longest in zip(pipeline.micro_batches, pipeline.kept_lengths,
+                                                   pipeline.cu_seqlens, pipeline.micro_batch_tokens,
+                                                   pipeline.max_seqlen):
             assert docs.dtype == np.int64 and cu.dtype == np.int64
+            assert np.array_equal(kept, plan.lengths[docs])
             assert cu[0] == 0 and np.array_equal(np.diff(cu), plan.lengths[docs])
             assert cu[-1] == tokens and longest == plan.lengths[docs].max()
             assert tokens <= pipeline.capacity_tokens

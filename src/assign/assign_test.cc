@@ -9,6 +9,7 @@
 
 #include "../base/test_support.h"
 #include "hydraulis/assign/lower_bound.h"
+#include "hydraulis/assign/micro_batch_layout.h"
 #include "hydraulis/assign/pack.h"
 #include "hydraulis/assign/pipeline_relaxation.h"
 #include "hydraulis/assign/plan_checker.h"
@@ -63,6 +64,35 @@ TEST(PlanCheckerTest, CoverageNamesTheFirstDocumentOutOfRangeTwiceOrMissing) {
   EXPECT_EQ(CheckCoverage({{{-1}}}, 3), "pipeline 0 micro-batch 0 has invalid document index -1");
   EXPECT_EQ(CheckCoverage({{{0, 1}}, {{1, 2}}}, 3), "document 1 is assigned more than once");
   EXPECT_EQ(CheckCoverage({{{0}}, {{2}}}, 3), "document 1 is not assigned");
+}
+
+// The packing rule the runtime and the Python package share: a micro-batch's documents in
+// order, each cut to the plan's kept length, end to end; a plan without lengths keeps them
+// whole.
+TEST(MicroBatchLayoutTest, DocumentsInOrderCutToThePlanEndToEnd) {
+  Plan plan;
+  plan.lengths = {5, 3, 7, 2};
+  plan.pipelines.resize(2);
+  plan.pipelines[0].micro_batches = {{2, 0}, {3}};
+  plan.pipelines[1].micro_batches = {{1}};
+  const std::vector<MicroBatchLayout> first = PipelineLayouts(plan, 0);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].documents, (std::vector<int>{2, 0}));
+  EXPECT_EQ(first[0].lengths, (std::vector<std::int64_t>{7, 5}));
+  EXPECT_EQ(first[0].cu_seqlens, (std::vector<std::int64_t>{0, 7, 12}));
+  EXPECT_EQ(first[1].cu_seqlens, (std::vector<std::int64_t>{0, 2}));
+  const std::vector<std::int64_t> available = {9, 3, 7, 4};
+  EXPECT_EQ(PipelineLayouts(plan, 1, available)[0].lengths, (std::vector<std::int64_t>{3}));
+  EXPECT_THROW(PipelineLayouts(plan, 2), InvalidInput);
+  const std::vector<std::int64_t> too_short = {9, 2, 7, 4};  // document 1 keeps 3 of 2
+  EXPECT_THROW(PipelineLayouts(plan, 1, too_short), InvalidInput);
+  Plan by_hand;
+  by_hand.pipelines.resize(1);
+  by_hand.pipelines[0].micro_batches = {{1, 0}};
+  EXPECT_EQ(PipelineLayouts(by_hand, 0, available)[0].cu_seqlens,
+            (std::vector<std::int64_t>{0, 3, 12}));
+  by_hand.pipelines[0].micro_batches = {{4}};
+  EXPECT_THROW(PipelineLayouts(by_hand, 0, available), InvalidInput);
 }
 
 TEST(PlannerTest, EveryAlgorithmGivesValidPlansOnRealBatches) {

@@ -150,8 +150,8 @@ TrainingStepRecord TrainingJob::RunStep() {
   return record;
 }
 
-// The plan's documents read from the dataset and cut to the lengths the sampler and the
-// planner kept, counting what was cut.
+// The plan's documents read from the dataset, whole, counting what the plan cuts (the
+// sampler's and the planner's cuts; the step packs what it keeps: micro_batch_layout.h).
 std::vector<std::vector<std::int64_t>> TrainingJob::FetchDocuments(const PlanAhead::Step& planned,
                                                                    TrainingStepRecord& record) {
   const Plan& plan = planned.plan;
@@ -163,7 +163,6 @@ std::vector<std::vector<std::int64_t>> TrainingJob::FetchDocuments(const PlanAhe
       ++record.cut_documents;
       record.cut_tokens += static_cast<std::int64_t>(doc.size()) - plan.lengths[i];
     }
-    doc.resize(static_cast<std::size_t>(plan.lengths[i]));
     record.tokens += plan.lengths[i];
     documents.push_back(std::move(doc));
   }

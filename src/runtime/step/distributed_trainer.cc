@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "hydraulis/assign/micro_batch_layout.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
@@ -33,6 +34,13 @@ class Fnv1a {
  private:
   std::uint64_t hash_ = 14695981039346656037ull;
 };
+
+// Each document's token count.
+std::vector<std::int64_t> TokenCounts(const std::vector<std::vector<std::int64_t>>& documents) {
+  std::vector<std::int64_t> counts;
+  for (const auto& doc : documents) counts.push_back(static_cast<std::int64_t>(doc.size()));
+  return counts;
+}
 
 std::string GroupName(const std::vector<int>& members) {
   std::string name = "g";
@@ -173,7 +181,7 @@ DistributedTrainer::Compute& DistributedTrainer::ComputeFor(int strategy) {
 
 // Phase 1: the plan fits the candidates and covers the batch; returns the batch's target
 // count.
-std::int64_t DistributedTrainer::CheckStep(
+DistributedTrainer::StepCounts DistributedTrainer::CheckStep(
     const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents) const {
   if (plan.strategy_index < 0 || plan.strategy_index >= static_cast<int>(candidates_.size())) {
     throw InvalidInput("step plan: strategy " + std::to_string(plan.strategy_index) +
@@ -190,17 +198,20 @@ std::int64_t DistributedTrainer::CheckStep(
   if (const std::string error = CheckCoverage(assignment, documents.size()); !error.empty()) {
     throw InvalidInput("step plan: " + error);
   }
-  std::int64_t global_targets = 0;
   for (std::size_t d = 0; d < documents.size(); ++d) {
     if (documents[d].empty()) {
       throw InvalidInput("step batch: document " + std::to_string(d) + " is empty");
     }
-    global_targets += static_cast<std::int64_t>(documents[d].size()) - 1;
   }
-  if (global_targets <= 0) {
+  StepCounts counts;
+  for (const std::int64_t kept : KeptLengths(plan, TokenCounts(documents))) {
+    counts.targets += kept - 1;
+    counts.tokens += kept;
+  }
+  if (counts.targets <= 0) {
     throw InvalidInput("training step: the global batch has no target token");
   }
-  return global_targets;
+  return counts;
 }
 
 // Phase 2: one collective of every rank's hash, so a mismatch names who differs.
@@ -234,16 +245,22 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
   // step's all-gathers overlap this step's first forward pass.
   optimizer_->BeginMaterialise(model);
   ZeroGradients(model);
-  const MicroBatches& mine =
-      plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)].micro_batches;
+  const std::vector<MicroBatchLayout> layouts =
+      PipelineLayouts(plan, compute.role.pipeline, TokenCounts(documents));
   // Gradients flow into the optimizer's buffer during backward, and each shard's
   // reduction starts as soon as it is final.
-  optimizer_->BeginStep(&model, static_cast<int>(mine.size()));
+  optimizer_->BeginStep(&model, static_cast<int>(layouts.size()));
   std::vector<PackedBatch> micro_batches;
-  for (const auto& mb : mine) {
+  for (const MicroBatchLayout& layout : layouts) {
     std::vector<std::vector<std::int64_t>> docs;
-    for (int d : mb) docs.push_back(documents[static_cast<std::size_t>(d)]);
+    for (std::size_t i = 0; i < layout.documents.size(); ++i) {
+      const auto& doc = documents[static_cast<std::size_t>(layout.documents[i])];
+      docs.emplace_back(doc.begin(), doc.begin() + layout.lengths[i]);
+    }
     micro_batches.push_back(PackDocuments(docs, config_.shape.vocab, TorchDevice(compute_)));
+    if (micro_batches.back().cu_seqlens != layout.cu_seqlens) {
+      throw InternalError("step: a packed micro-batch differs from its layout");
+    }
   }
   StageResult stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
   optimizer_->FinishMaterialise(model);
@@ -291,22 +308,20 @@ void DistributedTrainer::ReduceAndUpdate(Compute& compute, const StageResult& st
 DistributedStepResult DistributedTrainer::Step(
     const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents) {
   const auto start = Clock::now();
-  const std::int64_t global_targets = CheckStep(plan, documents);
+  const StepCounts counts = CheckStep(plan, documents);
   AgreeOnStep(plan, documents);
 
   DistributedStepResult result;
   Compute& compute = ComputeFor(plan.strategy_index);
   result.pipeline = compute.role.pipeline;
   const auto compute_start = Clock::now();
-  const StageResult stage = ComputeStep(compute, plan, documents, global_targets);
+  const StageResult stage = ComputeStep(compute, plan, documents, counts.targets);
   result.pipeline_tokens = stage.tokens;
   result.wait_ms = stage.wait_ms;
   result.compute_ms = MsSince(compute_start);
 
   const auto sync_start = Clock::now();
-  std::int64_t batch_tokens = 0;
-  for (const auto& doc : documents) batch_tokens += static_cast<std::int64_t>(doc.size());
-  ReduceAndUpdate(compute, stage, global_targets, batch_tokens, result);
+  ReduceAndUpdate(compute, stage, counts.targets, counts.tokens, result);
   result.sync_ms = MsSince(sync_start);
   result.step_ms = MsSince(start);
   return result;

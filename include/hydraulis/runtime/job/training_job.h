@@ -1,7 +1,7 @@
-// The training driver: every step it samples a global batch, plans it, fetches and cuts
-// the documents the plan keeps, runs the step on the DistributedTrainer and saves a
-// checkpoint on cadence; it resumes from the newest checkpoint when asked. The CLI (`hydraulis
-// train`) only parses flags, builds these pieces and prints what RunStep returns.
+// The training driver: every step it samples a global batch, plans it, fetches the plan's
+// documents, runs the step on the DistributedTrainer (which packs what the plan keeps of
+// them) and saves a checkpoint on cadence; it resumes from the newest checkpoint when asked. The
+// CLI (`hydraulis train`) only parses flags, builds these pieces and prints what RunStep returns.
 #pragma once
 
 #include <cstdint>

@@ -106,8 +106,12 @@ class DistributedTrainer {
   Compute& ComputeFor(int strategy);
   CommGroup* Group(const std::vector<int>& members);
   // Step's phases, in order (distributed_trainer.cc).
-  std::int64_t CheckStep(const Plan& plan,
-                         const std::vector<std::vector<std::int64_t>>& documents) const;
+  struct StepCounts {  // of the tokens the plan keeps (micro_batch_layout.h)
+    std::int64_t targets = 0;
+    std::int64_t tokens = 0;
+  };
+  StepCounts CheckStep(const Plan& plan,
+                       const std::vector<std::vector<std::int64_t>>& documents) const;
   void AgreeOnStep(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents);
   StageResult ComputeStep(Compute& compute, const Plan& plan,
                           const std::vector<std::vector<std::int64_t>>& documents,
