@@ -62,7 +62,6 @@ Profile DeriveProfile(const Profile& fitted, const ModelConfig& model) {
   const Scheme& first = fitted.schemes.front().scheme;
   const OptimizerLayout layout{std::max(1, fitted.cluster.gpus_per_node), 1, 1};
   const double tokens = std::max(0.0, RawCapacityTokens(fitted, first, layout));
-  out.cluster.gpu_memory_bytes = 0;
   const double state = ModelStateBytes(out, first, layout);
   // As RawCapacityTokens counts them: 1F1B keeps L layers' worth of activations in flight.
   const double per_token = out.memory.activation_bytes_by_tp.at(first.tp) * to.layers *

@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/job/derived_profile.h"
@@ -52,14 +53,10 @@ bool ProfiledFor(const Profile& profile, const ModelConfig& model) {
   return profile.model.layers == model.shape.layers && profile.model.hidden == model.shape.hidden;
 }
 
-// --plan-algorithm: the planner algorithms a training run can execute.
-Algorithm TrainingAlgorithm(const std::string& name) {
-  if (name != "ours" && name != "static-fixed") {
-    throw InvalidInput("--plan-algorithm: expected ours or static-fixed, got " +
-                       QuoteForMessage(name));
-  }
-  return ParseAlgorithm(name, "--plan-algorithm");
-}
+// --plan-algorithm: the planner algorithms a training run can execute (a subset of the
+// planner's names, so the message lists only these).
+constexpr EnumNames<Algorithm, 2> kTrainingAlgorithms{
+    {{Algorithm::kOurs, "ours"}, {Algorithm::kStaticFixed, "static-fixed"}}};
 
 }  // namespace
 
@@ -119,7 +116,7 @@ struct TrainingInputs {
     for (std::size_t i = 0; i < dataset->num_documents(); ++i) {
       lengths.push_back(dataset->DocumentLength(i));
     }
-    planner.algorithm = TrainingAlgorithm(o.plan_algorithm);
+    planner.algorithm = ParseName(o.plan_algorithm, kTrainingAlgorithms, "--plan-algorithm");
     planner.context_tokens = o.max_len;
     planner.seed = o.job.seed;
   }
