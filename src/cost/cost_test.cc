@@ -34,11 +34,16 @@ TEST(CapacityTest, MatchesPublishedWorkedValuesFor32B) {
   }
 }
 
-TEST(CapacityTest, ContextParallelismMultipliesCapacity) {
+TEST(CapacityTest, ContextParallelismMultipliesCapacityLessTheGatheredKeysAndValues) {
   Profile p = LoadProfile(kConfigs + "profiles/llama-32b-a800.json");
   OptimizerLayout layout{4, 16, 1};
-  EXPECT_DOUBLE_EQ(RawCapacityTokens(p, {2, 16, 1}, layout),
-                   2 * RawCapacityTokens(p, {1, 16, 1}, layout));
+  // 32B: 64 heads, 64 kv heads, 50 activation bytes per hidden unit at tp 16: a gathered
+  // token's keys and values (4 bytes per kv-head value) are 4 / 50 of a token's activations.
+  EXPECT_DOUBLE_EQ(KvMemoryRatio(p, 16), 0.08);
+  for (int cp : {2, 3, 4}) {
+    EXPECT_DOUBLE_EQ(RawCapacityTokens(p, {cp, 16, 1}, layout),
+                     cp * RawCapacityTokens(p, {1, 16, 1}, layout) / (1 + 0.08 * (cp - 1)));
+  }
 }
 
 TEST(TimeModelTest, QuadraticPerDocumentPlusConstantPerMicroBatch) {

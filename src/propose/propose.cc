@@ -107,7 +107,8 @@ std::vector<DpScheme> UsableSchemes(const Profile& profile, int gpus,
     any_tiles = true;
     const std::int64_t capacity = CapacityTokens(profile, s, layout);
     if (capacity < 1) continue;
-    out.push_back({s, TimeModel::From(sp), capacity});
+    const ShardCost shard = MakeShardCost(profile, sp, capacity);
+    out.push_back({s, shard.Balanced(), capacity, shard});
   }
   if (!any_tiles) {
     const std::string n = std::to_string(gpus);

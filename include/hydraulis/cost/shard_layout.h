@@ -51,4 +51,54 @@ struct RankSegment {
 std::vector<RankSegment> RankSegments(std::span<const std::int64_t> lengths,
                                       const ShardLayout& layout, int cp, int rank);
 
+// What a micro-batch costs on one stage of a cp pipeline, and the memory each cp rank has.
+struct ShardCost {
+  int cp = 1;
+  // A document placed whole on one cp rank costs that rank whole.DocumentMs(s); every
+  // micro-batch costs whole.c_ms once (the ranks run in parallel).
+  TimeModel whole;
+  // A sharded document of s tokens costs every rank whole.DocumentMs(s) / cp (its chunks
+  // balance the causal work) plus kv_ms_per_token * s (the key/value exchange, exposed).
+  double kv_ms_per_token = 0;
+  // Bytes of the gathered keys and values one rank keeps per token of a sharded document
+  // that other ranks hold, over the activation bytes of one of its own tokens.
+  double kv_memory_ratio = 0;
+  // Memory of one cp rank in tokens of its own activations.
+  double rank_capacity_tokens = 0;
+
+  // A document's balanced share of the ranks, whole.DocumentMs(s) / cp, as an additive
+  // model (a / cp, b / cp, the same c): no layout's time is below the sum of these shares.
+  TimeModel Balanced() const {
+    return {whole.a_ms_per_token2 / cp, whole.b_ms_per_token / cp, whole.c_ms};
+  }
+  // One rank's time for a sharded document of `tokens` tokens.
+  double ShardedDocumentMs(std::int64_t tokens) const {
+    return whole.DocumentMs(tokens) / cp + kv_ms_per_token * static_cast<double>(tokens);
+  }
+  // One rank's memory, in tokens of its own activations, for a sharded document: its own
+  // share (tokens / cp) plus the gathered keys and values of the rest.
+  double ShardedMemoryTokens(std::int64_t tokens) const {
+    return static_cast<double>(tokens) / cp * (1.0 + kv_memory_ratio * (cp - 1));
+  }
+};
+
+// The layout rule (docs/design.md, "Context parallelism"). Documents are taken longest
+// first. A document is sharded when placing it whole would cost more than sharding it and
+// balancing the rest: whole(s) > W / cp + kv_ms_per_token * s, W the whole-document time of
+// it and every document not yet sharded. The others are placed whole, longest first, on
+// the cp rank with the least time so far whose memory still holds them (the lowest such
+// rank on ties); one that fits no rank is sharded. When that leaves a rank over its memory,
+// or sharding every document is faster, every document is sharded (a micro-batch within
+// the pipeline's capacity always fits that way). Deterministic; empty for cp = 1.
+ShardLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost& cost);
+
+// One stage's time for the micro-batch laid out by `layout`: whole.c_ms plus the largest
+// cp rank's time. For cp = 1 (empty layout) c plus the documents' times in their order.
+double LaidOutStageMs(std::span<const std::int64_t> lengths, const ShardLayout& layout,
+                      const ShardCost& cost);
+
+// Each cp rank's memory in tokens of its own activations under `layout`.
+std::vector<double> RankMemoryTokens(std::span<const std::int64_t> lengths,
+                                     const ShardLayout& layout, const ShardCost& cost);
+
 }  // namespace hydraulis
