@@ -32,17 +32,17 @@ std::string CheckCoverage(const std::vector<MicroBatches>& pipelines, std::size_
   return "";
 }
 
-std::string CheckShardLayouts(const PipelinePlan& pipeline) {
+std::string CheckCpLayouts(const PipelinePlan& pipeline) {
   const int cp = pipeline.scheme.cp;
   if (cp == 1) {
-    return pipeline.shard_layouts.empty() ? "" : "a cp 1 pipeline has shard layouts";
+    return pipeline.cp_layouts.empty() ? "" : "a cp 1 pipeline has shard layouts";
   }
-  if (pipeline.shard_layouts.size() != pipeline.micro_batches.size()) {
-    return std::to_string(pipeline.shard_layouts.size()) + " shard layouts for " +
+  if (pipeline.cp_layouts.size() != pipeline.micro_batches.size()) {
+    return std::to_string(pipeline.cp_layouts.size()) + " shard layouts for " +
            std::to_string(pipeline.micro_batches.size()) + " micro-batches";
   }
   for (std::size_t j = 0; j < pipeline.micro_batches.size(); ++j) {
-    const ShardLayout& layout = pipeline.shard_layouts[j];
+    const CpLayout& layout = pipeline.cp_layouts[j];
     if (layout.size() != pipeline.micro_batches[j].size()) {
       return "micro-batch " + std::to_string(j) + " has " + std::to_string(layout.size()) +
              " shard layout entries for " + std::to_string(pipeline.micro_batches[j].size()) +
@@ -83,7 +83,7 @@ std::string CheckAssignment(const AssignProblem& problem, const Assignment& a) {
       if (pipe.scheme.cp > 1) {
         std::vector<std::int64_t> lengths;
         for (int d : mb) lengths.push_back(problem.lengths[static_cast<std::size_t>(d)]);
-        const ShardLayout layout = LayOutMicroBatch(lengths, pipe.shard);
+        const CpLayout layout = LayOutMicroBatch(lengths, pipe.shard);
         const std::vector<double> memory = RankMemoryTokens(lengths, layout, pipe.shard);
         for (std::size_t r = 0; r < memory.size(); ++r) {
           if (memory[r] > pipe.shard.rank_capacity_tokens * (1 + 1e-9)) {

@@ -325,7 +325,7 @@ class BatchPlanning {
       pp.closed_form_ms = OneFOneBUpperBoundMs(
           MicroBatchStageMs(plan_.lengths, model, pp.micro_batches), pp.scheme.pp);
       if (model.scheme.cp > 1) {
-        pp.shard_layouts = MicroBatchLayouts(plan_.lengths, model, pp.micro_batches);
+        pp.cp_layouts = MicroBatchLayouts(plan_.lengths, model, pp.micro_batches);
       }
       plan_.pipelines.push_back(std::move(pp));
     }

@@ -49,15 +49,15 @@ double MicroBatchMs(std::span<const std::int64_t> lengths, const PipelineModel& 
   return t;
 }
 
-std::vector<ShardLayout> MicroBatchLayouts(std::span<const std::int64_t> lengths,
+std::vector<CpLayout> MicroBatchLayouts(std::span<const std::int64_t> lengths,
                                            const PipelineModel& pipeline,
                                            const MicroBatches& micro_batches) {
-  std::vector<ShardLayout> layouts;
+  std::vector<CpLayout> layouts;
   layouts.reserve(micro_batches.size());
   for (const auto& mb : micro_batches) {
     layouts.push_back(pipeline.scheme.cp > 1
                           ? LayOutMicroBatch(MicroBatchLengths(lengths, mb), pipeline.shard)
-                          : ShardLayout{});
+                          : CpLayout{});
   }
   return layouts;
 }

@@ -3,7 +3,8 @@
 #include <cmath>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/cost/shard_layout.h"
+#include "hydraulis/cost/cp_layout.h"
+#include "hydraulis/cost/kv_exchange.h"
 
 namespace hydraulis {
 namespace {
@@ -25,6 +26,8 @@ double ModelStateBytes(const Profile& p, const Scheme& s, const OptimizerLayout&
 
 namespace {
 
+constexpr double kBf16Bytes = 2;
+
 double ActivationBytes(const Profile& p, int tp) {
   auto it = p.memory.activation_bytes_by_tp.find(tp);
   if (it == p.memory.activation_bytes_by_tp.end()) {
@@ -36,9 +39,11 @@ double ActivationBytes(const Profile& p, int tp) {
 }  // namespace
 
 double KvMemoryRatio(const Profile& p, int tp) {
-  // Keys and values (2) in bf16 (2 bytes) for kv_heads of hidden / heads values each, over
-  // activation bytes per hidden unit; the tp split cancels.
-  return 4.0 * p.model.kv_heads / (static_cast<double>(p.model.heads) * ActivationBytes(p, tp));
+  // One layer's gathered keys and values at a time, against the activations of every
+  // layer a rank keeps for a token (RawCapacityTokens: L layers' worth under 1F1B).
+  const double activation =
+      p.model.layers * (static_cast<double>(p.model.hidden) / tp) * ActivationBytes(p, tp);
+  return KvBytesPerTokenLayer(p.model, tp, kBf16Bytes) / activation;
 }
 
 double RawCapacityTokens(const Profile& p, const Scheme& s, const OptimizerLayout& os) {

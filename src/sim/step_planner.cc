@@ -95,7 +95,7 @@ Plan StepPlanner::PlanPadding(std::span<const std::int64_t> lengths) const {
     const std::int64_t padded[] = {padded_tokens_};
     const std::vector<double> stage_ms(pp.micro_batches.size(), MicroBatchMs(padded, models[p]));
     if (pp.scheme.cp > 1) {
-      pp.shard_layouts.assign(pp.micro_batches.size(), LayOutMicroBatch(padded, models[p].shard));
+      pp.cp_layouts.assign(pp.micro_batches.size(), LayOutMicroBatch(padded, models[p].shard));
     }
     pp.estimated_ms = OneFOneBMs(stage_ms, pp.scheme.pp, planner_.options().schedule);
     pp.closed_form_ms = OneFOneBUpperBoundMs(stage_ms, pp.scheme.pp);

@@ -24,6 +24,6 @@ std::string CheckCoverage(const std::vector<MicroBatches>& pipelines, std::size_
 
 // "" when `pipeline`'s shard layouts have the shape its scheme needs: none for cp = 1; for
 // cp > 1 one per micro-batch, one entry per document, each a rank in [0, cp) or kSharded.
-std::string CheckShardLayouts(const PipelinePlan& pipeline);
+std::string CheckCpLayouts(const PipelinePlan& pipeline);
 
 }  // namespace hydraulis

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "hydraulis/cost/pipeline_time.h"
-#include "hydraulis/cost/shard_layout.h"
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/cost/time_model.h"
 #include "hydraulis/spec/profile.h"
 #include "hydraulis/spec/scheme.h"
@@ -80,7 +80,7 @@ std::vector<double> MicroBatchStageMs(std::span<const std::int64_t> lengths,
                                       const MicroBatches& micro_batches);
 
 // The shard layout of each micro-batch of `pipeline` (empty layouts when cp = 1).
-std::vector<ShardLayout> MicroBatchLayouts(std::span<const std::int64_t> lengths,
+std::vector<CpLayout> MicroBatchLayouts(std::span<const std::int64_t> lengths,
                                            const PipelineModel& pipeline,
                                            const MicroBatches& micro_batches);
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "hydraulis/cost/shard_layout.h"
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/spec/profile.h"
 #include "hydraulis/spec/strategy.h"
 
@@ -16,10 +16,10 @@ inline constexpr std::int64_t kTokenAlignment = 128;
 // Model-state bytes per GPU of `scheme` when optimizer states live in `layout`.
 double ModelStateBytes(const Profile& profile, const Scheme& scheme, const OptimizerLayout& layout);
 
-// Gathered key/value bytes per token over activation bytes per token of a tp group
-// (cost/shard_layout.h ShardCost::kv_memory_ratio): bf16 keys and values of kv_heads /
-// tp heads of hidden / heads values each, against the profile's activation bytes per
-// hidden unit, both per layer.
+// The memory a rank needs for the keys and values it gathers of one token of a sharded
+// document, over the memory of one of its own tokens (ShardCost::kv_memory_ratio): the
+// gathered keys and values live one layer at a time (backward gathers them again), while a
+// rank keeps every layer's activations of its own tokens.
 double KvMemoryRatio(const Profile& profile, int tp);
 
 // Capacity in tokens before alignment (may be negative when the model does not fit).

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hydraulis/cost/shard_layout.h"
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/cost/time_model.h"
 #include "hydraulis/propose/histogram.h"
 #include "hydraulis/spec/scheme.h"

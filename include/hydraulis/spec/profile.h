@@ -16,7 +16,7 @@ namespace hydraulis {
 // micro-batch: sum over its documents of (a * s^2 + b * s) + c, in milliseconds. For a
 // context-parallel scheme (cp > 1) a and b are the time of a document placed whole on one cp
 // rank, and a document sharded over the cp ranks costs every rank
-// (a s^2 + b s) / cp + kv_ms_per_token * s (cost/shard_layout.h; docs/design.md).
+// (a s^2 + b s) / cp + kv_ms_per_token * s (cost/cp_layout.h; docs/design.md).
 struct SchemeProfile {
   Scheme scheme;
   double a_ms_per_token2 = 0;  // >= 0

@@ -18,7 +18,7 @@ inline constexpr int kSharded = -1;
 
 // Per document of one micro-batch (in the micro-batch's order): the cp rank that holds it
 // whole, or kSharded. Empty for cp = 1 pipelines (every document whole on the one rank).
-using ShardLayout = std::vector<int>;
+using CpLayout = std::vector<int>;
 
 // Chunk k (0 <= k < 2*cp) of a sharded document of `length` tokens: [begin, end) in the
 // document's own positions. Chunks differ by at most one token; the first length % (2*cp)
@@ -48,8 +48,8 @@ struct RankSegment {
 // a document placed on `rank` is one segment, a sharded one its two chunks (empty chunks
 // are left out), a document placed elsewhere nothing. `layout` empty means cp = 1.
 // InvalidInput when the layout does not match the lengths or names a rank outside [0, cp).
-std::vector<RankSegment> RankSegments(std::span<const std::int64_t> lengths,
-                                      const ShardLayout& layout, int cp, int rank);
+std::vector<RankSegment> RankSegments(std::span<const std::int64_t> lengths, const CpLayout& layout,
+                                      int cp, int rank);
 
 // What a micro-batch costs on one stage of a cp pipeline, and the memory each cp rank has.
 struct ShardCost {
@@ -82,23 +82,25 @@ struct ShardCost {
   }
 };
 
-// The layout rule (docs/design.md, "Context parallelism"). Documents are taken longest
-// first. A document is sharded when placing it whole would cost more than sharding it and
-// balancing the rest: whole(s) > W / cp + kv_ms_per_token * s, W the whole-document time of
-// it and every document not yet sharded. The others are placed whole, longest first, on
-// the cp rank with the least time so far whose memory still holds them (the lowest such
-// rank on ties); one that fits no rank is sharded. When that leaves a rank over its memory,
-// or sharding every document is faster, every document is sharded (a micro-batch within
-// the pipeline's capacity always fits that way). Deterministic; empty for cp = 1.
-ShardLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost& cost);
+// The layout rule (docs/design.md, "Context parallelism"), deterministic; empty for
+// cp = 1. Documents are taken longest first. The time rule marks the k longest documents
+// whose whole time exceeds the balanced share of themselves and every shorter document plus
+// their own exchange (whole(s) > W / cp + kv_ms_per_token * s). For each j = 0..k one
+// candidate layout shards the j longest and places the others whole, longest first, on the
+// cp rank with the least time so far whose memory still holds them (the lowest such rank on
+// ties; one that fits no rank is sharded), then shards documents of the slowest rank while
+// that lowers the slowest rank's time. The fastest candidate that fits every rank's memory
+// wins (ties: the fewest sharded documents), or every document sharded when that is faster
+// or nothing else fits (a micro-batch within the pipeline's capacity always fits that way).
+CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost& cost);
 
 // One stage's time for the micro-batch laid out by `layout`: whole.c_ms plus the largest
 // cp rank's time. For cp = 1 (empty layout) c plus the documents' times in their order.
-double LaidOutStageMs(std::span<const std::int64_t> lengths, const ShardLayout& layout,
+double LaidOutStageMs(std::span<const std::int64_t> lengths, const CpLayout& layout,
                       const ShardCost& cost);
 
 // Each cp rank's memory in tokens of its own activations under `layout`.
-std::vector<double> RankMemoryTokens(std::span<const std::int64_t> lengths,
-                                     const ShardLayout& layout, const ShardCost& cost);
+std::vector<double> RankMemoryTokens(std::span<const std::int64_t> lengths, const CpLayout& layout,
+                                     const ShardCost& cost);
 
 }  // namespace hydraulis
