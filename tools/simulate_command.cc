@@ -143,7 +143,7 @@ Command AddSimulateCommand(CLI::App& app) {
       ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--system", a->system,
-                  "padding, static-fixed, static-balanced, published or ours")
+                  "padding, static-fixed, static-balanced, static-cp, published or ours")
       ->capture_default_str();
   cmd->add_option("--seed", o.sampler.seed, "seed of the sampler and the published planner")
       ->capture_default_str();

@@ -68,7 +68,7 @@ void IntegralityCut(Group& g, double theta) {
 
 // Whether a document of length s may run on `p` at all in a plan with step time <= theta.
 bool Eligible(const PipelineModel& p, std::int64_t s, double theta) {
-  return s <= p.capacity_tokens && p.scheme.pp * (p.time.DocumentMs(s) + p.time.c_ms) <= theta;
+  return s <= p.capacity_tokens && p.scheme.pp * (p.DocumentFloorMs(s) + p.time.c_ms) <= theta;
 }
 
 // Per document of length s, its work on a pipeline of the group when it also pays its
@@ -81,13 +81,13 @@ double Unit(const Group& g, std::int64_t s, double theta) {
   // pp > 1: the pipeline's time is at least kappa times its document work (see
   // RelaxationTable); the micro-batch constant is inside that bound.
   if (p.scheme.pp > 1) {
-    return g.charge_c ? p.time.DocumentMs(s) + p.time.c_ms * static_cast<double>(s) /
+    return g.charge_c ? p.DocumentWorkMs(s) + p.time.c_ms * static_cast<double>(s) /
                                                    static_cast<double>(p.capacity_tokens)
-                      : g.kappa * p.time.DocumentMs(s);
+                      : g.kappa * p.DocumentWorkMs(s);
   }
   const double per_token =
       g.c_per_token > 0 ? g.c_per_token : 1.0 / static_cast<double>(p.capacity_tokens);
-  return g.scale * (p.time.DocumentMs(s) + p.time.c_ms * static_cast<double>(s) * per_token);
+  return g.scale * (p.DocumentWorkMs(s) + p.time.c_ms * static_cast<double>(s) * per_token);
 }
 
 // LP duality: for any weights mu_g >= 0, T >= sum_i min_g mu_g u_ig / sum_g m_g mu_g,
@@ -235,7 +235,7 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
       for (std::size_t h = 0; h < groups.size() && !elsewhere; ++h) {
         elsewhere = h != g && Eligible(groups[h].model, s, theta);
       }
-      if (!elsewhere) forced.push_back({m.time.DocumentMs(s) + m.time.c_ms, n});
+      if (!elsewhere) forced.push_back({m.DocumentFloorMs(s) + m.time.c_ms, n});
     }
     std::sort(forced.begin(), forced.end(), std::greater<>());
     double j = 0, sum = 0;
@@ -257,7 +257,7 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
           elsewhere = h != g && Eligible(groups[h].model, len, theta);
         }
         for (double k = 0; !elsewhere && k < it->second && atomic.size() < kAtomicDocs; ++k) {
-          atomic.push_back({len, m.time.DocumentMs(len)});
+          atomic.push_back({len, m.DocumentWorkMs(len)});
         }
       }
       bound = std::max(bound, AtomicPathBound(atomic, m, f, b));
@@ -291,11 +291,11 @@ class WarmLp {
         const PipelineModel& m = groups[g].model;
         const std::int64_t len = docs[i].first;
         if (len > m.capacity_tokens) continue;
-        const double u = m.scheme.pp > 1 ? m.time.DocumentMs(len) : Unit(groups[g], len, kInf);
+        const double u = m.scheme.pp > 1 ? m.DocumentWorkMs(len) : Unit(groups[g], len, kInf);
         rows.push_back(i), cols.push_back(col), vals.push_back(1.0);
         rows.push_back(D + g), cols.push_back(col), vals.push_back(u);
         col_lb.push_back(0.0), col_ub.push_back(docs[i].second), obj.push_back(0.0);
-        critical_.push_back(m.scheme.pp * (m.time.DocumentMs(len) + m.time.c_ms));
+        critical_.push_back(m.scheme.pp * (m.DocumentFloorMs(len) + m.time.c_ms));
         ++col;
       }
     }
@@ -416,7 +416,7 @@ class LowerBoundSearch {
     for (const auto& [s, n] : docs_) {
       for (const auto& g : groups_) {
         if (s > g.model.capacity_tokens) continue;
-        const double t = g.model.scheme.pp * (g.model.time.DocumentMs(s) + g.model.time.c_ms);
+        const double t = g.model.scheme.pp * (g.model.DocumentFloorMs(s) + g.model.time.c_ms);
         if (t > lb_.longest_doc_ms) thresholds.push_back(t);
       }
     }
@@ -500,7 +500,7 @@ double LongestDocumentBoundMs(const AssignProblem& problem) {
     double best = kInf;
     for (const auto& p : problem.pipelines) {
       if (s > p.capacity_tokens) continue;
-      best = std::min(best, p.scheme.pp * (p.time.DocumentMs(s) + p.time.c_ms));
+      best = std::min(best, p.scheme.pp * (p.DocumentFloorMs(s) + p.time.c_ms));
     }
     bound = std::max(bound, best);
   }

@@ -142,6 +142,7 @@ bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& cost,
 CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost& cost) {
   if (cost.cp <= 1) return {};
   const std::size_t n = lengths.size();
+  if (cost.shard_every_document) return AllSharded(n);
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),

@@ -22,6 +22,11 @@ PlannerOptions OptionsFor(System system, PlannerOptions options) {
       options.algorithm = Algorithm::kStaticFixed;
       options.only_strategy = PlannerOptions::kStaticCandidate;
       break;
+    case System::kStaticCp:
+      options.algorithm = Algorithm::kStaticFixed;
+      options.only_strategy = PlannerOptions::kStaticCandidate;
+      options.shard_every_document = true;
+      break;
     case System::kPublished:
       options.algorithm = Algorithm::kPublished;
       options.published_assigner = AssignPublished;

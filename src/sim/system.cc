@@ -5,9 +5,10 @@
 namespace hydraulis {
 namespace {
 
-constexpr EnumNames<System, 5> kSystemNames{{{System::kPadding, "padding"},
+constexpr EnumNames<System, 6> kSystemNames{{{System::kPadding, "padding"},
                                              {System::kStaticFixed, "static-fixed"},
                                              {System::kStaticBalanced, "static-balanced"},
+                                             {System::kStaticCp, "static-cp"},
                                              {System::kPublished, "published"},
                                              {System::kOurs, "ours"}}};
 

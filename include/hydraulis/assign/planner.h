@@ -52,6 +52,9 @@ struct PlannerOptions {
   // published baseline links hydraulis_milp and passes AssignPublished here. nullptr:
   // the Planner rejects Algorithm::kPublished (InvalidInput).
   PublishedAssigner published_assigner = nullptr;
+  // cp > 1 pipelines shard every document of a micro-batch (Megatron-LM's rule, the
+  // static-cp baseline) instead of laying them out by the cost model (cost/cp_layout.h).
+  bool shard_every_document = false;
 };
 
 // Holds the candidate set with each pipeline's time model and capacity, computed once.

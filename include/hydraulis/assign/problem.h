@@ -1,6 +1,7 @@
 // The data-assignment problem of one global batch on one strategy (method.md 2.3).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -25,6 +26,25 @@ struct PipelineModel {
   std::int64_t capacity_tokens = 0;  // most tokens one micro-batch may hold
   // The laid-out cost of a micro-batch when cp > 1 (cp = 1: unused).
   ShardCost shard;
+
+  // The least time a document of `tokens` tokens adds to the slowest rank of the stage
+  // running its micro-batch: time.DocumentMs for cp = 1; for cp > 1 the faster of placing it
+  // whole on one rank and sharding it (with its exchange). Bounds on a document's critical
+  // path use this; sums of work use `time`.
+  double DocumentFloorMs(std::int64_t tokens) const {
+    if (scheme.cp == 1) return time.DocumentMs(tokens);
+    return std::min(shard.whole.DocumentMs(tokens), shard.ShardedDocumentMs(tokens));
+  }
+
+  // A document's least share of its stage's work, averaged over the cp ranks:
+  // time.DocumentMs, plus for cp > 1 the exchange of a document no rank can hold whole
+  // (it must be sharded). The ranks' mean load, hence the slowest rank's, is at least the
+  // sum of these plus c, so bounds may sum them.
+  double DocumentWorkMs(std::int64_t tokens) const {
+    const double work = time.DocumentMs(tokens);
+    if (scheme.cp == 1 || static_cast<double>(tokens) <= shard.rank_capacity_tokens) return work;
+    return work + shard.kv_ms_per_token * static_cast<double>(tokens);
+  }
 
   bool SameAs(const PipelineModel& o) const {
     return scheme == o.scheme && capacity_tokens == o.capacity_tokens &&

@@ -65,6 +65,10 @@ struct ShardCost {
   double kv_memory_ratio = 0;
   // Memory of one cp rank in tokens of its own activations.
   double rank_capacity_tokens = 0;
+  // Megatron-LM's rule instead of ours: every document of a micro-batch is sharded (its
+  // THD context parallelism splits every sequence into 2 * cp chunks); the static-cp
+  // baseline.
+  bool shard_every_document = false;
 
   // A document's balanced share of the ranks, whole.DocumentMs(s) / cp, as an additive
   // model (a / cp, b / cp, the same c): no layout's time is below the sum of these shares.

@@ -12,11 +12,13 @@ enum class System {
                     // the context length
   kStaticFixed,     // static homogeneous strategy, fixed-length packing (Megatron-LM practice)
   kStaticBalanced,  // static homogeneous strategy, our dispatch + balanced packing
+  kStaticCp,        // static homogeneous strategy, fixed-length packing, every document
+                    // sharded over the cp ranks (Megatron-LM's context parallelism)
   kPublished,       // dynamic heterogeneous strategies, the published planner
   kOurs,            // dynamic heterogeneous strategies, our planner
 };
 
-// "padding", "static-fixed", "static-balanced", "published", "ours".
+// "padding", "static-fixed", "static-balanced", "static-cp", "published", "ours".
 std::string SystemName(System system);
 
 // The system named `name`; InvalidInput naming `what` (the caller's name for the value)
