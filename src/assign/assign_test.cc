@@ -13,6 +13,7 @@
 #include "hydraulis/assign/pack.h"
 #include "hydraulis/assign/pipeline_relaxation.h"
 #include "hydraulis/assign/plan_checker.h"
+#include "hydraulis/assign/plan_json.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/assign/published.h"
 #include "hydraulis/base/error.h"
@@ -35,11 +36,12 @@ struct CaseStudy {
 
 // Real batches: the shared Wikipedia lengths when present, else the bundled sample.
 std::vector<std::vector<std::int64_t>> RealBatches(int count, std::int64_t tokens,
-                                                   std::uint64_t seed) {
+                                                   std::uint64_t seed,
+                                                   std::int64_t max_len = 32'768) {
   std::string path = kRoot + "/../shared/data/wikipedia-doc-lengths.txt";
   if (!std::filesystem::exists(path)) path = kRoot + "/data/wikipedia-sample-lengths.txt";
   static const std::vector<std::int64_t> dataset = ReadLengths(path);
-  BatchSampler sampler(dataset, {tokens, 32'768, seed});
+  BatchSampler sampler(dataset, {tokens, max_len, seed});
   std::vector<std::vector<std::int64_t>> out;
   for (int i = 0; i < count; ++i) out.push_back(sampler.Next().lengths);
   return out;
@@ -292,6 +294,51 @@ TEST(PlannerTest, LongDocumentRulesOutNarrowCandidates) {
     EXPECT_EQ(c.status == CandidateStatus::kCannotHold, !has_tp16) << c.name;
   }
   EXPECT_LE(plan.strategy_index, 3);
+}
+
+// 128K context on 256 GPUs: the proposed candidates mix cp pipelines for the long documents
+// with cp = 1 ones; every plan is valid, carries one layout per cp micro-batch, and keeps
+// every token that the cp = 1 fallback alone would cut.
+TEST(PlannerTest, CpCandidatesHoldLongDocumentsWithValidLayouts) {
+  const Profile profile = LoadProfile(kRoot + "/configs/profiles/llama-32b-a800.json");
+  const CandidateSet candidates =
+      LoadCandidates(kRoot + "/configs/candidates/llama-32b-256gpu-128k.json", profile);
+  PlannerOptions options;
+  options.context_tokens = 131'072;
+  const Planner planner(profile, candidates, options);
+  PlannerOptions fallback_only = options;
+  fallback_only.only_strategy = 0;  // 16 x TP16, cp = 1: holds 43,520 tokens
+  const Planner cp1(profile, candidates, fallback_only);
+  int sharded_documents = 0, cut_by_cp1 = 0;
+  for (const auto& batch : RealBatches(3, 2'097'152, 11, 131'072)) {
+    const Plan plan = planner.PlanBatch(batch);
+    EXPECT_TRUE(plan.truncated.empty());
+    const AssignProblem problem = planner.Problem(plan.lengths, plan.strategy_index);
+    EXPECT_EQ(CheckAssignment(problem, ToAssignment(plan)), "");
+    EXPECT_GE(plan.estimated_step_ms, plan.lower_bound_ms * (1 - 1e-9));
+    for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+      const PipelinePlan& pipe = plan.pipelines[p];
+      EXPECT_EQ(CheckCpLayouts(pipe), "") << "pipeline " << p;
+      if (pipe.scheme.cp == 1) continue;
+      EXPECT_EQ(pipe.cp_layouts,
+                MicroBatchLayouts(plan.lengths, problem.pipelines[p], pipe.micro_batches));
+      for (std::size_t j = 0; j < pipe.micro_batches.size(); ++j) {
+        for (std::size_t i = 0; i < pipe.micro_batches[j].size(); ++i) {
+          const std::int64_t s = plan.lengths[static_cast<std::size_t>(pipe.micro_batches[j][i])];
+          const bool sharded = pipe.cp_layouts[j][i] == kSharded;
+          sharded_documents += sharded ? 1 : 0;
+          // A document no rank can hold whole is sharded.
+          if (static_cast<double>(s) > problem.pipelines[p].shard.rank_capacity_tokens) {
+            EXPECT_TRUE(sharded) << s;
+          }
+        }
+      }
+    }
+    EXPECT_NE(PlanToJson(plan, false, false).find("\"cp_layouts\":[["), std::string::npos);
+    cut_by_cp1 += static_cast<int>(cp1.PlanBatch(batch).truncated.size());
+  }
+  EXPECT_GT(sharded_documents, 0);
+  EXPECT_GT(cut_by_cp1, 0);
 }
 
 TEST(PlannerTest, OnlyStrategyRestrictsOursToOneCandidate) {

@@ -373,6 +373,45 @@ void ExpectValidProposal(const Proposal& p, const Profile& profile, int gpus) {
   }
 }
 
+// cp schemes take part when the histogram needs them: at 32K every document fits TP16
+// (43,520 tokens on 256 GPUs), so nothing changes; at 128K the longest bins need them.
+TEST(ProposeTest, CpSchemesOnlyWhenTheLongestDocumentNeedsThem) {
+  const Profile profile = LoadProfile(kRoot + "/configs/profiles/llama-32b-a800.json");
+  auto uses_cp = [](const Proposal& p) {
+    for (const auto& s : p.candidates.strategies) {
+      for (const Scheme& x : s.pipelines) {
+        if (x.cp > 1) return true;
+      }
+    }
+    return false;
+  };
+  ProposeOptions options;
+  options.gpus = 256;
+  options.tokens_per_batch = 2'097'152;
+  options.max_len = 32'768;
+  const Proposal short_context = ProposeStrategies(profile, RealLengths(), options);
+  EXPECT_FALSE(uses_cp(short_context));
+  for (const DpScheme& s : short_context.schemes) EXPECT_EQ(s.scheme.cp, 1);
+  options.cp_schemes = CpSchemes::kNever;
+  const Proposal never = ProposeStrategies(profile, RealLengths(), options);
+  EXPECT_EQ(CandidatesToJson(never.candidates), CandidatesToJson(short_context.candidates));
+  options.cp_schemes = CpSchemes::kAlways;
+  EXPECT_TRUE(uses_cp(ProposeStrategies(profile, RealLengths(), options)));
+
+  options.max_len = 131'072;
+  options.cp_schemes = CpSchemes::kWhenNeeded;
+  const Proposal long_context = ProposeStrategies(profile, RealLengths(), options);
+  EXPECT_TRUE(uses_cp(long_context));
+  // The strategy for the longest bin holds a 128K document.
+  std::int64_t widest = 0;
+  for (const Scheme& x : long_context.candidates.strategies.at(1).pipelines) {
+    widest = std::max(widest, CapacityTokens(profile, x, long_context.candidates.optimizer_layout));
+  }
+  EXPECT_GE(widest, 131'072);
+  options.cp_schemes = CpSchemes::kNever;
+  EXPECT_THROW(ProposeStrategies(profile, RealLengths(), options), InvalidInput);
+}
+
 TEST(ProposeTest, DefaultOptimizerLayoutIsTheWidestCapacityHomogeneousLayout) {
   EXPECT_EQ(DefaultOptimizerLayout(Profile32b(), 64).dp, 4);
   EXPECT_EQ(DefaultOptimizerLayout(Profile32b(), 64).tp, 16);

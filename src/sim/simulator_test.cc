@@ -214,6 +214,34 @@ TEST(Simulator, PaddingPadsEveryDocumentToTheContextLength) {
   EXPECT_NEAR(s.pipelines.front().busy_ms, padded_ms * s.pipelines.front().micro_batches, 1e-6);
 }
 
+// static-cp is static-fixed's bins with Megatron-LM's rule of sharding every document:
+// the same micro-batches, never faster than our layout of them, slower where short
+// documents pay the exchange.
+TEST(Simulator, StaticCpShardsEveryDocumentOfTheSameBins) {
+  const CandidateSet candidates = ParseCandidates(R"({
+    "format": "hydraulis.candidates/1", "gpus": 256,
+    "optimizer_layout": {"dp": 16, "tp": 16, "pp": 1},
+    "strategies": [{"name": "cp4", "pipelines": [{"count": 4, "cp": 4, "tp": 16}]}]})",
+                                                  "static-cp.json", Case().profile);
+  SimOptions o = Options(System::kStaticCp, 3);
+  o.sampler = {2'097'152, 131'072, 11};
+  const SimResult megatron = Simulate(Case().profile, candidates, Case().dataset, o);
+  o.system = System::kStaticFixed;
+  const SimResult ours = Simulate(Case().profile, candidates, Case().dataset, o);
+  ASSERT_EQ(megatron.steps.size(), 3u);
+  bool slower = false;
+  for (std::size_t i = 0; i < megatron.steps.size(); ++i) {
+    const StepResult &m = megatron.steps[i], &f = ours.steps[i];
+    EXPECT_EQ(m.truncated_documents, 0);
+    for (std::size_t p = 0; p < m.pipelines.size(); ++p) {
+      EXPECT_EQ(m.pipelines[p].micro_batch_tokens, f.pipelines[p].micro_batch_tokens);
+    }
+    EXPECT_GE(m.compute_ms, f.compute_ms * (1 - 1e-12));
+    slower = slower || m.compute_ms > f.compute_ms * 1.01;
+  }
+  EXPECT_TRUE(slower);
+}
+
 TEST(Simulator, SameSeedSameOutputOtherSeedOtherBatches) {
   const SimOptions o = Options(System::kOurs, 3);
   const std::string a = SimSummaryJson(RunCase(o));
