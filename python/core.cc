@@ -66,6 +66,10 @@ struct PyPipeline {
   nb::list kept_lengths;          // per micro-batch: the tokens kept of each of its documents
   nb::list cu_seqlens;    // per micro-batch: 0, then the running sum of its documents' lengths
   nb::object max_seqlen;  // int64 array: per micro-batch, its longest document
+  int cp = 1;
+  // cp > 1: per micro-batch, an int64 array with each document's cp rank, or -1 where the
+  // document is sharded over every cp rank (cost/cp_layout.h); empty for cp = 1.
+  nb::list cp_layouts;
 };
 
 // The plan, and its pipelines' arrays made on first access (planning returns without
@@ -84,6 +88,8 @@ nb::object MakePipelines(const Plan& plan) {
     pp.capacity_tokens = p.capacity_tokens;
     pp.estimated_ms = p.estimated_ms;
     pp.tokens = p.tokens;
+    pp.cp = p.scheme.cp;
+    for (const CpLayout& layout : p.cp_layouts) pp.cp_layouts.append(nb::cast(ToNumpy(layout)));
     std::vector<std::int64_t> tokens, longest;
     // The packing rule the runtime's step uses too (micro_batch_layout.h).
     for (const MicroBatchLayout& layout : PipelineLayouts(plan, static_cast<int>(i))) {
@@ -256,7 +262,9 @@ NB_MODULE(_core, m) {
       .def_ro("micro_batch_tokens", &PyPipeline::micro_batch_tokens)
       .def_ro("cu_seqlens", &PyPipeline::cu_seqlens)
       .def_ro("kept_lengths", &PyPipeline::kept_lengths)
-      .def_ro("max_seqlen", &PyPipeline::max_seqlen);
+      .def_ro("max_seqlen", &PyPipeline::max_seqlen)
+      .def_ro("cp", &PyPipeline::cp)
+      .def_ro("cp_layouts", &PyPipeline::cp_layouts);
 
   nb::class_<PyPlan>(m, "Plan")
       .def_prop_ro("strategy", [](const PyPlan& p) { return p.plan.strategy.name; })

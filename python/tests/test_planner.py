@@ -202,3 +202,31 @@ def test_random_inputs_only_raise_type_or_value_errors(planner):
         except (TypeError, ValueError):
             pass
     assert planned > 500
+
+
+def test_cp_pipelines_expose_their_shard_layouts(lengths):
+    """128K on 256 GPUs: cp pipelines say, per micro-batch, where each document lies
+    (a cp rank, or -1 sharded), exactly as the plan JSON does."""
+    profile = hydraulis.load_profile(PROFILE)
+    candidates = hydraulis.load_candidates(
+        os.path.join(ROOT, "configs", "candidates", "llama-32b-256gpu-128k.json"))
+    planner = hydraulis.Planner(profile, candidates, max_len=131072)
+    batch = list(lengths[:1200]) + [120000, 90000, 50000]
+    plan = planner.plan(batch)
+    assert plan.truncated == []
+    document = json.loads(plan.to_json())
+    sharded = 0
+    for pipeline, written in zip(plan.pipelines, document["pipelines"]):
+        assert pipeline.cp == written["cp"]
+        if pipeline.cp == 1:
+            assert pipeline.cp_layouts == [] and "cp_layouts" not in written
+            continue
+        assert [a.tolist() for a in pipeline.cp_layouts] == written["cp_layouts"]
+        for docs, layout in zip(pipeline.micro_batches, pipeline.cp_layouts):
+            assert len(docs) == len(layout)
+            assert all(-1 <= r < pipeline.cp for r in layout.tolist())
+            sharded += int((layout == -1).sum())
+    assert sharded >= 1
+    # The 120,000-token document lies on a cp pipeline: no cp = 1 scheme holds it.
+    owner = [p for p in plan.pipelines for docs in p.micro_batches if len(batch) - 3 in docs]
+    assert owner[0].cp > 1
