@@ -26,6 +26,7 @@
 #include "hydraulis/data/document_length.h"
 #include "hydraulis/data/length_source.h"
 #include "hydraulis/propose/propose.h"
+#include "hydraulis/sim/dynamic_cp.h"
 #include "hydraulis/sim/report.h"
 #include "hydraulis/sim/simulator.h"
 #include "hydraulis/sim/system.h"
@@ -319,6 +320,17 @@ NB_MODULE(_core, m) {
       nb::arg("path"), nb::kw_only(), nb::arg("format") = "auto",
       nb::arg("length_field") = "length", nb::arg("text_field") = "", nb::arg("counter") = "bytes",
       nb::arg("skip_empty") = false);
+
+  // The dynamic-cp baseline's scheduler (sim/dynamic_cp.h): groups[g][r] lists the batch
+  // indices of the documents rank r runs in group g, as megatron-core's
+  // BalancedCPScheduler.get_groups_and_subsamples returns sample ids.
+  m.def(
+      "dynamic_cp_schedule",
+      [](nb::handle lengths, int ranks, std::int64_t max_tokens_per_rank) {
+        const std::vector<std::int64_t> values = Lengths(lengths);
+        return ScheduleDynamicCp(values, ranks, max_tokens_per_rank).groups;
+      },
+      nb::arg("lengths"), nb::arg("ranks"), nb::arg("max_tokens_per_rank"));
 
   m.def(
       "propose",

@@ -142,8 +142,9 @@ Command AddSimulateCommand(CLI::App& app) {
                   "context length: documents are cut to it; static bin and padding size")
       ->check(PositiveNumber())
       ->capture_default_str();
-  cmd->add_option("--system", a->system,
-                  "padding, static-fixed, static-balanced, static-cp, published or ours")
+  cmd->add_option(
+         "--system", a->system,
+         "padding, static-fixed, static-balanced, static-cp, dynamic-cp, published or ours")
       ->capture_default_str();
   cmd->add_option("--seed", o.sampler.seed, "seed of the sampler and the published planner")
       ->capture_default_str();

@@ -2,14 +2,104 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/sim/dynamic_cp.h"
 #include "hydraulis/sim/step_planner.h"
 #include "hydraulis/sim/sync_cost.h"
 #include "units.h"
 
 namespace hydraulis {
+namespace {
+
+// dynamic-cp runs on the static candidate: homogeneous <1, tp, 1> pipelines, each one of
+// Megatron-Core's dp x cp ranks of tp GPUs.
+struct DynamicCpRanks {
+  int strategy_index = 0;
+  const SchemeProfile* entry = nullptr;
+  int ranks = 0;
+  std::int64_t tokens_per_rank = 0;
+};
+
+DynamicCpRanks DynamicCpRanksOf(const Profile& profile, const CandidateSet& candidates,
+                                const Planner& planner) {
+  DynamicCpRanks out;
+  out.strategy_index = planner.options().only_strategy;
+  const Strategy& s = candidates.strategies.at(static_cast<std::size_t>(out.strategy_index));
+  const Scheme scheme = s.pipelines.front();
+  if (scheme.cp != 1 || scheme.pp != 1) {
+    throw InvalidInput("system dynamic-cp: the static candidate " + QuoteForMessage(s.name) +
+                       " must be <1, tp, 1> pipelines (Megatron-Core's dp x cp ranks of tp "
+                       "GPUs each), got " +
+                       SchemeName(scheme));
+  }
+  out.entry = profile.Find(scheme);
+  out.ranks = static_cast<int>(s.pipelines.size());
+  out.tokens_per_rank = planner.MaxCapacity(out.strategy_index);
+  return out;
+}
+
+// One dynamic-cp step: the peer's schedule, timed group by group (DynamicCpComputeMs);
+// each rank is reported as a pipeline whose micro-batches are its groups.
+StepResult DynamicCpStep(const Profile& profile, const CandidateSet& candidates,
+                         const DynamicCpRanks& ranks, const SyncCost& sync,
+                         std::span<const std::int64_t> lengths) {
+  const DynamicCpSchedule schedule = ScheduleDynamicCp(lengths, ranks.ranks, ranks.tokens_per_rank);
+  const Strategy& strategy =
+      candidates.strategies.at(static_cast<std::size_t>(ranks.strategy_index));
+  StepResult r;
+  r.strategy_index = ranks.strategy_index;
+  r.strategy = strategy.name;
+  r.strategy_description = StrategyDescription(strategy);
+  r.documents = static_cast<int>(lengths.size());
+  for (std::int64_t s : lengths) r.tokens += s;
+  const std::vector<std::vector<double>> rank_ms =
+      DynamicCpRankMs(profile, *ranks.entry, lengths, schedule);
+  r.compute_ms = DynamicCpComputeMs(rank_ms);
+  r.planned_ms = r.compute_ms;
+  r.materialize_ms = sync.materialize_ms;
+  r.reduce_scatter_ms = sync.reduce_scatter_ms;
+  r.optimizer_ms = sync.optimizer_ms;
+  r.pipelines.resize(static_cast<std::size_t>(ranks.ranks));
+  for (std::size_t g = 0; g < schedule.groups.size(); ++g) {
+    const auto& group = schedule.groups[g];
+    std::vector<int> copies(lengths.size(), 0);
+    for (const auto& rank : group) {
+      for (int d : rank) ++copies[static_cast<std::size_t>(d)];
+    }
+    for (std::size_t rank = 0; rank < group.size(); ++rank) {
+      PipelineStepResult& p = r.pipelines[rank];
+      p.scheme = ranks.entry->scheme;
+      ++p.micro_batches;
+      std::int64_t tokens = 0;
+      for (int d : group[rank]) {
+        tokens += lengths[static_cast<std::size_t>(d)] / copies[static_cast<std::size_t>(d)];
+      }
+      p.tokens += tokens;
+      p.micro_batch_tokens.push_back(tokens);
+      p.micro_batch_documents.push_back(static_cast<int>(group[rank].size()));
+      p.busy_ms += rank_ms[g][rank];
+    }
+  }
+  double busy_gpu_ms = 0;
+  int gpus = 0;
+  for (PipelineStepResult& p : r.pipelines) {
+    p.pipeline_ms = r.compute_ms;
+    p.planned_ms = r.compute_ms;
+    p.bubble_share = r.compute_ms > 0 ? 1.0 - p.busy_ms / r.compute_ms : 0.0;
+    busy_gpu_ms += p.busy_ms * p.scheme.Gpus();
+    gpus += p.scheme.Gpus();
+  }
+  r.bubble_share = r.compute_ms > 0 && gpus > 0 ? 1.0 - busy_gpu_ms / (gpus * r.compute_ms) : 0.0;
+  r.step_ms = r.materialize_ms + r.compute_ms + r.reduce_scatter_ms + r.optimizer_ms;
+  r.tokens_per_second =
+      r.step_ms > 0 ? static_cast<double>(r.tokens) / (r.step_ms / sim_units::kMsPerSecond) : 0.0;
+  return r;
+}
+
+}  // namespace
 
 SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
                    std::span<const std::int64_t> dataset, const SimOptions& options,
@@ -35,7 +125,18 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
     }
   }
   const StepPlanner planner(profile, candidates, options.system, planner_options);
-  {
+  std::optional<DynamicCpRanks> dynamic_cp;
+  if (options.system == System::kDynamicCp) {
+    dynamic_cp = DynamicCpRanksOf(profile, candidates, planner.planner());
+    const std::int64_t widest =
+        static_cast<std::int64_t>(dynamic_cp->ranks) * dynamic_cp->tokens_per_rank;
+    if (options.sampler.max_len > widest) {
+      throw InvalidInput("max-len " + std::to_string(options.sampler.max_len) + " exceeds what " +
+                         std::to_string(dynamic_cp->ranks) + " dynamic-cp ranks of " +
+                         std::to_string(dynamic_cp->tokens_per_rank) + " tokens hold (" +
+                         std::to_string(widest) + ")");
+    }
+  } else {
     // Every document is cut to max-len; it must then fit a pipeline the system can use (the
     // one candidate a static system's planner is restricted to, or any), or documents would
     // be cut again silently.
@@ -51,6 +152,13 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
                          " can use: every longer document would be truncated");
     }
   }
+  const SyncCost dynamic_cp_sync =
+      dynamic_cp
+          ? ComputeSyncCost(
+                profile,
+                candidates.strategies[static_cast<std::size_t>(dynamic_cp->strategy_index)],
+                candidates.optimizer_layout, candidates.gpus, options.comm, options.optimizer)
+          : SyncCost{};
   const StepTimer timer(profile, candidates, options);
   BatchSampler sampler(dataset, options.sampler);
 
@@ -60,10 +168,17 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
   for (int step = 0; step < options.steps; ++step) {
     const SampledBatch batch = sampler.Next();
     const auto t0 = std::chrono::steady_clock::now();
-    const Plan plan = planner.Plan(batch.lengths);
-    result.planning_wall_ms +=
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    StepResult r = timer.Time(plan, planner.padded_tokens());
+    StepResult r;
+    if (dynamic_cp) {
+      r = DynamicCpStep(profile, candidates, *dynamic_cp, dynamic_cp_sync, batch.lengths);
+      result.planning_wall_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      const Plan plan = planner.Plan(batch.lengths);
+      result.planning_wall_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      r = timer.Time(plan, planner.padded_tokens());
+    }
     r.step = step;
     r.start_ms = result.total_time_ms;
     result.total_time_ms += r.step_ms;

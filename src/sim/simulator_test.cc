@@ -11,8 +11,11 @@
 
 #include "../base/test_support.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/rng.h"
+#include "hydraulis/cost/kv_exchange.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
+#include "hydraulis/sim/dynamic_cp.h"
 #include "hydraulis/sim/report.h"
 #include "hydraulis/sim/step_planner.h"
 #include "hydraulis/sim/trace.h"
@@ -240,6 +243,68 @@ TEST(Simulator, StaticCpShardsEveryDocumentOfTheSameBins) {
     slower = slower || m.compute_ms > f.compute_ms * 1.01;
   }
   EXPECT_TRUE(slower);
+}
+
+// dynamic-cp: every document in exactly one group, on a power-of-two number of that group's
+// ranks no smaller than the peer's cp size, and no rank idle in a group (the peer's fill
+// step); python/tests/test_dynamic_cp.py checks the schedules against the peer itself.
+TEST(DynamicCp, SchedulesCoverEveryDocumentOnEnoughRanks) {
+  Rng rng(3);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int ranks = 1 << (1 + rng.Below(5));
+    const std::int64_t per_rank = 1024 << rng.Below(4);
+    std::vector<std::int64_t> lengths;
+    const std::size_t start = rng.Below(Case().dataset.size() - 500);
+    for (std::size_t i = 0; i < 50 + rng.Below(400); ++i) {
+      lengths.push_back(std::min(Case().dataset[start + i], ranks * per_rank));
+    }
+    const DynamicCpSchedule schedule = ScheduleDynamicCp(lengths, ranks, per_rank);
+    std::vector<int> group_of(lengths.size(), -1);
+    for (std::size_t g = 0; g < schedule.groups.size(); ++g) {
+      ASSERT_EQ(schedule.groups[g].size(), static_cast<std::size_t>(ranks));
+      std::vector<int> copies(lengths.size(), 0);
+      for (const auto& rank : schedule.groups[g]) {
+        EXPECT_FALSE(rank.empty());
+        for (int d : rank) ++copies[static_cast<std::size_t>(d)];
+      }
+      for (std::size_t d = 0; d < lengths.size(); ++d) {
+        if (copies[d] == 0) continue;
+        EXPECT_EQ(group_of[d], -1) << "document " << d << " in two groups";
+        group_of[d] = static_cast<int>(g);
+        EXPECT_EQ(copies[d] & (copies[d] - 1), 0) << copies[d];
+        EXPECT_GE(copies[d], DynamicCpSize(lengths[d], per_rank));
+      }
+    }
+    for (int g : group_of) EXPECT_GE(g, 0);
+  }
+  EXPECT_EQ(DynamicCpSize(4096, 4096), 1);
+  EXPECT_EQ(DynamicCpSize(4097, 4096), 2);
+  EXPECT_EQ(DynamicCpSize(3 * 4096, 4096), 4);
+  EXPECT_THROW(ScheduleDynamicCp(std::vector<std::int64_t>{9000}, 2, 4096), InvalidInput);
+}
+
+TEST(DynamicCp, GroupsRunOneAfterAnotherAsLongAsTheirSlowestRank) {
+  const SchemeProfile& tp8 = *Case().profile.Find({1, 8, 1});
+  const std::vector<std::int64_t> lengths = {30'000, 5'000, 7'000};
+  DynamicCpSchedule schedule;
+  schedule.groups = {{{0}, {0}}, {{1}, {2}}};
+  const TimeModel whole = TimeModel::From(tp8);
+  const double kv2 = KvExchangeMsPerToken(Case().profile.model, {2, 8, 1}, 8, {});
+  const double first = tp8.c_ms + whole.DocumentMs(30'000) / 2 + kv2 * 30'000;
+  const double second = tp8.c_ms + whole.DocumentMs(7'000);
+  const auto rank_ms = DynamicCpRankMs(Case().profile, tp8, lengths, schedule);
+  EXPECT_DOUBLE_EQ(rank_ms[0][1], first);
+  EXPECT_DOUBLE_EQ(DynamicCpComputeMs(rank_ms), first + second);
+  // The system runs on the static candidate's <1, tp, 1> ranks only.
+  SimOptions o = Options(System::kDynamicCp, 1);
+  const CandidateSet cp_candidates = ParseCandidates(R"({
+    "format": "hydraulis.candidates/1", "gpus": 64,
+    "optimizer_layout": {"dp": 4, "tp": 16, "pp": 1},
+    "strategies": [{"name": "cp", "pipelines": [{"count": 2, "cp": 2, "tp": 16}]}]})",
+                                                     "cp.json", Case().profile);
+  const std::string message = test_support::InvalidInputMessage(
+      [&] { Simulate(Case().profile, cp_candidates, Case().dataset, o); });
+  EXPECT_NE(message.find("must be <1, tp, 1> pipelines"), std::string::npos) << message;
 }
 
 TEST(Simulator, SameSeedSameOutputOtherSeedOtherBatches) {

@@ -19,6 +19,8 @@ PlannerOptions OptionsFor(System system, PlannerOptions options) {
       options.only_strategy = PlannerOptions::kStaticCandidate;
       break;
     case System::kStaticFixed:
+    case System::kDynamicCp:  // its schedule is sim/dynamic_cp.h's; the planner names the
+                              // static candidate it runs on
       options.algorithm = Algorithm::kStaticFixed;
       options.only_strategy = PlannerOptions::kStaticCandidate;
       break;

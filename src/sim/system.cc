@@ -5,10 +5,11 @@
 namespace hydraulis {
 namespace {
 
-constexpr EnumNames<System, 6> kSystemNames{{{System::kPadding, "padding"},
+constexpr EnumNames<System, 7> kSystemNames{{{System::kPadding, "padding"},
                                              {System::kStaticFixed, "static-fixed"},
                                              {System::kStaticBalanced, "static-balanced"},
                                              {System::kStaticCp, "static-cp"},
+                                             {System::kDynamicCp, "dynamic-cp"},
                                              {System::kPublished, "published"},
                                              {System::kOurs, "ours"}}};
 

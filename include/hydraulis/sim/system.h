@@ -14,11 +14,14 @@ enum class System {
   kStaticBalanced,  // static homogeneous strategy, our dispatch + balanced packing
   kStaticCp,        // static homogeneous strategy, fixed-length packing, every document
                     // sharded over the cp ranks (Megatron-LM's context parallelism)
+  kDynamicCp,       // Megatron-Core's dynamic context parallelism on the static candidate's
+                    // <1, tp, 1> ranks: a cp size per document (sim/dynamic_cp.h)
   kPublished,       // dynamic heterogeneous strategies, the published planner
   kOurs,            // dynamic heterogeneous strategies, our planner
 };
 
-// "padding", "static-fixed", "static-balanced", "static-cp", "published", "ours".
+// "padding", "static-fixed", "static-balanced", "static-cp", "dynamic-cp", "published",
+// "ours".
 std::string SystemName(System system);
 
 // The system named `name`; InvalidInput naming `what` (the caller's name for the value)
