@@ -275,6 +275,19 @@ def _schedule_batch(b, lengths, scheduler, config, dp_cp_size, max_seqlen):
     }
 
 
+def peer_sample_id_groups(lengths, dp_cp_size, max_seqlen_per_rank):
+    """The peer's sample_id_groups[g][r] for one batch of non-zero lengths (ids are batch
+    indices), called as HybridCPDataLoaderWrapper calls it. Raises what the peer raises."""
+    _, ModelParallelConfig, hybrid_cp_schedule = _import_peer()
+    config = ModelParallelConfig(hybrid_context_parallel=True,
+                                 max_seqlen_per_dp_cp_rank=max_seqlen_per_rank)
+    scheduler = hybrid_cp_schedule.BalancedCPScheduler(
+        max_seq_len_per_rank=config.max_seqlen_per_dp_cp_rank, dp_cp_group=_DpCpGroup(dp_cp_size))
+    samples = [(i, int(n)) for i, n in enumerate(lengths)]
+    _, sample_id_groups = scheduler.get_groups_and_subsamples(samples, config)
+    return _to_plain(sample_id_groups)
+
+
 def _write_atomic(path, text):
     if path == "-":
         sys.stdout.write(text)

@@ -50,8 +50,8 @@ double MicroBatchMs(std::span<const std::int64_t> lengths, const PipelineModel& 
 }
 
 std::vector<CpLayout> MicroBatchLayouts(std::span<const std::int64_t> lengths,
-                                           const PipelineModel& pipeline,
-                                           const MicroBatches& micro_batches) {
+                                        const PipelineModel& pipeline,
+                                        const MicroBatches& micro_batches) {
   std::vector<CpLayout> layouts;
   layouts.reserve(micro_batches.size());
   for (const auto& mb : micro_batches) {

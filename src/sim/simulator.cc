@@ -83,19 +83,11 @@ StepResult DynamicCpStep(const Profile& profile, const CandidateSet& candidates,
       p.busy_ms += rank_ms[g][rank];
     }
   }
-  double busy_gpu_ms = 0;
-  int gpus = 0;
   for (PipelineStepResult& p : r.pipelines) {
     p.pipeline_ms = r.compute_ms;
     p.planned_ms = r.compute_ms;
-    p.bubble_share = r.compute_ms > 0 ? 1.0 - p.busy_ms / r.compute_ms : 0.0;
-    busy_gpu_ms += p.busy_ms * p.scheme.Gpus();
-    gpus += p.scheme.Gpus();
   }
-  r.bubble_share = r.compute_ms > 0 && gpus > 0 ? 1.0 - busy_gpu_ms / (gpus * r.compute_ms) : 0.0;
-  r.step_ms = r.materialize_ms + r.compute_ms + r.reduce_scatter_ms + r.optimizer_ms;
-  r.tokens_per_second =
-      r.step_ms > 0 ? static_cast<double>(r.tokens) / (r.step_ms / sim_units::kMsPerSecond) : 0.0;
+  CompleteStepResult(r);
   return r;
 }
 

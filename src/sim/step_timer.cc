@@ -125,6 +125,11 @@ StepResult StepTimer::Time(const Plan& plan, std::int64_t padded_tokens) const {
     r.compute_ms = std::max(r.compute_ms, pr.pipeline_ms);
     r.pipelines.push_back(std::move(pr));
   }
+  CompleteStepResult(r);
+  return r;
+}
+
+void CompleteStepResult(StepResult& r) {
   double busy_gpu_ms = 0;
   int gpus = 0;
   for (auto& pr : r.pipelines) {
@@ -136,7 +141,6 @@ StepResult StepTimer::Time(const Plan& plan, std::int64_t padded_tokens) const {
   r.step_ms = r.materialize_ms + r.compute_ms + r.reduce_scatter_ms + r.optimizer_ms;
   r.tokens_per_second =
       r.step_ms > 0 ? static_cast<double>(r.tokens) / (r.step_ms / kMsPerSecond) : 0.0;
-  return r;
 }
 
 }  // namespace hydraulis

@@ -6,8 +6,8 @@
 #include <span>
 #include <vector>
 
-#include "hydraulis/cost/pipeline_time.h"
 #include "hydraulis/cost/cp_layout.h"
+#include "hydraulis/cost/pipeline_time.h"
 #include "hydraulis/cost/time_model.h"
 #include "hydraulis/spec/profile.h"
 #include "hydraulis/spec/scheme.h"
@@ -101,8 +101,8 @@ std::vector<double> MicroBatchStageMs(std::span<const std::int64_t> lengths,
 
 // The shard layout of each micro-batch of `pipeline` (empty layouts when cp = 1).
 std::vector<CpLayout> MicroBatchLayouts(std::span<const std::int64_t> lengths,
-                                           const PipelineModel& pipeline,
-                                           const MicroBatches& micro_batches);
+                                        const PipelineModel& pipeline,
+                                        const MicroBatches& micro_batches);
 
 // Exact 1F1B time (ms) of `pipeline` running `micro_batches` (no communication terms).
 double PipelineMs(const AssignProblem& problem, const PipelineModel& pipeline,

@@ -54,6 +54,10 @@ struct StepResult {
   std::vector<PipelineStepResult> pipelines;
 };
 
+// Completes `r` from its phases and its pipelines' busy_ms: each pipeline's bubble_share,
+// the step's GPU-weighted bubble_share, step_ms (the four phases) and tokens_per_second.
+void CompleteStepResult(StepResult& r);
+
 class StepTimer {
  public:
   // Precompute the synchronisation cost of every candidate. Precondition: `candidates`
