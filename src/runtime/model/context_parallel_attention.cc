@@ -1,0 +1,147 @@
+#include "hydraulis/runtime/model/context_parallel_attention.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/runtime/model/all_gather_rows.h"
+#include "hydraulis/runtime/model/attention.h"
+
+// Why an all-gather of K/V and not a ring (TransformerEngine's p2p, zigzag ring attention):
+// it is Llama 3's choice for long-context training. It is one collective per layer that
+// works for any mix of document lengths (a ring over variable-length chunks needs per-step
+// bookkeeping of which chunk pairs are causal); with grouped-query attention K and V are a
+// small fraction of the activations, so the gathered copy is cheap next to the O(L^2)
+// attention it serves; and the attention itself stays one variable-length kernel call.
+// Its cost: the gather is exposed (not overlapped with attention), and the gathered K/V of
+// the sharded documents is materialised per layer.
+
+namespace hydraulis {
+namespace {
+
+// Which rows every step reads, from the layout alone.
+struct Schedule {
+  // Storage rows of the real tokens, in segment order (the queries).
+  std::vector<std::int64_t> real_rows;
+  // Rows of the gathered buffer each rank contributes (the largest rank's sharded tokens;
+  // the others pad with zeros), and the storage rows this rank contributes.
+  std::int64_t rows_per_rank = 0;
+  std::vector<std::int64_t> send_rows;
+  // Per query segment, its keys: rows of [local storage rows; gathered rows].
+  std::vector<std::int64_t> key_rows;
+  std::vector<std::int64_t> cu_k{0};
+  // Whether some query segment reads gathered rows (this rank holds a sharded chunk).
+  bool reads_gathered = false;
+};
+
+Schedule MakeSchedule(const LocalTokenLayout& local) {
+  const int cp = local.cp;
+  const std::int64_t storage = local.storage_tokens();
+  Schedule s;
+  // Where each rank's share of every sharded document starts in that rank's block of the
+  // gathered buffer: its chunks of the sharded documents in micro-batch order, head then
+  // tail, the order of its local segments.
+  std::vector<std::vector<std::int64_t>> base(local.lengths.size());
+  std::vector<std::int64_t> shares(static_cast<std::size_t>(cp), 0);
+  for (std::size_t d = 0; d < local.lengths.size(); ++d) {
+    if (local.layout.empty() || local.layout[d] != kSharded) continue;
+    base[d] = shares;
+    for (int r = 0; r < cp; ++r) {
+      shares[static_cast<std::size_t>(r)] += RankShardTokens(local.lengths[d], cp, r);
+    }
+  }
+  s.rows_per_rank = *std::max_element(shares.begin(), shares.end());
+
+  for (std::size_t i = 0; i < local.segments.size(); ++i) {
+    const RankSegment& seg = local.segments[i];
+    const std::size_t d = static_cast<std::size_t>(seg.document);
+    const std::int64_t first = local.storage_offsets[i];
+    for (std::int64_t p = 0; p < seg.range.Size(); ++p) s.real_rows.push_back(first + p);
+    if (base[d].empty()) {  // placed here whole: its own rows are its keys
+      for (std::int64_t p = 0; p < seg.range.Size(); ++p) s.key_rows.push_back(first + p);
+      s.cu_k.push_back(s.cu_k.back() + seg.range.Size());
+      continue;
+    }
+    for (std::int64_t p = 0; p < seg.range.Size(); ++p) s.send_rows.push_back(first + p);
+    // Keys [0, end) of the document, chunk by chunk from the rank holding each.
+    const std::int64_t length = local.lengths[d];
+    const std::int64_t end = seg.range.end;
+    for (int c = 0; c < 2 * cp; ++c) {
+      const TokenRange chunk = ShardChunk(length, cp, c);
+      if (chunk.begin >= end) break;
+      const ChunkHolder h = HolderOfChunk(cp, c);
+      const std::int64_t start = storage + h.rank * s.rows_per_rank +
+                                 base[d][static_cast<std::size_t>(h.rank)] +
+                                 (h.slot == 1 ? RankChunks(length, cp, h.rank)[0].Size() : 0);
+      for (std::int64_t p = chunk.begin; p < std::min(chunk.end, end); ++p) {
+        s.key_rows.push_back(start + (p - chunk.begin));
+      }
+    }
+    s.cu_k.push_back(s.cu_k.back() + end);
+    s.reads_gathered = true;
+  }
+  return s;
+}
+
+void CheckInputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const LocalTokenLayout& local, const CommGroup& group) {
+  if (group.size() != local.cp || group.rank() != local.rank) {
+    throw InvalidInput("context-parallel attention: the layout is rank " +
+                       std::to_string(local.rank) + " of cp " + std::to_string(local.cp) +
+                       " but the group '" + group.name() + "' is rank " +
+                       std::to_string(group.rank()) + " of " + std::to_string(group.size()));
+  }
+  const std::int64_t rows = local.storage_tokens();
+  if (q.dim() != 3 || k.dim() != 3 || v.dim() != 3 || q.size(0) != rows || k.size(0) != rows ||
+      v.size(0) != rows || !k.sizes().equals(v.sizes()) || q.size(2) != k.size(2) ||
+      k.size(1) < 1 || q.size(1) % k.size(1) != 0) {
+    throw InvalidInput(
+        "context-parallel attention: q must be [" + std::to_string(rows) +
+        ", heads, head_dim] and k, v [" + std::to_string(rows) +
+        ", kv_heads, head_dim] with kv_heads dividing heads (the layout's storage rows)");
+  }
+}
+
+}  // namespace
+
+at::Tensor ContextParallelAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const LocalTokenLayout& local, CommGroup& cp_group) {
+  CheckInputs(q, k, v, local, cp_group);
+  const Schedule s = MakeSchedule(local);
+  const auto indices = [&](const std::vector<std::int64_t>& rows) {
+    return at::tensor(rows, at::kLong).to(q.device());
+  };
+  const bool padded = local.has_padding();
+  const at::Tensor real_rows = padded ? indices(s.real_rows) : at::Tensor();
+  const at::Tensor q_real = padded ? q.index_select(0, real_rows) : q;
+  at::Tensor out;
+  if (!local.has_sharded_documents()) {
+    // Every document is whole on one rank: no communication at all.
+    out = VarlenCausalAttention(q_real, padded ? k.index_select(0, real_rows) : k,
+                                padded ? v.index_select(0, real_rows) : v, local.cu_seqlens,
+                                local.cu_seqlens);
+  } else {
+    const std::int64_t kv_heads = k.size(1);
+    // K and V side by side: one collective for both.
+    const at::Tensor kv = at::cat({k, v}, 1);
+    at::Tensor send = kv.index_select(0, indices(s.send_rows));
+    send = at::constant_pad_nd(send, {0, 0, 0, 0, 0, s.rows_per_rank - send.size(0)});
+    const at::Tensor gathered = AllGatherRows(send, cp_group);
+    const at::Tensor keys = at::cat({kv, gathered}, 0).index_select(0, indices(s.key_rows));
+    out = VarlenCausalAttention(q_real, keys.slice(1, 0, kv_heads),
+                                keys.slice(1, kv_heads, 2 * kv_heads), local.cu_seqlens, s.cu_k);
+    if (!s.reads_gathered) {
+      // This rank's queries read nothing gathered, but its backward must still take part in
+      // the reduce-scatter the other ranks issue: a zero-sized tie puts the gather on the
+      // output's autograd path (at no cost: a sum over no element).
+      out = out + gathered.narrow(0, 0, 0).sum();
+    }
+  }
+  if (!padded) return out;
+  return at::zeros({q.size(0), out.size(1), out.size(2)}, out.options())
+      .index_copy(0, real_rows, out);
+}
+
+}  // namespace hydraulis
