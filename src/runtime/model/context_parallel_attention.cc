@@ -32,8 +32,6 @@ struct Schedule {
   // Per query segment, its keys: rows of [local storage rows; gathered rows].
   std::vector<std::int64_t> key_rows;
   std::vector<std::int64_t> cu_k{0};
-  // Whether some query segment reads gathered rows (this rank holds a sharded chunk).
-  bool reads_gathered = false;
 };
 
 Schedule MakeSchedule(const LocalTokenLayout& local) {
@@ -80,7 +78,6 @@ Schedule MakeSchedule(const LocalTokenLayout& local) {
       }
     }
     s.cu_k.push_back(s.cu_k.back() + end);
-    s.reads_gathered = true;
   }
   return s;
 }
@@ -129,15 +126,13 @@ at::Tensor ContextParallelAttention(const at::Tensor& q, const at::Tensor& k, co
     at::Tensor send = kv.index_select(0, indices(s.send_rows));
     send = at::constant_pad_nd(send, {0, 0, 0, 0, 0, s.rows_per_rank - send.size(0)});
     const at::Tensor gathered = AllGatherRows(send, cp_group);
+    // The keys are picked from [local rows; gathered rows] even on a rank whose queries read
+    // no gathered row (one without a sharded chunk, or without any token): the gather then
+    // stays on its output's autograd path, so its backward takes part in the reduce-scatter
+    // the other ranks issue (with a zero gradient) instead of leaving them waiting.
     const at::Tensor keys = at::cat({kv, gathered}, 0).index_select(0, indices(s.key_rows));
     out = VarlenCausalAttention(q_real, keys.slice(1, 0, kv_heads),
                                 keys.slice(1, kv_heads, 2 * kv_heads), local.cu_seqlens, s.cu_k);
-    if (!s.reads_gathered) {
-      // This rank's queries read nothing gathered, but its backward must still take part in
-      // the reduce-scatter the other ranks issue: a zero-sized tie puts the gather on the
-      // output's autograd path (at no cost: a sum over no element).
-      out = out + gathered.narrow(0, 0, 0).sum();
-    }
   }
   if (!padded) return out;
   return at::zeros({q.size(0), out.size(1), out.size(2)}, out.options())
