@@ -24,10 +24,13 @@ using test_support::CpResult;
 // process, only with another summation order in the gradients of shared keys.
 constexpr double kTolerance = 1e-5;
 
-void ExpectGlooRanksMatchOneProcess(const CpCase& c) {
+// `dtype` is the ranks' (the reference is fp32 always).
+void ExpectGlooRanksMatchOneProcess(const CpCase& c, at::ScalarType dtype = at::kFloat,
+                                    double tolerance = kTolerance) {
   SCOPED_TRACE(c.name);
-  const test_support::CpData data = test_support::MakeCpData(c);
-  const CpResult reference = test_support::CpReference(data);
+  const CpResult reference = test_support::CpReference(test_support::MakeCpData(c));
+  const test_support::CpData data =
+      test_support::MakeCpData(c, 5, at::TensorOptions().dtype(dtype));
   std::vector<CpResult> ranks(static_cast<std::size_t>(c.cp));
   const int port = test_support::FreePort();
   test_support::OnThreads(c.cp, [&](int r) {
@@ -41,7 +44,7 @@ void ExpectGlooRanksMatchOneProcess(const CpCase& c) {
     ranks[static_cast<std::size_t>(r)] = test_support::CpRankRun(c, data, *group);
     group->Barrier();  // no rank takes the store down while another still needs it
   });
-  const double error = test_support::ExpectRanksMatchReference(ranks, reference, kTolerance);
+  const double error = test_support::ExpectRanksMatchReference(ranks, reference, tolerance);
   std::cout << "[ cp=" << c.cp << " " << c.name << " ] max relative error " << error << "\n";
 }
 
@@ -78,6 +81,16 @@ TEST(ContextParallelAttentionTest, InteriorPaddingIsNeverRead) {
 
 TEST(ContextParallelAttentionTest, ThreeRanksLongDocumentAlone) {
   ExpectGlooRanksMatchOneProcess({"one long document", 3, {64}, {kSharded}, 4, 4, 16, 1});
+}
+
+// bf16 ranks against the fp32 reference: Gloo carries the bf16 gather and reduce-scatter
+// (the GPU path stages its bf16 tensors through them too). bf16 rounds q, k, v, the output
+// and the gradients to 2^-8 relative; 2e-2 of the scale bounds a few roundings, while a
+// wrong row or mask gives errors of order 1.
+TEST(ContextParallelAttentionTest, Bf16RanksTrackFp32) {
+  ExpectGlooRanksMatchOneProcess(
+      {"bf16", 3, {17, 4, 9, 3}, {kSharded, 1, kSharded, kSharded}, 6, 2, 8, 4}, at::kBFloat16,
+      2e-2);
 }
 
 }  // namespace

@@ -44,7 +44,9 @@ struct CpData {
   at::Tensor positions;
 };
 
-inline CpData MakeCpData(const CpCase& c, std::uint64_t seed = 5) {
+// Drawn in fp32 on the CPU (the same values for every device), then moved to `options`.
+inline CpData MakeCpData(const CpCase& c, std::uint64_t seed = 5,
+                         at::TensorOptions options = at::TensorOptions().dtype(at::kFloat)) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   CpData d;
   d.cu_seqlens.push_back(0);
@@ -59,15 +61,27 @@ inline CpData MakeCpData(const CpCase& c, std::uint64_t seed = 5) {
   d.v = at::randn({t, c.kv_heads, c.head_dim}, gen, at::kFloat);
   d.weights = at::randn({t, c.heads, c.head_dim}, gen, at::kFloat);
   d.positions = at::tensor(positions, at::kLong);
+  for (at::Tensor* x : {&d.q, &d.k, &d.v, &d.weights}) *x = x->to(options);
+  d.positions = d.positions.to(options.device());
   return d;
 }
 
 // Attention output and the gradients of the raw (pre-rotary) q, k and v, over the rows of
-// the micro-batch (the reference) or of one rank's storage (a rank).
+// the micro-batch (the reference) or of one rank's storage (a rank); fp32 on the CPU.
 struct CpResult {
   at::Tensor out, dq, dk, dv;
   at::Tensor source_rows;  // a rank's: its rows' index in the micro-batch, -1 for padding
 };
+
+inline CpResult ToCpuFloat(CpResult r) {
+  for (at::Tensor* x : {&r.out, &r.dq, &r.dk, &r.dv, &r.source_rows}) {
+    if (x->defined()) *x = x->cpu();
+  }
+  for (at::Tensor* x : {&r.out, &r.dq, &r.dk, &r.dv}) {
+    if (x->defined()) *x = x->to(at::kFloat);
+  }
+  return r;
+}
 
 inline CpResult CpReference(const CpData& d) {
   CpResult r;
@@ -81,7 +95,7 @@ inline CpResult CpReference(const CpData& d) {
   r.dq = q.grad();
   r.dk = k.grad();
   r.dv = v.grad();
-  return r;
+  return ToCpuFloat(r);
 }
 
 // `rows` of `t` by source row; NaN on padding rows, so that attention reading a padding row
@@ -98,7 +112,7 @@ inline at::Tensor RowsOrNan(const at::Tensor& t, const at::Tensor& source_rows) 
 inline CpResult CpRankRun(const CpCase& c, const CpData& d, CommGroup& group) {
   const LocalTokenLayout local =
       MakeLocalTokenLayout(c.lengths, c.layout, c.cp, group.rank(), c.pad_multiple);
-  const at::Tensor ids = at::arange(d.cu_seqlens.back(), at::kLong);
+  const at::Tensor ids = at::arange(d.cu_seqlens.back(), at::kLong).to(d.q.device());
   const LocalTokens tokens = LocalTokensOf(ids, local);
   CpResult r;
   r.source_rows = tokens.source_rows;
@@ -119,7 +133,7 @@ inline CpResult CpRankRun(const CpCase& c, const CpData& d, CommGroup& group) {
   r.dq = q.grad();
   r.dk = k.grad();
   r.dv = v.grad();
-  return r;
+  return ToCpuFloat(r);
 }
 
 // Max |a - b| over the rows, relative to max(1, max |b|).
