@@ -70,9 +70,13 @@ class RecordingCommGroup final : public CommGroup {
 
  private:
   void Note(const std::string& what, const at::Tensor& t) {
-    std::string shape;
-    for (std::int64_t s : t.sizes()) shape += (shape.empty() ? "" : "x") + std::to_string(s);
-    calls_.push_back(what + " " + shape);
+    // Appended piece by piece: g++ 12 misreports `"literal" + std::string` (GCC PR105651).
+    std::string call = what;
+    for (std::size_t i = 0; i < t.sizes().size(); ++i) {
+      call.append(i == 0 ? " " : "x");
+      call.append(std::to_string(t.sizes()[i]));
+    }
+    calls_.push_back(call);
   }
   std::unique_ptr<CommGroup> inner_;
   std::vector<std::string> calls_;
@@ -163,6 +167,31 @@ TEST(ContextParallelFakeTest, RanksMatchOneProcess) {
     const std::vector<CpResult> ranks = RunOnFakeRanks(c, data, calls);
     test_support::ExpectRanksMatchReference(ranks, test_support::CpReference(data), 1e-5);
   }
+}
+
+// One 5-token document over cp 2: chunks [0,2) [2,3) [3,4) [4,5); rank 0 holds positions
+// 0, 1, 4 (3 rows, the largest share), rank 1 positions 2, 3 and a zero row. Gathered rows
+// (after rank 0's 3 storage rows): 3, 4, 5 = positions 0, 1, 4; 6, 7 = positions 2, 3.
+TEST(ContextParallelFakeTest, RowsFindEveryChunkInTheGatheredBuffer) {
+  const std::vector<std::int64_t> lengths = {5};
+  const ContextParallelRows r0 =
+      MakeContextParallelRows(MakeLocalTokenLayout(lengths, {kSharded}, 2, 0), at::kCPU);
+  EXPECT_EQ(r0.rows_per_rank, 3);
+  EXPECT_FALSE(r0.real_rows.defined());
+  EXPECT_TRUE(at::equal(r0.send_rows, at::tensor({0, 1, 2}, at::kLong)));
+  // Chunk [0,2) reads positions 0, 1; chunk [4,5) reads positions 0..4.
+  EXPECT_TRUE(at::equal(r0.key_rows, at::tensor({3, 4, 3, 4, 6, 7, 5}, at::kLong)));
+  EXPECT_EQ(r0.cu_seqlens_k, (std::vector<std::int64_t>{0, 2, 7}));
+
+  // Rank 1 with a placed document before (rows 0..2, its own keys) and storage padded to 4:
+  // storage rows 0..3 (document 0), 4 (position 2), 8 (position 3); gathered rows from 12.
+  const ContextParallelRows r1 = MakeContextParallelRows(
+      MakeLocalTokenLayout(std::vector<std::int64_t>{3, 5}, {1, kSharded}, 2, 1, 4), at::kCPU);
+  EXPECT_EQ(r1.rows_per_rank, 3);
+  EXPECT_TRUE(at::equal(r1.real_rows, at::tensor({0, 1, 2, 4, 8}, at::kLong)));
+  EXPECT_TRUE(at::equal(r1.send_rows, at::tensor({4, 8}, at::kLong)));
+  EXPECT_TRUE(at::equal(r1.key_rows, at::tensor({0, 1, 2, 12, 13, 15, 12, 13, 15, 16}, at::kLong)));
+  EXPECT_EQ(r1.cu_seqlens_k, (std::vector<std::int64_t>{0, 3, 6, 10}));
 }
 
 TEST(ContextParallelFakeTest, RejectsAGroupThatIsNotTheLayouts) {
