@@ -30,12 +30,13 @@ struct ContextParallelRows {
   // int32 copies of local.cu_seqlens and cu_seqlens_k for the flash kernel (on CUDA only).
   at::Tensor cu_seqlens_q_device, cu_seqlens_k_device;
 };
+// The rows of `local`, with their tensors on `device` (the model's).
 ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::Device device);
 
-// Rank rows.local.rank's share of PackedCausalAttention over the whole micro-batch (local:
-// rows.local below). q: [rows,
-// heads, head_dim], k, v: [rows, kv_heads, head_dim] (kv_heads dividing heads), over the
-// rank's storage rows (rows = local.storage_tokens(), padding rows included, any values).
+// Rank local.rank's share (local = rows.local) of PackedCausalAttention over the whole
+// micro-batch. q: [rows, heads, head_dim], k, v: [rows, kv_heads, head_dim] (kv_heads
+// dividing heads), over the rank's storage rows (rows = local.storage_tokens(), padding
+// rows included, any values).
 // Returns [rows, heads, head_dim] in q's row order: for a real token, the attention output
 // it has in the whole micro-batch (a chunk [b, e) of a sharded document attends causally
 // to the document's keys [0, e)); zero on padding rows. Differentiable; the backward sends
@@ -46,8 +47,8 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
 // one reduce-scatter in backward, of sizes fixed by local.lengths and local.layout alone,
 // so every rank of `cp_group` (all of which must call this, in the same order) issues the
 // same ones, a rank holding no token of a sharded document included; none otherwise.
-// InvalidInput when the shapes do not match the layout or the group is not the layout's
-// (size cp, this rank local.rank).
+// InvalidInput when the shapes do not match the layout, the group is not the layout's
+// (size cp, this rank local.rank) or the rows were made for another device.
 at::Tensor ContextParallelAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const ContextParallelRows& rows, CommGroup& cp_group);
 // The same with the rows made for this one call.
