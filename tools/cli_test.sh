@@ -465,7 +465,7 @@ expect_input_error steps0 "--steps"
 A800=$SRC/../shared/reference/a800-profiles/llama-32b.json
 if [[ -f $A800 ]]; then
   check "import-profile reproduces the shipped 32B profile"
-  hyd import import-profile --a800 "$A800" --name llama-32b --ffn 17920 --heads 64 --kv-heads 64
+  hyd import import-profile --a800 "$A800" --name llama-32b --ffn 17920 --heads 64 --kv-heads 64 --cp 2,4,8
   expect_rc import 0
   expect_empty_stderr import
   cmp -s "$PROFILE" "$TMP/import.out" || fail "imported profile differs from $PROFILE"

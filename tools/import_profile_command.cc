@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 
 #include "commands.h"
+#include "hydraulis/cost/kv_exchange.h"
 #include "hydraulis/spec/spec_io.h"
 #include "number_flags.h"
 
@@ -12,6 +13,8 @@ Command AddImportProfileCommand(CLI::App& app) {
   struct Args {
     std::string input, output;
     ModelShape shape;
+    std::vector<int> cp;
+    KvExchangeLinks links;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("--a800", args->input, "published profile (shared/reference/a800-profiles)")
@@ -24,9 +27,21 @@ Command AddImportProfileCommand(CLI::App& app) {
   cmd->add_option("--kv-heads", args->shape.kv_heads, "key/value heads")
       ->required()
       ->check(PositiveNumber());
+  cmd->add_option("--cp", args->cp,
+                  "derive <cp, tp, 1> schemes for these cp sizes from the <1, tp, 1> fits "
+                  "plus the key/value exchange (docs/design.md, \"Context parallelism\")")
+      ->delimiter(',')
+      ->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--nvlink-gbytes-per-s", args->links.nvlink_gbytes_per_s,
+                  "NVLink bandwidth per GPU for the derived cp schemes, GB/s")
+      ->check(PositiveNumber());
+  cmd->add_option("--network-gbits-per-s-per-node", args->links.network_gbits_per_s_per_node,
+                  "network bandwidth per node for the derived cp schemes, Gb/s")
+      ->check(PositiveNumber());
   cmd->add_option("-o,--output", args->output, "output file (stdout when absent)");
   return [args] {
     Profile p = ImportA800Profile(args->input, args->shape);
+    AddDerivedContextParallelSchemes(p, args->cp, args->links);
     const std::string text = ProfileToJson(p);
     if (args->output.empty()) {
       fmt::print("{}", text);

@@ -16,6 +16,7 @@
 #include "hydraulis/propose/propose.h"
 #include "hydraulis/spec/spec_io.h"
 #include "length_flags.h"
+#include "parsed_option.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -27,6 +28,7 @@ struct ProposeArgs {
   std::int64_t resolution = 128;
   std::int64_t tokens_per_batch = 200'000;
   int max_strategies = 0;
+  CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
   bool quiet = false;
   LengthFlags source;
 };
@@ -81,6 +83,7 @@ int RunPropose(const ProposeArgs& a) {
   options.resolution_tokens = a.resolution;
   options.tokens_per_batch = a.tokens_per_batch;
   options.max_strategies = a.max_strategies;
+  options.cp_schemes = a.cp_schemes;
   if (!a.optimizer_layout.empty()) options.optimizer_layout = ParseLayout(a.optimizer_layout);
   const std::vector<std::int64_t> lengths = LoadLengths(a.lengths, a.source.ToOptions());
   const Proposal proposal = ProposeStrategies(profile, lengths, options);
@@ -124,6 +127,9 @@ Command AddProposeCommand(CLI::App& app) {
   cmd->add_option("--max-strategies", a->max_strategies,
                   "keep at most this many proposed strategies besides the fallback (0: all)")
       ->capture_default_str();
+  AddEnumOption(cmd, "--cp-schemes", a->cp_schemes, kCpSchemesNames,
+                "when the profile's context-parallel schemes take part (needed: only when "
+                "the longest document fits no cp = 1 scheme)");
   cmd->add_flag("--quiet", a->quiet, "do not print the summary on stderr");
   cmd->add_option("-o,--output", a->output, "output file, written atomically; - for stdout")
       ->capture_default_str();

@@ -376,7 +376,7 @@ TEST(PackTest, MinCountPackReachesTheTokenBoundWhenFirstFitCan) {
 TEST(PackTest, Pp1PipelineTimeIsWorkPlusOneConstantPerMicroBatch) {
   AssignProblem p;
   p.lengths = {3000, 2500, 2000, 1500, 1000};
-  p.pipelines = {{{1, 4, 1}, {1e-6, 0.1, 100}, 5000}};
+  p.pipelines = {{{1, 4, 1}, {1e-6, 0.1, 100}, 5000, {}}};
   std::vector<int> docs = {0, 1, 2, 3, 4};
   PackResult r = PackPipeline(p, p.pipelines[0], docs);
   double work = 0;
@@ -389,7 +389,7 @@ TEST(PackTest, DeepPipelinesSplitFinerThanTheFewestMicroBatches) {
   // pp = 4 with a small c: more, smaller micro-batches shrink the fill and drain.
   AssignProblem p;
   for (int i = 0; i < 40; ++i) p.lengths.push_back(500 + 25 * i);
-  p.pipelines = {{{1, 4, 4}, {1e-6, 0.06, 10}, 60'000}};
+  p.pipelines = {{{1, 4, 4}, {1e-6, 0.06, 10}, 60'000, {}}};
   std::vector<int> docs(p.lengths.size());
   std::iota(docs.begin(), docs.end(), 0);
   RelaxationTable table;
@@ -505,7 +505,7 @@ TEST(PackTest, LargeBatchesPackInNearLinearTimeAndStayValid) {
   Rng rng(5);
   for (int i = 0; i < 60'000; ++i)
     p.lengths.push_back(1 + static_cast<std::int64_t>(rng.Below(4'000)));
-  p.pipelines = {{{1, 2, 2}, {1e-7, 0.01, 5}, 32'768}};
+  p.pipelines = {{{1, 2, 2}, {1e-7, 0.01, 5}, 32'768, {}}};
   std::vector<int> docs(p.lengths.size());
   std::iota(docs.begin(), docs.end(), 0);
   const MicroBatches fewest = MinCountPack(p.lengths, docs, 32'768);

@@ -239,8 +239,14 @@ class ExactSolver {
     return out;
   }
 
-  // Summed in the order PipelineMs sums, so recorded times match Evaluate bit for bit.
+  // Summed in the order PipelineMs sums, so recorded times match Evaluate bit for bit; a
+  // cp pipeline's micro-batch is laid out as MicroBatchStageMs lays it out.
   double BlockMs(const Model& m, Mask b) const {
+    if (m.pipe->scheme.cp > 1) {
+      std::vector<std::int64_t> lengths;
+      for (; b != 0; b &= b - 1) lengths.push_back(Length(LowestDoc(b)));
+      return MicroBatchMs(lengths, *m.pipe);
+    }
     double t = m.c;
     for (; b != 0; b &= b - 1) t += m.doc_ms[static_cast<std::size_t>(LowestDoc(b))];
     return t;
@@ -300,7 +306,9 @@ class ExactSolver {
       if (table.bins[s] == kNoPacking) continue;  // some document exceeds the capacity
       // With c >= 0 the fewest micro-batches are best for pp == 1; with c < 0 the most.
       std::vector<Mask> packing = m.c >= 0 ? table.Packing(s) : Singletons(s);
-      if (m.pp == 1) {
+      // A cp pipeline's micro-batch time is its layout's, not a sum: fewer micro-batches
+      // need not be faster, so its partitions are searched as for pp > 1.
+      if (m.pp == 1 && m.pipe->scheme.cp == 1) {
         m.seq[s] = std::move(packing);
         m.ms[s] = SequenceMs(m, m.seq[s]);
         m.lb[s] = m.ms[s];

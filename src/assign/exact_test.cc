@@ -373,5 +373,50 @@ TEST(ExactTest, TwoStageIsNearOptimalOnSmallInstances) {
   }
 }
 
+// Context-parallel pipelines: a micro-batch costs its layout's slowest rank. The exact
+// solver agrees with brute force, the bound stays below the optimum, and the planner's
+// two-stage assignment stays near it.
+TEST(ExactTest, ContextParallelPipelinesMatchBruteForceAndKeepTheBound) {
+  double worst_gap = 0, sum_gap = 0;
+  int count = 0;
+  for (std::uint64_t seed = 1; seed <= 150; ++seed) {
+    Rng rng(seed);
+    AssignProblem p;
+    const int cp = 2 + static_cast<int>(rng.Below(2));
+    const std::int64_t rank_capacity = 200 + static_cast<std::int64_t>(rng.Below(200));
+    // One cp pipeline of tp 2 beside one or two cp = 1 pipelines of the same tp.
+    const double a = 1e-4 * rng.Uniform(), b = 0.5 + rng.Uniform(), c = 20.0 * rng.Uniform();
+    p.pipelines.push_back(MakePipelineModel({cp, 2, 1}, {a, b, c}, cp * rank_capacity,
+                                            0.3 * b * rng.Uniform(), 0.05 * rng.Uniform()));
+    const int others = 1 + static_cast<int>(rng.Below(2));
+    for (int k = 0; k < others; ++k) p.pipelines.push_back(Pipe(1, a, b, c, rank_capacity, 2));
+    const int n = 2 + static_cast<int>(rng.Below(others == 2 ? 4 : 5));
+    for (int d = 0; d < n; ++d) {
+      const std::int64_t s = Lengths().Draw(rng) / 4;
+      p.lengths.push_back(std::clamp<std::int64_t>(s, 1, p.pipelines[0].capacity_tokens));
+    }
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const ExactResult r = SolveExact(p);
+    const double brute = BruteForceMs(p);
+    EXPECT_NEAR(r.optimal_ms, brute, 1e-9 * std::max(1.0, brute));
+    EXPECT_EQ(CheckAssignment(p, r.assignment), "");
+    EXPECT_LE(ComputeLowerBound(p).ms, r.optimal_ms * (1 + 1e-9));
+    const Assignment ours = AssignTwoStage(p);
+    ASSERT_EQ(CheckAssignment(p, ours), "");
+    EXPECT_GE(ours.step_ms, r.optimal_ms * (1 - 1e-9));
+    const double gap = ours.step_ms / r.optimal_ms - 1;
+    worst_gap = std::max(worst_gap, gap);
+    sum_gap += gap;
+    ++count;
+  }
+  std::printf(
+      "[ exact    ] two-stage vs exact with a cp pipeline: %d instances, mean gap %.3f%%, "
+      "worst gap %.3f%%\n",
+      count, 100.0 * sum_gap / count, 100.0 * worst_gap);
+  // Measured on these 150 instances: mean gap 0.137%, worst 13.0%.
+  EXPECT_LE(sum_gap / count, 0.01);
+  EXPECT_LE(worst_gap, 0.2);
+}
+
 }  // namespace
 }  // namespace hydraulis

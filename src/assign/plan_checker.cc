@@ -32,6 +32,32 @@ std::string CheckCoverage(const std::vector<MicroBatches>& pipelines, std::size_
   return "";
 }
 
+std::string CheckCpLayouts(const PipelinePlan& pipeline) {
+  const int cp = pipeline.scheme.cp;
+  if (cp == 1) {
+    return pipeline.cp_layouts.empty() ? "" : "a cp 1 pipeline has shard layouts";
+  }
+  if (pipeline.cp_layouts.size() != pipeline.micro_batches.size()) {
+    return std::to_string(pipeline.cp_layouts.size()) + " shard layouts for " +
+           std::to_string(pipeline.micro_batches.size()) + " micro-batches";
+  }
+  for (std::size_t j = 0; j < pipeline.micro_batches.size(); ++j) {
+    const CpLayout& layout = pipeline.cp_layouts[j];
+    if (layout.size() != pipeline.micro_batches[j].size()) {
+      return "micro-batch " + std::to_string(j) + " has " + std::to_string(layout.size()) +
+             " shard layout entries for " + std::to_string(pipeline.micro_batches[j].size()) +
+             " documents";
+    }
+    for (int where : layout) {
+      if (where != kSharded && (where < 0 || where >= cp)) {
+        return "micro-batch " + std::to_string(j) + " places a document on cp rank " +
+               std::to_string(where) + " of " + std::to_string(cp);
+      }
+    }
+  }
+  return "";
+}
+
 std::string CheckAssignment(const AssignProblem& problem, const Assignment& a) {
   if (a.pipelines.size() != problem.pipelines.size()) {
     return "assignment has " + std::to_string(a.pipelines.size()) + " pipelines, strategy has " +
@@ -53,6 +79,19 @@ std::string CheckAssignment(const AssignProblem& problem, const Assignment& a) {
       if (tokens > pipe.capacity_tokens) {
         return where + " holds " + std::to_string(tokens) + " tokens, capacity " +
                std::to_string(pipe.capacity_tokens);
+      }
+      if (pipe.scheme.cp > 1) {
+        std::vector<std::int64_t> lengths;
+        for (int d : mb) lengths.push_back(problem.lengths[static_cast<std::size_t>(d)]);
+        const CpLayout layout = LayOutMicroBatch(lengths, pipe.shard);
+        const std::vector<double> memory = RankMemoryTokens(lengths, layout, pipe.shard);
+        for (std::size_t r = 0; r < memory.size(); ++r) {
+          if (memory[r] > pipe.shard.rank_capacity_tokens * (1 + 1e-9)) {
+            return where + " needs " + std::to_string(memory[r]) + " tokens of memory on cp rank " +
+                   std::to_string(r) + ", which holds " +
+                   std::to_string(pipe.shard.rank_capacity_tokens);
+          }
+        }
       }
     }
     const double ms = PipelineMs(problem, pipe, a.pipelines[p]);

@@ -48,6 +48,7 @@ std::string PlanToJson(const Plan& plan, bool pretty, bool include_timing) {
     pj["estimated_ms"] = Ms(p.estimated_ms);
     pj["closed_form_ms"] = Ms(p.closed_form_ms);
     pj["micro_batches"] = p.micro_batches;
+    if (!p.cp_layouts.empty()) pj["cp_layouts"] = p.cp_layouts;
     j["pipelines"].push_back(pj);
   }
   j["truncated"] = nlohmann::ordered_json::array();

@@ -63,8 +63,7 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
         throw InvalidInput("strategy " + QuoteForMessage(st.name) + ": scheme " +
                            SchemeName(scheme) + " has no fitted entry in the profile");
       }
-      PipelineModel m{scheme, TimeModel::From(*sp),
-                      CapacityTokens(profile, scheme, candidates_.optimizer_layout)};
+      PipelineModel m = MakePipelineModel(profile, *sp, candidates_.optimizer_layout);
       // Every estimate and bound sums such times: a full micro-batch must cost a finite,
       // sane time, or plans would carry infinities (null in JSON) with exit status 0.
       const double full_ms =
@@ -325,6 +324,9 @@ class BatchPlanning {
       }
       pp.closed_form_ms = OneFOneBUpperBoundMs(
           MicroBatchStageMs(plan_.lengths, model, pp.micro_batches), pp.scheme.pp);
+      if (model.scheme.cp > 1) {
+        pp.cp_layouts = MicroBatchLayouts(plan_.lengths, model, pp.micro_batches);
+      }
       plan_.pipelines.push_back(std::move(pp));
     }
     plan_.estimated_step_ms = best_.step_ms;

@@ -2,7 +2,65 @@
 
 #include <algorithm>
 
+#include "hydraulis/cost/capacity.h"
+
 namespace hydraulis {
+namespace {
+
+std::vector<std::int64_t> MicroBatchLengths(std::span<const std::int64_t> lengths,
+                                            const std::vector<int>& micro_batch) {
+  std::vector<std::int64_t> out;
+  out.reserve(micro_batch.size());
+  for (int d : micro_batch) out.push_back(lengths[static_cast<std::size_t>(d)]);
+  return out;
+}
+
+}  // namespace
+
+PipelineModel MakePipelineModel(const Scheme& scheme, const TimeModel& whole,
+                                std::int64_t capacity_tokens, double kv_ms_per_token,
+                                double kv_memory_ratio) {
+  PipelineModel m;
+  m.scheme = scheme;
+  m.capacity_tokens = capacity_tokens;
+  m.shard.cp = scheme.cp;
+  m.shard.whole = whole;
+  m.shard.kv_ms_per_token = kv_ms_per_token;
+  m.shard.kv_memory_ratio = kv_memory_ratio;
+  m.shard.rank_capacity_tokens = m.shard.ShardedMemoryTokens(capacity_tokens);
+  m.time = m.shard.Balanced();
+  return m;
+}
+
+PipelineModel MakePipelineModel(const Profile& profile, const SchemeProfile& entry,
+                                const OptimizerLayout& layout) {
+  const std::int64_t capacity = CapacityTokens(profile, entry.scheme, layout);
+  const ShardCost shard = MakeShardCost(profile, entry, capacity);
+  return MakePipelineModel(entry.scheme, shard.whole, capacity, shard.kv_ms_per_token,
+                           shard.kv_memory_ratio);
+}
+
+double MicroBatchMs(std::span<const std::int64_t> lengths, const PipelineModel& pipeline) {
+  if (pipeline.scheme.cp > 1) {
+    return LaidOutStageMs(lengths, LayOutMicroBatch(lengths, pipeline.shard), pipeline.shard);
+  }
+  double t = pipeline.time.c_ms;
+  for (std::int64_t s : lengths) t += pipeline.time.DocumentMs(s);
+  return t;
+}
+
+std::vector<CpLayout> MicroBatchLayouts(std::span<const std::int64_t> lengths,
+                                           const PipelineModel& pipeline,
+                                           const MicroBatches& micro_batches) {
+  std::vector<CpLayout> layouts;
+  layouts.reserve(micro_batches.size());
+  for (const auto& mb : micro_batches) {
+    layouts.push_back(pipeline.scheme.cp > 1
+                          ? LayOutMicroBatch(MicroBatchLengths(lengths, mb), pipeline.shard)
+                          : CpLayout{});
+  }
+  return layouts;
+}
 
 std::vector<double> MicroBatchStageMs(std::span<const std::int64_t> lengths,
                                       const PipelineModel& pipeline,
@@ -10,6 +68,10 @@ std::vector<double> MicroBatchStageMs(std::span<const std::int64_t> lengths,
   std::vector<double> stage_ms;
   stage_ms.reserve(micro_batches.size());
   for (const auto& mb : micro_batches) {
+    if (pipeline.scheme.cp > 1) {
+      stage_ms.push_back(MicroBatchMs(MicroBatchLengths(lengths, mb), pipeline));
+      continue;
+    }
     double t = pipeline.time.c_ms;
     for (int d : mb) t += pipeline.time.DocumentMs(lengths[static_cast<std::size_t>(d)]);
     stage_ms.push_back(t);

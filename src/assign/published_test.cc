@@ -17,7 +17,7 @@ namespace hydraulis {
 namespace {
 
 PipelineModel Pipe(int cp, int tp, int pp, double a, double b, double c, std::int64_t capacity) {
-  return PipelineModel{Scheme{cp, tp, pp}, TimeModel{a, b, c}, capacity};
+  return MakePipelineModel(Scheme{cp, tp, pp}, TimeModel{a, b, c}, capacity);
 }
 
 // Small limits keep the suite fast; the tiny MILPs here solve to optimality well within.

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/cost/cp_layout.h"
+#include "hydraulis/cost/kv_exchange.h"
 
 namespace hydraulis {
 namespace {
@@ -22,24 +24,56 @@ double ModelStateBytes(const Profile& p, const Scheme& s, const OptimizerLayout&
          (H * V / s.tp) * EmbeddingBytes(s.pp) * (1 - alpha);
 }
 
-double RawCapacityTokens(const Profile& p, const Scheme& s, const OptimizerLayout& os) {
-  auto it = p.memory.activation_bytes_by_tp.find(s.tp);
+namespace {
+
+constexpr double kBf16Bytes = 2;
+
+double ActivationBytes(const Profile& p, int tp) {
+  auto it = p.memory.activation_bytes_by_tp.find(tp);
   if (it == p.memory.activation_bytes_by_tp.end()) {
-    throw InvalidInput("profile has no activation bytes for tp " + std::to_string(s.tp));
+    throw InvalidInput("profile has no activation bytes for tp " + std::to_string(tp));
   }
+  return it->second;
+}
+
+}  // namespace
+
+double KvMemoryRatio(const Profile& p, int tp) {
+  // One layer's gathered keys and values at a time, against the activations of every
+  // layer a rank keeps for a token (RawCapacityTokens: L layers' worth under 1F1B).
+  const double activation =
+      p.model.layers * (static_cast<double>(p.model.hidden) / tp) * ActivationBytes(p, tp);
+  return KvBytesPerTokenLayer(p.model, tp, kBf16Bytes) / activation;
+}
+
+double RawCapacityTokens(const Profile& p, const Scheme& s, const OptimizerLayout& os) {
+  const double activation_bytes = ActivationBytes(p, s.tp);
   const double free_bytes = static_cast<double>(p.cluster.gpu_memory_bytes) -
                             p.memory.reserved_bytes - ModelStateBytes(p, s, os) -
                             p.memory.context_bytes;
   // 1F1B: stage 0 holds pp in-flight micro-batches of L/pp layers, i.e. L layers' worth.
   const double per_token =
-      p.model.layers * (static_cast<double>(p.model.hidden) / s.tp) * it->second;
-  return free_bytes / per_token * s.cp;
+      p.model.layers * (static_cast<double>(p.model.hidden) / s.tp) * activation_bytes;
+  const double rank_tokens = free_bytes / per_token;
+  if (s.cp == 1) return rank_tokens;
+  return rank_tokens * s.cp / (1.0 + KvMemoryRatio(p, s.tp) * (s.cp - 1));
 }
 
 std::int64_t CapacityTokens(const Profile& p, const Scheme& s, const OptimizerLayout& os) {
   const double raw = RawCapacityTokens(p, s, os);
   if (raw < kTokenAlignment) return 0;
   return static_cast<std::int64_t>(std::floor(raw / kTokenAlignment)) * kTokenAlignment;
+}
+
+ShardCost MakeShardCost(const Profile& p, const SchemeProfile& entry,
+                        std::int64_t capacity_tokens) {
+  ShardCost c;
+  c.cp = entry.scheme.cp;
+  c.whole = TimeModel::From(entry);
+  c.kv_ms_per_token = entry.kv_ms_per_token;
+  c.kv_memory_ratio = c.cp > 1 ? KvMemoryRatio(p, entry.scheme.tp) : 0.0;
+  c.rank_capacity_tokens = c.ShardedMemoryTokens(capacity_tokens);
+  return c;
 }
 
 }  // namespace hydraulis

@@ -1,11 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 #include <vector>
 
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/cost/capacity.h"
+#include "hydraulis/cost/kv_exchange.h"
 #include "hydraulis/cost/pipeline_time.h"
 #include "hydraulis/cost/time_model.h"
 #include "hydraulis/spec/spec_io.h"
@@ -34,11 +38,71 @@ TEST(CapacityTest, MatchesPublishedWorkedValuesFor32B) {
   }
 }
 
-TEST(CapacityTest, ContextParallelismMultipliesCapacity) {
+TEST(CapacityTest, ContextParallelismMultipliesCapacityLessTheGatheredKeysAndValues) {
   Profile p = LoadProfile(kConfigs + "profiles/llama-32b-a800.json");
   OptimizerLayout layout{4, 16, 1};
-  EXPECT_DOUBLE_EQ(RawCapacityTokens(p, {2, 16, 1}, layout),
-                   2 * RawCapacityTokens(p, {1, 16, 1}, layout));
+  // 32B at tp 16: one layer's keys and values of a token on a rank, 2 x 4 heads x 104 x 2
+  // bytes = 1,664, against 60 layers x 416 hidden units x 50 bytes of its activations.
+  const double ratio = 1664.0 / (60 * 416 * 50);
+  EXPECT_DOUBLE_EQ(KvMemoryRatio(p, 16), ratio);
+  for (int cp : {2, 3, 4}) {
+    EXPECT_DOUBLE_EQ(RawCapacityTokens(p, {cp, 16, 1}, layout),
+                     cp * RawCapacityTokens(p, {1, 16, 1}, layout) / (1 + ratio * (cp - 1)));
+  }
+}
+
+TEST(KvExchangeTest, ThreeTransfersPerLayerOverTheLinkTheGroupSpans) {
+  Profile p = LoadProfile(kConfigs + "profiles/llama-32b-a800.json");
+  // <4,16,1> spans 8 nodes: 60 layers x 3 transfers x 3/4 x 1,664 bytes over 12.5 GB/s.
+  EXPECT_NEAR(KvExchangeMsPerToken(p.model, {4, 16, 1}, 8, {}), 60 * 3 * 0.75 * 1664 / 12.5e9 * 1e3,
+              1e-15);
+  // <2,4,1> stays in a node: 60 x 3 x 1/2 x (2 x 16 x 104 x 2) bytes over 400 GB/s.
+  EXPECT_NEAR(KvExchangeMsPerToken(p.model, {2, 4, 1}, 8, {}), 60 * 3 * 0.5 * 6656 / 400e9 * 1e3,
+              1e-15);
+  EXPECT_EQ(KvExchangeMsPerToken(p.model, {1, 4, 1}, 8, {}), 0.0);
+  // GQA with tp above kv_heads replicates the heads: one per rank.
+  ModelSpec gqa = p.model;
+  gqa.kv_heads = 8;
+  EXPECT_DOUBLE_EQ(KvBytesPerTokenLayer(gqa, 16, 2), 2 * 1 * 104 * 2);
+}
+
+TEST(KvExchangeTest, ShippedProfilesAreTheImportedOnesWithCp248Derived) {
+  const std::string a800 =
+      std::string(HYDRAULIS_SOURCE_DIR) + "/../shared/reference/a800-profiles/";
+  const std::vector<ModelShape> shapes = {
+      {"llama-7b", 11008, 32, 32}, {"llama-13b", 13824, 40, 40}, {"llama-32b", 17920, 64, 64}};
+  const std::vector<std::string> keys = {"7b", "13b", "32b"};
+  if (!std::filesystem::exists(a800 + "llama-32b.json")) GTEST_SKIP() << a800 << " is absent";
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    SCOPED_TRACE(keys[i]);
+    Profile imported = ImportA800Profile(a800 + "llama-" + keys[i] + ".json", shapes[i]);
+    const int cps[] = {2, 4, 8};
+    AddDerivedContextParallelSchemes(imported, cps);
+    EXPECT_EQ(ProfileToJson(imported),
+              ReadFileText(kConfigs + "profiles/llama-" + keys[i] + "-a800.json"));
+  }
+}
+
+TEST(KvExchangeTest, DerivedSchemesCopyTheTpFitAndAddTheExchange) {
+  Profile p = LoadProfile(kConfigs + "profiles/llama-32b-a800.json");
+  std::erase_if(p.schemes, [](const SchemeProfile& s) { return s.scheme.cp > 1; });
+  const std::size_t before = p.schemes.size();
+  const int cps[] = {2, 4};
+  AddDerivedContextParallelSchemes(p, cps);
+  const SchemeProfile* base = p.Find({1, 8, 1});
+  const SchemeProfile* derived = p.Find({4, 8, 1});
+  ASSERT_NE(base, nullptr);
+  ASSERT_NE(derived, nullptr);
+  EXPECT_EQ(derived->a_ms_per_token2, base->a_ms_per_token2);
+  EXPECT_EQ(derived->b_ms_per_token, base->b_ms_per_token);
+  EXPECT_EQ(derived->c_ms, base->c_ms);
+  EXPECT_DOUBLE_EQ(derived->kv_ms_per_token, KvExchangeMsPerToken(p.model, {4, 8, 1}, 8, {}));
+  EXPECT_EQ(p.Find({2, 8, 2}), nullptr);  // only pp = 1 schemes are derived
+  int pp1 = 0;
+  for (std::size_t i = 0; i < before; ++i) pp1 += p.schemes[i].scheme.pp == 1 ? 1 : 0;
+  EXPECT_EQ(p.schemes.size(), before + 2 * static_cast<std::size_t>(pp1));
+  const int bad[] = {1};
+  EXPECT_THROW(AddDerivedContextParallelSchemes(p, bad), InvalidInput);
 }
 
 TEST(TimeModelTest, QuadraticPerDocumentPlusConstantPerMicroBatch) {

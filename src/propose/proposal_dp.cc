@@ -15,7 +15,11 @@ namespace {}  // namespace
 double GroupMs(const DpScheme& s, const IntervalLoad& load, int replicas) {
   const TimeModel& t = s.time;
   const double d = replicas;
-  const double longest_ms = t.DocumentMs(load.longest);
+  // The longest document is taken whole by one replica; a cp replica places it on one rank
+  // or shards it over all of them, whichever is faster.
+  const double longest_ms = s.scheme.cp > 1 ? std::min(s.shard.whole.DocumentMs(load.longest),
+                                                       s.shard.ShardedDocumentMs(load.longest))
+                                            : t.DocumentMs(load.longest);
   const double work_ms = t.a_ms_per_token2 * load.squared_tokens + t.b_ms_per_token * load.tokens;
   // A replica's share: an even split of the work, but at least the longest document,
   // which one replica must take whole.

@@ -107,7 +107,8 @@ std::vector<DpScheme> UsableSchemes(const Profile& profile, int gpus,
     any_tiles = true;
     const std::int64_t capacity = CapacityTokens(profile, s, layout);
     if (capacity < 1) continue;
-    out.push_back({s, TimeModel::From(sp), capacity});
+    const ShardCost shard = MakeShardCost(profile, sp, capacity);
+    out.push_back({s, shard.Balanced(), capacity, shard});
   }
   if (!any_tiles) {
     const std::string n = std::to_string(gpus);
@@ -140,6 +141,21 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
 
   Proposal out;
   out.schemes = UsableSchemes(profile, gpus, layout);
+  // cp schemes shard long documents; when every document fits a cp = 1 scheme they are
+  // left out unless asked for, so such distributions keep today's proposals.
+  std::int64_t cp1_capacity = 0;
+  for (const DpScheme& s : out.schemes) {
+    if (s.scheme.cp == 1) cp1_capacity = std::max(cp1_capacity, s.capacity_tokens);
+  }
+  const bool cp_needed = histogram.bins.back().longest > cp1_capacity;
+  if (options.cp_schemes == CpSchemes::kNever ||
+      (options.cp_schemes == CpSchemes::kWhenNeeded && !cp_needed)) {
+    std::erase_if(out.schemes, [](const DpScheme& s) { return s.scheme.cp > 1; });
+  }
+  if (out.schemes.empty()) {
+    throw InvalidInput("gpus " + std::to_string(gpus) +
+                       ": no usable scheme with cp = 1 (cp schemes were left out)");
+  }
   std::int64_t max_capacity = 0;
   for (const DpScheme& s : out.schemes) max_capacity = std::max(max_capacity, s.capacity_tokens);
   const std::string capacity_note = " (largest capacity " + std::to_string(max_capacity) +

@@ -106,7 +106,7 @@ TEST(HistogramTest, RejectsBadInput) {
 // Group time.
 
 DpScheme MakeScheme(int tp, int pp, double a, double b, double c, std::int64_t capacity) {
-  return DpScheme{Scheme{1, tp, pp}, TimeModel{a, b, c}, capacity};
+  return DpScheme{Scheme{1, tp, pp}, TimeModel{a, b, c}, capacity, {}};
 }
 
 TEST(GroupMsTest, MatchesTheDocumentedFormula) {

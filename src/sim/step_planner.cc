@@ -92,8 +92,11 @@ Plan StepPlanner::PlanPadding(std::span<const std::int64_t> lengths) const {
   }
   for (std::size_t p = 0; p < models.size(); ++p) {
     PipelinePlan& pp = plan.pipelines[p];
-    const std::vector<double> stage_ms(
-        pp.micro_batches.size(), models[p].time.c_ms + models[p].time.DocumentMs(padded_tokens_));
+    const std::int64_t padded[] = {padded_tokens_};
+    const std::vector<double> stage_ms(pp.micro_batches.size(), MicroBatchMs(padded, models[p]));
+    if (pp.scheme.cp > 1) {
+      pp.cp_layouts.assign(pp.micro_batches.size(), LayOutMicroBatch(padded, models[p].shard));
+    }
     pp.estimated_ms = OneFOneBMs(stage_ms, pp.scheme.pp, planner_.options().schedule);
     pp.closed_form_ms = OneFOneBUpperBoundMs(stage_ms, pp.scheme.pp);
     plan.estimated_step_ms = std::max(plan.estimated_step_ms, pp.estimated_ms);

@@ -36,7 +36,7 @@ StepTimer::StepTimer(const Profile& profile, const CandidateSet& candidates,
                             QuoteForMessage(s.name) +
                             " has no profile entry; the candidates were not validated");
       }
-      models.push_back({scheme, TimeModel::From(*sp), 0});
+      models.push_back(MakePipelineModel(profile_, *sp, candidates_.optimizer_layout));
     }
     models_.push_back(std::move(models));
   }
@@ -97,10 +97,10 @@ StepResult StepTimer::Time(const Plan& plan, std::int64_t padded_tokens) const {
     const PipelineModel& model = models[p];
     const int stages = pp.scheme.pp;
     const std::size_t v = pp.micro_batches.size();
+    const std::int64_t padded[] = {padded_tokens};
     const std::vector<double> stage_ms =
-        padded_tokens > 0
-            ? std::vector<double>(v, model.time.c_ms + model.time.DocumentMs(padded_tokens))
-            : MicroBatchStageMs(plan.lengths, model, pp.micro_batches);
+        padded_tokens > 0 ? std::vector<double>(v, MicroBatchMs(padded, model))
+                          : MicroBatchStageMs(plan.lengths, model, pp.micro_batches);
     std::vector<double> send_ms(static_cast<std::size_t>(stages - 1) * v);
     PipelineStepResult pr;
     pr.scheme = pp.scheme;

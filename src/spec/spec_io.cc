@@ -113,6 +113,10 @@ Profile ParseProfile(const std::string& json_text, const std::string& source) {
     sp.a_ms_per_token2 = s.Number("a_ms_per_token2", 0.0);
     sp.b_ms_per_token = s.Number("b_ms_per_token", 0.0);
     sp.c_ms = s.Number("c_ms", 0.0);
+    sp.kv_ms_per_token = s.NumberOr("kv_ms_per_token", 0.0, 0.0);
+    if (sp.scheme.cp == 1 && sp.kv_ms_per_token != 0) {
+      s.Fail("kv_ms_per_token", "must be 0 (or absent) for a scheme with cp 1: nothing is sharded");
+    }
     if (sp.a_ms_per_token2 == 0 && sp.b_ms_per_token == 0) {
       s.Fail("b_ms_per_token", "a and b are both zero: documents would cost nothing");
     }
@@ -126,6 +130,9 @@ Profile ParseProfile(const std::string& json_text, const std::string& source) {
       s.Fail("b_ms_per_token", "out of range: a 2^20-token document would take more than 1e12 ms");
     }
     if (sp.c_ms > kMaxMs) s.Fail("c_ms", "out of range: more than 1e12 ms per micro-batch");
+    if (sp.kv_ms_per_token * kReferenceTokens > kMaxMs) {
+      s.Fail("kv_ms_per_token", "out of range: a 2^20-token document would take more than 1e12 ms");
+    }
     s.RejectUnknown();
     if (p.Find(sp.scheme)) s.Fail("tp", "duplicate scheme " + SchemeName(sp.scheme));
     if (!p.memory.activation_bytes_by_tp.count(sp.scheme.tp)) {
@@ -237,12 +244,14 @@ std::string ProfileToJson(const Profile& p) {
   }
   j["schemes"] = nlohmann::ordered_json::array();
   for (const auto& s : p.schemes) {
-    j["schemes"].push_back({{"cp", s.scheme.cp},
-                            {"tp", s.scheme.tp},
-                            {"pp", s.scheme.pp},
-                            {"a_ms_per_token2", s.a_ms_per_token2},
-                            {"b_ms_per_token", s.b_ms_per_token},
-                            {"c_ms", s.c_ms}});
+    nlohmann::ordered_json e = {{"cp", s.scheme.cp},
+                                {"tp", s.scheme.tp},
+                                {"pp", s.scheme.pp},
+                                {"a_ms_per_token2", s.a_ms_per_token2},
+                                {"b_ms_per_token", s.b_ms_per_token},
+                                {"c_ms", s.c_ms}};
+    if (s.scheme.cp > 1) e["kv_ms_per_token"] = s.kv_ms_per_token;
+    j["schemes"].push_back(e);
   }
   return j.dump(2) + "\n";
 }

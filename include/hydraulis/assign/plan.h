@@ -62,6 +62,9 @@ struct PipelinePlan {
   Scheme scheme;
   std::int64_t capacity_tokens = 0;
   MicroBatches micro_batches;
+  // cp > 1: per micro-batch, where each of its documents lies on the cp ranks
+  // (cost/cp_layout.h: a rank, or kSharded); empty for cp = 1 pipelines.
+  std::vector<CpLayout> cp_layouts;
   double estimated_ms = 0;
   // The published closed form (max stage time) * (pp - 1 + v), for comparison with the
   // exact 1F1B time above (never below it).

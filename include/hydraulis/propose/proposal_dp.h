@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/cost/time_model.h"
 #include "hydraulis/propose/histogram.h"
 #include "hydraulis/spec/scheme.h"
@@ -25,8 +26,9 @@ namespace hydraulis {
 // One scheme the proposal may use, with its capacity under the run's optimizer layout.
 struct DpScheme {
   Scheme scheme;
-  TimeModel time;
+  TimeModel time;  // additive; for cp > 1 the balanced share (ShardCost::Balanced)
   std::int64_t capacity_tokens = 0;  // >= 1
+  ShardCost shard;                   // cp > 1: how a long document is sharded
 };
 
 // The documents of an interval of bins; counts are fractional once the histogram is

@@ -9,12 +9,25 @@
 #include <span>
 #include <vector>
 
+#include "hydraulis/base/enum_names.h"
 #include "hydraulis/propose/histogram.h"
 #include "hydraulis/propose/proposal_dp.h"
 #include "hydraulis/spec/profile.h"
 #include "hydraulis/spec/strategy.h"
 
 namespace hydraulis {
+
+// When the proposal may use context-parallel (cp > 1) schemes of the profile.
+enum class CpSchemes {
+  kWhenNeeded,  // only when the histogram's longest document exceeds every usable cp = 1
+                // scheme's capacity (docs/propose.md)
+  kAlways,      // whenever the profile has them
+  kNever,
+};
+// "needed", "always", "never".
+inline constexpr EnumNames<CpSchemes, 3> kCpSchemesNames = {{{CpSchemes::kWhenNeeded, "needed"},
+                                                             {CpSchemes::kAlways, "always"},
+                                                             {CpSchemes::kNever, "never"}}};
 
 struct ProposeOptions {
   // Cluster size N (GPUs, >= 1).
@@ -38,6 +51,8 @@ struct ProposeOptions {
   // bin (so every document up to max_len stays plannable), then those with the largest
   // batch_share. The fallback is kept in addition.
   int max_strategies = 0;
+  // Whether cp > 1 schemes of the profile take part.
+  CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
 };
 
 struct ProposedStrategy {

@@ -13,12 +13,19 @@
 namespace hydraulis {
 
 // Fitted time of one pipeline stage (layers/pp layers), forward + backward, for one
-// micro-batch: sum over its documents of (a * s^2 + b * s) + c, in milliseconds.
+// micro-batch: sum over its documents of (a * s^2 + b * s) + c, in milliseconds. For a
+// context-parallel scheme (cp > 1) a and b are the time of a document placed whole on one cp
+// rank, and a document sharded over the cp ranks costs every rank
+// (a s^2 + b s) / cp + kv_ms_per_token * s (cost/cp_layout.h; docs/design.md).
 struct SchemeProfile {
   Scheme scheme;
   double a_ms_per_token2 = 0;  // >= 0
   double b_ms_per_token = 0;   // >= 0
   double c_ms = 0;             // >= 0, fixed cost per micro-batch
+  // cp > 1: one rank's exposed key/value exchange per token of a sharded document (the
+  // forward all-gather and the backward reduce-scatter of its keys and values), >= 0; 0
+  // when cp = 1.
+  double kv_ms_per_token = 0;
 };
 
 // The memory regression of method.md 2.1 (all byte figures per GPU).

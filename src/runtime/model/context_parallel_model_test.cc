@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "hydraulis/cost/shard_layout.h"
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/context_parallel_attention.h"
 #include "hydraulis/runtime/model/local_tokens.h"
@@ -42,8 +42,8 @@ StageOutcome Backward(const Transformer& model, const TokenLoss& loss) {
   return o;
 }
 
-void ExpectCpModelMatchesOneProcess(int cp, const std::vector<int>& lengths,
-                                    const ShardLayout& layout, std::int64_t pad_multiple) {
+void ExpectCpModelMatchesOneProcess(int cp, const std::vector<int>& lengths, const CpLayout& layout,
+                                    std::int64_t pad_multiple) {
   const ModelConfig c =
       LoadModelConfig(std::string(HYDRAULIS_SOURCE_DIR) + "/configs/models/tiny.json");
   const PackedBatch batch = PackDocuments(

@@ -11,9 +11,8 @@ bool LocalTokenLayout::has_sharded_documents() const {
   return std::find(layout.begin(), layout.end(), kSharded) != layout.end();
 }
 
-LocalTokenLayout MakeLocalTokenLayout(std::span<const std::int64_t> lengths,
-                                      const ShardLayout& layout, int cp, int rank,
-                                      std::int64_t pad_multiple) {
+LocalTokenLayout MakeLocalTokenLayout(std::span<const std::int64_t> lengths, const CpLayout& layout,
+                                      int cp, int rank, std::int64_t pad_multiple) {
   if (pad_multiple < 1) {
     throw InvalidInput("local tokens: the padding multiple must be >= 1, got " +
                        std::to_string(pad_multiple));

@@ -31,7 +31,7 @@ using V = std::vector<std::int64_t>;
 // is placed whole on rank 0.
 TEST(LocalTokensTest, ShardedChunksKeepOriginalPositionsAndNextTokens) {
   const V lengths = {5, 3};
-  const ShardLayout layout = {kSharded, 0};
+  const CpLayout layout = {kSharded, 0};
   const LocalTokenLayout l0 = MakeLocalTokenLayout(lengths, layout, 2, 0);
   EXPECT_EQ(l0.cu_seqlens, (V{0, 2, 3, 6}));
   EXPECT_EQ(l0.storage_offsets, (V{0, 2, 3, 6}));
@@ -76,7 +76,7 @@ TEST(LocalTokensTest, RanksTogetherHoldTheMicroBatchAndItsTargetsOnce) {
   struct Case {
     int cp;
     V lengths;
-    ShardLayout layout;
+    CpLayout layout;
     std::int64_t pad;
   };
   const std::vector<Case> cases = {{2, {13, 7, 5, 11}, {kSharded, 0, 1, kSharded}, 1},

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "hydraulis/cost/shard_layout.h"
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/attention.h"
 #include "hydraulis/runtime/model/context_parallel_attention.h"
@@ -27,7 +27,7 @@ struct CpCase {
   std::string name;
   int cp = 2;
   std::vector<std::int64_t> lengths;
-  ShardLayout layout;
+  CpLayout layout;
   std::int64_t heads = 4;
   std::int64_t kv_heads = 2;
   std::int64_t head_dim = 8;

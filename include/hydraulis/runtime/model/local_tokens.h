@@ -1,5 +1,5 @@
 // One cp rank's share of a context-parallel micro-batch: which token runs it holds
-// (cost/shard_layout.h's RankSegments), where they lie in its storage, and its model inputs
+// (cost/cp_layout.h's RankSegments), where they lie in its storage, and its model inputs
 // (token ids, rotary positions, next-token targets) built from the whole micro-batch.
 //
 // Two offset arrays, as TransformerEngine's THD format (cu_seqlens and cu_seqlens_padded):
@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "hydraulis/cost/shard_layout.h"
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 
 namespace hydraulis {
@@ -24,9 +24,9 @@ namespace hydraulis {
 struct LocalTokenLayout {
   int cp = 1;
   int rank = 0;
-  // The whole micro-batch: every document's length and its ShardLayout (empty: cp = 1).
+  // The whole micro-batch: every document's length and its CpLayout (empty: cp = 1).
   std::vector<std::int64_t> lengths;
-  ShardLayout layout;
+  CpLayout layout;
   // RankSegments(lengths, layout, cp, rank), in local order.
   std::vector<RankSegment> segments;
   // Real tokens: segment i holds cu_seqlens[i + 1] - cu_seqlens[i] of them
@@ -48,9 +48,8 @@ struct LocalTokenLayout {
 // The layout of rank `rank` of a cp group with every segment's storage rounded up to a
 // multiple of `pad_multiple` rows (1: no padding). InvalidInput when a length is not
 // positive, pad_multiple < 1, or the layout does not fit (RankSegments' checks).
-LocalTokenLayout MakeLocalTokenLayout(std::span<const std::int64_t> lengths,
-                                      const ShardLayout& layout, int cp, int rank,
-                                      std::int64_t pad_multiple = 1);
+LocalTokenLayout MakeLocalTokenLayout(std::span<const std::int64_t> lengths, const CpLayout& layout,
+                                      int cp, int rank, std::int64_t pad_multiple = 1);
 
 // A rank's model inputs, all over its storage rows (padding rows: token 0, position 0).
 struct LocalTokens {

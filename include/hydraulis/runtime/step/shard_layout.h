@@ -25,8 +25,8 @@ struct ShardBucket {
   std::int64_t shard_offset = 0;  // where the pieces of this bucket start in every shard
 };
 
-// Named apart from cost/shard_layout.h's ShardLayout (how a micro-batch's documents lie on
-// the cp ranks), which the runtime's context-parallel attention includes beside this.
+// How the ZeRO-1 optimizer cuts the flat parameter vector into buckets and shards; named for
+// the optimizer so that it does not read as a layout of tokens (cost/cp_layout.h).
 struct OptimizerShardLayout {
   int ranks = 1;
   std::int64_t bucket_elements = 0;  // of every bucket but the last (a multiple of ranks)
