@@ -20,6 +20,10 @@ std::array<TokenRange, 2> RankChunks(std::int64_t length, int cp, int rank) {
   return {ShardChunk(length, cp, rank), ShardChunk(length, cp, 2 * cp - 1 - rank)};
 }
 
+ChunkHolder HolderOfChunk(int cp, int chunk) {
+  return chunk < cp ? ChunkHolder{chunk, 0} : ChunkHolder{2 * cp - 1 - chunk, 1};
+}
+
 std::int64_t RankShardTokens(std::int64_t length, int cp, int rank) {
   const auto chunks = RankChunks(length, cp, rank);
   return chunks[0].Size() + chunks[1].Size();

@@ -45,6 +45,30 @@ TEST(RankChunksTest, RankTakesItsHeadAndTheMirroredTail) {
   EXPECT_EQ(RankShardTokens(10, 2, 0) + RankShardTokens(10, 2, 1), 10);
 }
 
+// The holder of every chunk, read back through RankChunks, is that very chunk.
+TEST(HolderOfChunkTest, NamesTheRankAndSlotWhoseChunkItIs) {
+  for (int cp : {1, 2, 3, 4}) {
+    for (std::int64_t length : {1, 5, 13, 64}) {
+      std::vector<int> held(static_cast<std::size_t>(cp), 0);
+      for (int c = 0; c < 2 * cp; ++c) {
+        const ChunkHolder h = HolderOfChunk(cp, c);
+        ASSERT_GE(h.rank, 0);
+        ASSERT_LT(h.rank, cp);
+        const TokenRange mine = RankChunks(length, cp, h.rank)[static_cast<std::size_t>(h.slot)];
+        const TokenRange chunk = ShardChunk(length, cp, c);
+        EXPECT_EQ(mine.begin, chunk.begin) << "cp " << cp << " chunk " << c;
+        EXPECT_EQ(mine.end, chunk.end) << "cp " << cp << " chunk " << c;
+        ++held[static_cast<std::size_t>(h.rank)];
+      }
+      for (int n : held) EXPECT_EQ(n, 2);
+    }
+  }
+  EXPECT_EQ(HolderOfChunk(3, 5).rank, 0);
+  EXPECT_EQ(HolderOfChunk(3, 5).slot, 1);
+  EXPECT_EQ(HolderOfChunk(3, 2).rank, 2);
+  EXPECT_EQ(HolderOfChunk(3, 2).slot, 0);
+}
+
 TEST(RankSegmentsTest, EveryTokenOnExactlyOneRank) {
   const std::vector<std::int64_t> lengths = {7, 2, 13, 1, 5};
   const CpLayout layout = {kSharded, 1, kSharded, 0, 2};

@@ -33,6 +33,8 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "hydraulis/cost/cp_layout.h"
+#include "hydraulis/cost/time_model.h"
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/job/checkpoint.h"
@@ -450,7 +452,7 @@ TEST(DistributedOptionsTest, EnvironmentErrorsNameTheVariable) {
 // ---- The distributed trainer: pipelines, heterogeneous strategies, sharded optimizer ----
 
 // Candidate sets as text: candidates separated by '|', pipelines by ',', each "tXpY"
-// (tp X, pp Y), e.g. "t2p1,t1p1,t1p1|t1p2,t1p1,t1p1".
+// (tp X, pp Y) or "tXpYcZ" (and cp Z), e.g. "t2p1,t1p1,t1p1|t1p2,t1p1,t1p1|t1p1c2,t1p1".
 std::vector<Strategy> ParseCandidates(const std::string& text) {
   std::vector<Strategy> out;
   std::stringstream candidates(text);
@@ -462,8 +464,11 @@ std::vector<Strategy> ParseCandidates(const std::string& text) {
     std::string pipeline;
     while (std::getline(pipelines, pipeline, ',')) {
       Scheme scheme;
-      scheme.tp = std::stoi(pipeline.substr(1, pipeline.find('p') - 1));
-      scheme.pp = std::stoi(pipeline.substr(pipeline.find('p') + 1));
+      const std::size_t p = pipeline.find('p');
+      const std::size_t c = pipeline.find('c');
+      scheme.tp = std::stoi(pipeline.substr(1, p - 1));
+      scheme.pp = std::stoi(pipeline.substr(p + 1, c == std::string::npos ? c : c - p - 1));
+      if (c != std::string::npos) scheme.cp = std::stoi(pipeline.substr(c + 1));
       s.pipelines.push_back(scheme);
     }
     out.push_back(s);
@@ -471,18 +476,63 @@ std::vector<Strategy> ParseCandidates(const std::string& text) {
   return out;
 }
 
+// Where document `document` of step `step` lies on a cp pipeline's ranks, chosen by hand to
+// reach every case: (document + step + 1) mod (cp + 1), the value cp meaning sharded. With
+// kStepSplits and cp = 2 a 1-token document is sharded alone (step 0: rank 1 holds nothing
+// yet joins the gather), documents are placed so that a rank holds no token of a
+// micro-batch at all (step 0's {0}), the 2-token document 5 is sharded (step 2: shorter
+// than 2 * cp, empty chunks) beside the 30-token one, and odd lengths are sharded (9, 11,
+// 17); cp = 3 adds a rank without a token of a sharded 2-token document.
+int HandPlaced(int document, int step, int cp) {
+  const int where = (document + step + 1) % (cp + 1);
+  return where == cp ? kSharded : where;
+}
+
+// The planner's layout rule (LayOutMicroBatch) on a cost that makes sharding worthwhile for
+// documents of more than about 10 tokens (a made-up cost: quadratic attention, a cheap
+// exchange, memory for any micro-batch of the test).
+CpLayout RuleLayout(const std::vector<std::int64_t>& lengths, int cp) {
+  ShardCost cost;
+  cost.cp = cp;
+  cost.whole = TimeModel{0.01, 0.1, 1.0};
+  cost.kv_ms_per_token = 0.02;
+  cost.kv_memory_ratio = 0.25;
+  cost.rank_capacity_tokens = 1000;
+  return LayOutMicroBatch(lengths, cost);
+}
+
 // The step plan: the step's micro-batches (kStepSplits) dealt round-robin to the
-// pipelines of candidate `strategy`, so with two pipelines the second gets none in step 2.
-Plan PlanFor(int step, int strategy, const std::vector<Strategy>& candidates) {
-  const std::size_t pipelines = candidates[static_cast<std::size_t>(strategy)].pipelines.size();
+// pipelines of candidate `strategy`, so with two pipelines the second gets none in step 2;
+// each cp > 1 pipeline's micro-batches laid out by HandPlaced, or by RuleLayout with
+// `rule_layouts`.
+Plan PlanFor(int step, int strategy, const std::vector<Strategy>& candidates,
+             bool rule_layouts = false) {
+  const Strategy& s = candidates[static_cast<std::size_t>(strategy)];
+  const std::size_t pipelines = s.pipelines.size();
   std::vector<Split> dealt(pipelines);
   const Split& split = kStepSplits[static_cast<std::size_t>(step)];
   for (std::size_t mb = 0; mb < split.size(); ++mb) dealt[mb % pipelines].push_back(split[mb]);
-  return PlanOf(strategy, std::move(dealt));
+  Plan plan = PlanOf(strategy, std::move(dealt));
+  for (std::size_t p = 0; p < pipelines; ++p) {
+    const int cp = s.pipelines[p].cp;
+    if (cp == 1) continue;
+    for (const std::vector<int>& mb : plan.pipelines[p].micro_batches) {
+      CpLayout layout;
+      std::vector<std::int64_t> lengths;
+      for (int d : mb) {
+        layout.push_back(HandPlaced(d, step, cp));
+        lengths.push_back(kGlobalBatchLengths[static_cast<std::size_t>(d)]);
+      }
+      plan.pipelines[p].cp_layouts.push_back(rule_layouts ? RuleLayout(lengths, cp) : layout);
+    }
+  }
+  return plan;
 }
 
-// Scenario "CANDIDATES/SCHEDULE/EPS[/corrupt]": SCHEDULE lists the candidate of each step
-// ("0,1,2"); with "/corrupt" rank 1 runs step 1 with a different plan.
+// Scenario "CANDIDATES/SCHEDULE/EPS[/FLAG]": SCHEDULE lists the candidate of each step
+// ("0,1,2"); FLAG "corrupt": rank 1 runs step 1 with a different plan; "corrupt-layout": rank
+// 1 runs step 1 with another cp layout (same micro-batches); "no-layouts": the cp pipelines'
+// plans lack cp_layouts; "rule": cp layouts by RuleLayout instead of HandPlaced.
 void TrainerWorker(const std::string& scenario, Outcome& o) {
   std::vector<std::string> parts;
   std::stringstream text(scenario);
@@ -491,7 +541,8 @@ void TrainerWorker(const std::string& scenario, Outcome& o) {
   std::vector<int> schedule;
   std::stringstream steps(parts.at(1));
   for (std::string k; std::getline(steps, k, ',');) schedule.push_back(std::stoi(k));
-  const bool corrupt = parts.size() > 3 && parts[3] == "corrupt";
+  const std::string flag = parts.size() > 3 ? parts[3] : "";
+  const bool corrupt = flag == "corrupt";
 
   DistributedOptions options = DistributedOptionsFromEnvironment();  // the test edge
   options.timeout = std::chrono::milliseconds(20000);
@@ -502,9 +553,17 @@ void TrainerWorker(const std::string& scenario, Outcome& o) {
     const Documents docs =
         RandomDocuments(kGlobalBatchLengths, 100 + static_cast<std::uint64_t>(step),
                         static_cast<int>(c.shape.vocab));
-    Plan plan = PlanFor(step, schedule.at(static_cast<std::size_t>(step)), candidates);
+    Plan plan =
+        PlanFor(step, schedule.at(static_cast<std::size_t>(step)), candidates, flag == "rule");
     if (corrupt && step == 1 && options.rank == 1)
       std::swap(plan.pipelines[0].micro_batches[0][0], plan.pipelines[0].micro_batches[1][0]);
+    if (flag == "corrupt-layout" && step == 1 && options.rank == 1) {
+      int& where = plan.pipelines[0].cp_layouts.at(0).at(0);
+      where = where == kSharded ? 0 : kSharded;
+    }
+    if (flag == "no-layouts") {
+      for (PipelinePlan& pipeline : plan.pipelines) pipeline.cp_layouts.clear();
+    }
     const DistributedStepResult r = trainer.Step(plan, docs);
     std::int64_t tokens = 0;
     for (const auto& d : docs) tokens += static_cast<std::int64_t>(d.size());
@@ -542,13 +601,15 @@ int WorldSize(const std::vector<Strategy>& candidates) {
 
 // Runs the distributed trainer and expects every rank to match one process training on the
 // same global batches (Adam eps 1e-4, parameters within 1e-5), and all ranks to hold the
-// same parameters. Returns the worst parameter error.
-double ExpectTrainerMatchesOneProcess(const std::string& candidates, const std::string& schedule) {
+// same parameters. `flag`: TrainerWorker's. Returns the worst parameter error.
+double ExpectTrainerMatchesOneProcess(const std::string& candidates, const std::string& schedule,
+                                      const std::string& flag = "") {
   const double eps = 1e-4;
   const Outcome reference = Reference(eps);
   const int world = WorldSize(ParseCandidates(candidates));
   std::vector<RankRun> runs =
-      RunRanks(world, "--trainer-worker", candidates + "/" + schedule + "/" + EpsText(eps),
+      RunRanks(world, "--trainer-worker",
+               candidates + "/" + schedule + "/" + EpsText(eps) + (flag.empty() ? "" : "/" + flag),
                std::chrono::seconds(90));
   double worst = 0.0;
   for (int rank = 0; rank < world; ++rank) {
@@ -602,6 +663,84 @@ TEST(HeterogeneousTest, MixedPipelinesTrainLikeOneProcess) {
 TEST(HeterogeneousTest, SwitchingStrategiesEveryStepTrainsLikeOneProcess) {
   ExpectTrainerMatchesOneProcess("t2p1,t1p1,t1p1|t1p2,t1p1,t1p1|t2p2", "0,1,2");
   ExpectTrainerMatchesOneProcess("t2p1,t1p1|t1p1,t1p1,t1p1", "1,0,1");
+}
+
+// ---- Context parallelism in the step: the cp ranks of a stage share its micro-batches ----
+// Layouts by HandPlaced (PlanFor): odd lengths sharded, a 1- and a 2-token document sharded
+// (empty chunks), micro-batches in which a rank holds no token, with and without a sharded
+// document. Each cp rank's gradients join the optimizer's reduction like a dp replica's;
+// a wrong local token, position, target, gather or gradient sum moves the parameters away
+// from one process's.
+
+TEST(ContextParallelTrainerTest, TwoCpRanksTrainLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t1p1c2", "0,0,0");
+}
+
+TEST(ContextParallelTrainerTest, ThreeCpRanksTrainLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t1p1c3", "0,0,0");
+}
+
+// <2,1,1> beside two <1,1,1> pipelines on 4 ranks: in step 2 (one micro-batch) the cp
+// pipeline runs none and its ranks only join the reduction.
+TEST(ContextParallelTrainerTest, CpPipelineBesideDataParallelOnesTrainsLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t1p1c2,t1p1,t1p1", "0,0,0");
+}
+
+// A cp strategy and cp = 1 ones in turn: the same ranks are cp peers in one step and
+// separate pipelines or tp peers in the next; the optimizer state never moves.
+TEST(ContextParallelTrainerTest, SwitchingBetweenCpAndNoCpTrainsLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t1p1c2,t1p1,t1p1|t2p1,t1p1,t1p1|t1p1c2,t1p1c2", "0,1,2");
+  ExpectTrainerMatchesOneProcess("t1p1c2|t1p1,t1p1", "1,0,1");
+}
+
+// cp inside a tp group: each (cp rank, tp rank) holds its heads of its local tokens.
+TEST(ContextParallelTrainerTest, CpTimesTpTrainsLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t2p1c2", "0,0,0");
+}
+
+// cp in a pipeline: each cp rank sends its local rows to the same cp rank of the next stage
+// (step 0 sends a rank's empty share of a micro-batch).
+TEST(ContextParallelTrainerTest, CpTimesPpTrainsLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t1p2c2", "0,0,0");
+}
+
+// The planner's layout rule (LayOutMicroBatch) instead of hand-made layouts.
+TEST(ContextParallelTrainerTest, PlannerRuleLayoutsTrainLikeOneProcess) {
+  int sharded = 0, placed = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const Plan plan = PlanFor(step, 0, ParseCandidates("t1p1c2"), true);
+    for (const CpLayout& layout : plan.pipelines[0].cp_layouts) {
+      for (int where : layout) (where == kSharded ? sharded : placed)++;
+    }
+  }
+  // The rule must both shard and place documents, or this test checks only one of them.
+  EXPECT_GT(sharded, 0);
+  EXPECT_GT(placed, 0);
+  ExpectTrainerMatchesOneProcess("t1p1c2", "0,0,0", "rule");
+}
+
+// cp ranks that disagree on a layout would gather mismatched keys: the plan-hash check
+// stops the step first.
+TEST(ContextParallelTrainerTest, RanksWithDifferentCpLayoutsFailWithAClearError) {
+  std::vector<RankRun> runs = RunRanks(2, "--trainer-worker", "t1p1c2/0,0,0/0.0001/corrupt-layout",
+                                       std::chrono::seconds(60));
+  for (const RankRun& run : runs) {
+    EXPECT_EQ(run.status, 0);
+    EXPECT_NE(run.outcome.error.find("the ranks hold different step plans"), std::string::npos)
+        << run.outcome.error;
+    EXPECT_EQ(run.outcome.losses.size(), 1u);  // step 0 ran
+  }
+}
+
+TEST(ContextParallelTrainerTest, PlanWithoutCpLayoutsIsRejected) {
+  std::vector<RankRun> runs =
+      RunRanks(2, "--trainer-worker", "t1p1c2/0,0,0/0.0001/no-layouts", std::chrono::seconds(60));
+  for (const RankRun& run : runs) {
+    EXPECT_EQ(run.status, 0);
+    EXPECT_NE(run.outcome.error.find("needs the plan's cp_layouts"), std::string::npos)
+        << run.outcome.error;
+    EXPECT_TRUE(run.outcome.losses.empty());
+  }
 }
 
 TEST(DistributedTrainerTest, RanksWithDifferentPlansFailWithAClearError) {

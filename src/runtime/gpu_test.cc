@@ -22,10 +22,12 @@
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/attention.h"
 #include "hydraulis/runtime/model/compute.h"
+#include "hydraulis/runtime/model/context_parallel_attention.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/step/distributed_trainer.h"
 #include "hydraulis/spec/model_config.h"
+#include "runtime/testing/context_parallel_case.h"
 #include "runtime/testing/rank_harness.h"
 #include "runtime/testing/reference_trainer.h"
 #include "runtime/testing/test_documents.h"
@@ -82,6 +84,60 @@ TEST(GpuTest, FlashVarlenAttentionEqualsDenseAttentionPerDocument) {
   EXPECT_LT(RelativeError(q.grad(), qd.grad()), 2e-2);
   EXPECT_LT(RelativeError(k.grad(), kd.grad()), 2e-2);
   EXPECT_LT(RelativeError(v.grad(), vd.grad()), 2e-2);
+}
+
+// Context parallelism's shape of call: query chunks against longer key prefixes, the
+// causal mask aligned to the bottom right (flash-attention 2.1+), against the dense
+// reference, which the CPU tests check against whole-document attention.
+TEST(GpuTest, FlashVarlenBottomRightEqualsDense) {
+  REQUIRE_GPU();
+  const std::int64_t heads = 8, kv_heads = 2, dim = 64;
+  // Queries: 300 of 700 keys, 1 of 1, 60 of 513, 87 of 87.
+  const std::vector<std::int64_t> cu_q = {0, 300, 301, 361, 448};
+  const std::vector<std::int64_t> cu_k = {0, 700, 701, 1214, 1301};
+  at::manual_seed(4);
+  const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  at::Tensor q = at::randn({cu_q.back(), heads, dim}, opts).requires_grad_(true);
+  at::Tensor k = at::randn({cu_k.back(), kv_heads, dim}, opts).requires_grad_(true);
+  at::Tensor v = at::randn({cu_k.back(), kv_heads, dim}, opts).requires_grad_(true);
+  at::Tensor out = VarlenCausalAttention(q, k, v, cu_q, cu_k);
+  const at::Tensor qd = q.detach().to(at::kFloat).requires_grad_(true);
+  const at::Tensor kd = k.detach().to(at::kFloat).requires_grad_(true);
+  const at::Tensor vd = v.detach().to(at::kFloat).requires_grad_(true);
+  at::Tensor dense = DenseVarlenCausalAttention(qd, kd, vd, cu_q, cu_k);
+  EXPECT_LT(RelativeError(out, dense), 2e-2);
+  const at::Tensor grad = at::randn({cu_q.back(), heads, dim}, opts);
+  out.backward(grad);
+  dense.backward(grad.to(at::kFloat));
+  EXPECT_LT(RelativeError(q.grad(), qd.grad()), 2e-2);
+  EXPECT_LT(RelativeError(k.grad(), kd.grad()), 2e-2);
+  EXPECT_LT(RelativeError(v.grad(), vd.grad()), 2e-2);
+}
+
+// Context-parallel attention in bf16 on the GPU (flash attention; Gloo stages the K/V
+// gather and the gradient's reduce-scatter through the host), three rank threads on one
+// GPU, against one CPU process in fp32; bf16 tolerance as above.
+TEST(GpuTest, ContextParallelAttentionBf16MatchesCpuFp32) {
+  REQUIRE_GPU();
+  const test_support::CpCase c{
+      "gpu cp3", 3, {700, 33, 250, 5, 901}, {kSharded, 1, kSharded, 2, kSharded}, 8, 2, 64, 8};
+  const test_support::CpResult reference = test_support::CpReference(test_support::MakeCpData(c));
+  const test_support::CpData data =
+      test_support::MakeCpData(c, 5, at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16));
+  std::vector<test_support::CpResult> ranks(3);
+  const int port = test_support::FreePort();
+  OnThreads(3, [&](int r) {
+    DistributedOptions o;
+    o.rank = r;
+    o.world_size = 3;
+    o.master_port = port;
+    o.timeout = std::chrono::seconds(60);
+    Rendezvous rendezvous(o);
+    std::unique_ptr<CommGroup> group = MakeCommGroup(rendezvous, "cp");
+    ranks[static_cast<std::size_t>(r)] = test_support::CpRankRun(c, data, *group);
+    group->Barrier();
+  });
+  test_support::ExpectRanksMatchReference(ranks, reference, 2e-2);
 }
 
 // Options for a one-rank DistributedTrainer (the runtime's optimizer path).

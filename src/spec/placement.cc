@@ -34,6 +34,15 @@ std::vector<int> TensorParallelGpus(const Strategy& strategy, int pipeline, int 
   return gpus;
 }
 
+std::vector<int> ContextParallelGpus(const Strategy& strategy, int pipeline, int stage,
+                                     int tp_rank) {
+  const Scheme& s = strategy.pipelines[static_cast<std::size_t>(pipeline)];
+  const int first = PipelineFirstGpus(strategy)[static_cast<std::size_t>(pipeline)];
+  std::vector<int> gpus;
+  for (int c = 0; c < s.cp; ++c) gpus.push_back(first + PipelineGroupRank(s, stage, tp_rank, c));
+  return gpus;
+}
+
 std::vector<ComputeRole> ComputePlacement(const Strategy& strategy, int cluster_gpus) {
   std::vector<ComputeRole> roles(static_cast<std::size_t>(cluster_gpus));
   const std::vector<int> first = PipelineFirstGpus(strategy);
@@ -43,7 +52,7 @@ std::vector<ComputeRole> ComputePlacement(const Strategy& strategy, int cluster_
       for (int c = 0; c < s.cp; ++c) {
         for (int r = 0; r < s.tp; ++r) {
           const int gpu = first[p] + PipelineGroupRank(s, stage, r, c);
-          roles[static_cast<std::size_t>(gpu)] = {static_cast<int>(p), {stage, s.pp, r, s.tp}};
+          roles[static_cast<std::size_t>(gpu)] = {static_cast<int>(p), {stage, s.pp, r, s.tp}, c};
         }
       }
     }

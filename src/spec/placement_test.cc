@@ -1,5 +1,6 @@
 // The rank layout: the group helpers agree with ComputePlacement on heterogeneous
-// strategies (every GPU of a pipeline once, tp groups inside one stage, in tp-rank order).
+// strategies (every GPU of a pipeline once, tp and cp groups inside one stage, in tp-rank and
+// cp-rank order).
 #include "hydraulis/spec/placement.h"
 
 #include <gtest/gtest.h>
@@ -42,6 +43,19 @@ TEST(PlacementTest, GroupsAgreeWithComputePlacement) {
           EXPECT_EQ(b.tp_rank, r);
           EXPECT_EQ(pipeline[static_cast<std::size_t>(PipelineGroupRank(s, stage, r, c))],
                     tp[static_cast<std::size_t>(r)]);
+        }
+      }
+      for (int r = 0; r < s.tp; ++r) {
+        const std::vector<int> cp = ContextParallelGpus(strategy, p, stage, r);
+        ASSERT_EQ(static_cast<int>(cp.size()), s.cp);
+        for (int c = 0; c < s.cp; ++c) {
+          const ComputeRole& role =
+              roles[static_cast<std::size_t>(cp[static_cast<std::size_t>(c)])];
+          EXPECT_EQ(role.block.stage, stage);
+          EXPECT_EQ(role.block.tp_rank, r);
+          EXPECT_EQ(role.cp_rank, c);
+          EXPECT_EQ(cp[static_cast<std::size_t>(c)],
+                    TensorParallelGpus(strategy, p, stage, c)[static_cast<std::size_t>(r)]);
         }
       }
     }

@@ -34,6 +34,15 @@ TokenRange ShardChunk(std::int64_t length, int cp, int chunk);
 // 2*cp-1-rank (in this order in the rank's local tokens).
 std::array<TokenRange, 2> RankChunks(std::int64_t length, int cp, int rank);
 
+// Who holds chunk `chunk` (0 <= chunk < 2*cp) of a sharded document: the cp rank, and which
+// of its two chunks it is (slot 0: its head chunk `rank`, slot 1: its tail chunk
+// 2*cp-1-rank), so that a rank's RankChunks(...)[slot] is this chunk.
+struct ChunkHolder {
+  int rank = 0;
+  int slot = 0;
+};
+ChunkHolder HolderOfChunk(int cp, int chunk);
+
 // Tokens of a sharded document that cp rank `rank` holds.
 std::int64_t RankShardTokens(std::int64_t length, int cp, int rank);
 

@@ -20,9 +20,12 @@ struct ParameterBlock {
 };
 
 // A GPU's place in the compute layout; pipeline is -1 for GPUs the strategy leaves idle.
+// cp_rank: which of its stage's cp ranks it is (0 for cp = 1), apart from the block because
+// every cp rank of a stage holds the same parameters.
 struct ComputeRole {
   int pipeline = -1;
   ParameterBlock block;
+  int cp_rank = 0;
 };
 
 // Compute layout of `strategy` on `cluster_gpus` GPUs: pipelines take consecutive GPUs in
@@ -42,6 +45,11 @@ std::vector<int> PipelineGpus(const Strategy& strategy, int pipeline);
 // tp-rank order.
 std::vector<int> TensorParallelGpus(const Strategy& strategy, int pipeline, int stage,
                                     int cp_rank = 0);
+
+// The context-parallel group of (stage, tp_rank) of pipeline `pipeline`: its cp GPUs in
+// cp-rank order (the ranks that share a stage's micro-batches and hold the same parameters).
+std::vector<int> ContextParallelGpus(const Strategy& strategy, int pipeline, int stage,
+                                     int tp_rank);
 
 // Index inside PipelineGpus of the GPU holding (stage, cp_rank, tp_rank) of `scheme`.
 int PipelineGroupRank(const Scheme& scheme, int stage, int tp_rank, int cp_rank = 0);

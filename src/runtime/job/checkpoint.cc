@@ -223,9 +223,9 @@ CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) 
                        std::to_string(meta.parameters) + " parameters, this model has " +
                        std::to_string(optimizer.layout().numel) + " (another model config?)");
   }
-  const ShardLayout layout = [&] {
+  const OptimizerShardLayout layout = [&] {
     try {
-      return MakeShardLayout(meta.parameters, meta.world_size, meta.bucket_elements);
+      return MakeOptimizerShardLayout(meta.parameters, meta.world_size, meta.bucket_elements);
     } catch (const InvalidInput& e) {
       throw InvalidInput(meta_path + ": " + e.what());
     }

@@ -107,7 +107,7 @@ struct TrainingInputs {
     }
     candidates = Candidates(o, profile, world_size);
     try {
-      MakeShardLayout(MakeFlatLayout(model).numel, world_size, o.ddp_bucket_size);
+      MakeOptimizerShardLayout(MakeFlatLayout(model).numel, world_size, o.ddp_bucket_size);
     } catch (const InvalidInput& e) {
       throw InvalidInput(std::string("--ddp-bucket-size: ") + e.what());
     }

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+
+#include "hydraulis/base/error.h"
 
 namespace hydraulis {
 
@@ -70,6 +73,95 @@ at::Tensor DenseCausalAttention(const at::Tensor& q, const at::Tensor& k, const 
     outputs.push_back(out.transpose(0, 1));
   }
   if (outputs.empty()) return at::empty({0, heads, q.size(2)}, q.options());
+  return at::cat(outputs, 0);
+}
+
+namespace {
+
+// InvalidInput unless both offset arrays cover their tensors and each key segment holds at
+// least its query segment's rows.
+void CheckVarlenOffsets(const at::Tensor& q, const at::Tensor& k,
+                        const std::vector<std::int64_t>& cu_q,
+                        const std::vector<std::int64_t>& cu_k) {
+  if (cu_q.size() != cu_k.size() || cu_q.empty() || cu_q.front() != 0 || cu_k.front() != 0 ||
+      cu_q.back() != q.size(0) || cu_k.back() != k.size(0)) {
+    throw InvalidInput(
+        "varlen attention: cu_seqlens_q and cu_seqlens_k must have one entry "
+        "per segment plus one, start at 0 and end at the query rows (" +
+        std::to_string(q.size(0)) + ") and key rows (" + std::to_string(k.size(0)) + ")");
+  }
+  for (std::size_t i = 0; i + 1 < cu_q.size(); ++i) {
+    const std::int64_t lq = cu_q[i + 1] - cu_q[i], lk = cu_k[i + 1] - cu_k[i];
+    if (lq < 0 || lk < lq) {
+      throw InvalidInput("varlen attention: segment " + std::to_string(i) + " has " +
+                         std::to_string(lq) + " queries and " + std::to_string(lk) +
+                         " keys; a bottom-right causal segment needs at least as many keys");
+    }
+  }
+}
+
+}  // namespace
+
+at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const std::vector<std::int64_t>& cu_seqlens_q,
+                                 const std::vector<std::int64_t>& cu_seqlens_k,
+                                 const at::Tensor& cu_seqlens_q_device,
+                                 const at::Tensor& cu_seqlens_k_device) {
+  CheckVarlenOffsets(q, k, cu_seqlens_q, cu_seqlens_k);
+  if (!UsesFlashAttention(q.device(), q.scalar_type(), q.size(-1)) || cu_seqlens_q.size() < 2) {
+    return DenseVarlenCausalAttention(q, k, v, cu_seqlens_q, cu_seqlens_k);
+  }
+  std::int64_t max_q = 0, max_k = 0;
+  for (std::size_t i = 0; i + 1 < cu_seqlens_q.size(); ++i) {
+    max_q = std::max(max_q, cu_seqlens_q[i + 1] - cu_seqlens_q[i]);
+    max_k = std::max(max_k, cu_seqlens_k[i + 1] - cu_seqlens_k[i]);
+  }
+  const at::Tensor cu_q = cu_seqlens_q_device.defined()
+                              ? cu_seqlens_q_device
+                              : CuSeqlensOnDevice(cu_seqlens_q, q.device());
+  const at::Tensor cu_k = cu_seqlens_k_device.defined()
+                              ? cu_seqlens_k_device
+                              : CuSeqlensOnDevice(cu_seqlens_k, q.device());
+  // Not verified on a GPU yet (gpu_test's VarlenFlashMatchesDense checks it against the dense
+  // reference): ATen's flash attention is flash-attention 2.5+, whose causal mask with more
+  // keys than queries is aligned to the bottom right, the alignment this function promises.
+  return std::get<0>(at::_flash_attention_forward(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                  cu_q, cu_k, max_q, max_k, /*dropout_p=*/0.0,
+                                                  /*is_causal=*/true,
+                                                  /*return_debug_mask=*/false));
+}
+
+at::Tensor DenseVarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const std::vector<std::int64_t>& cu_seqlens_q,
+                                      const std::vector<std::int64_t>& cu_seqlens_k) {
+  CheckVarlenOffsets(q, k, cu_seqlens_q, cu_seqlens_k);
+  const std::int64_t heads = q.size(1);
+  const std::int64_t group = heads / k.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(cu_seqlens_q.size());
+  for (std::size_t i = 0; i + 1 < cu_seqlens_q.size(); ++i) {
+    const std::int64_t lq = cu_seqlens_q[i + 1] - cu_seqlens_q[i];
+    const std::int64_t lk = cu_seqlens_k[i + 1] - cu_seqlens_k[i];
+    at::Tensor qs = q.slice(0, cu_seqlens_q[i], cu_seqlens_q[i + 1]).transpose(0, 1);
+    at::Tensor ks = k.slice(0, cu_seqlens_k[i], cu_seqlens_k[i + 1]).transpose(0, 1);
+    at::Tensor vs = v.slice(0, cu_seqlens_k[i], cu_seqlens_k[i + 1]).transpose(0, 1);
+    if (group > 1) {
+      ks = ks.repeat_interleave(group, 0);
+      vs = vs.repeat_interleave(group, 0);
+    }
+    at::Tensor scores = at::matmul(qs, ks.transpose(1, 2)) * scale;  // [heads, lq, lk]
+    // Query j sits at key row lk - lq + j: keys after that are its future.
+    at::Tensor future = at::ones({lq, lk}, q.options().dtype(at::kBool)).triu(1 + lk - lq);
+    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+    outputs.push_back(at::matmul(at::softmax(scores, -1), vs).transpose(0, 1));
+  }
+  if (outputs.empty()) {
+    // No query (a cp rank without tokens): the empty result still lies on the autograd path
+    // of q, k and v (zero gradients, sums over no element), so such a rank runs the same
+    // backward as the others instead of failing for want of a graph.
+    return q.narrow(0, 0, 0) + k.narrow(0, 0, 0).sum() + v.narrow(0, 0, 0).sum();
+  }
   return at::cat(outputs, 0);
 }
 

@@ -315,16 +315,52 @@ at::Tensor Transformer::Forward(const PackedBatch& batch) const {
 
 at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor& hidden) const {
   ValidatePackedBatch(batch);  // O(documents); a bad cu_seqlens would read out of range.
+  const at::Tensor positions = layers_.empty() ? at::Tensor() : PositionsInDocuments(batch);
+  // Made once per micro-batch for the flash kernel, which reads the boundaries on the GPU.
+  const at::Tensor cu_seqlens =
+      !layers_.empty() &&
+              UsesFlashAttention(TorchDevice(compute_), ComputeDtype(compute_), config_.head_dim())
+          ? CuSeqlensOnDevice(batch.cu_seqlens, TorchDevice(compute_))
+          : at::Tensor();
+  return RunStage(
+      batch.tokens, positions, batch.num_tokens(),
+      [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return PackedCausalAttention(q, k, v, batch.cu_seqlens, cu_seqlens);
+      },
+      hidden);
+}
+
+at::Tensor Transformer::ForwardStageContextParallel(const LocalTokens& tokens,
+                                                    const ContextParallelRows& rows,
+                                                    CommGroup& cp_group,
+                                                    const at::Tensor& hidden) const {
+  const std::int64_t storage = rows.local.storage_tokens();
+  if (!tokens.tokens.defined() || tokens.tokens.dim() != 1 || tokens.tokens.size(0) != storage ||
+      !tokens.positions.defined() || tokens.positions.sizes() != tokens.tokens.sizes()) {
+    throw InvalidInput("ForwardStageContextParallel: the local tokens and positions must be [" +
+                       std::to_string(storage) +
+                       "] (the storage rows of the attention rows' layout)");
+  }
+  return RunStage(
+      tokens.tokens, tokens.positions, storage,
+      [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return ContextParallelAttention(q, k, v, rows, cp_group);
+      },
+      hidden);
+}
+
+at::Tensor Transformer::RunStage(const at::Tensor& token_ids, const at::Tensor& positions,
+                                 std::int64_t tokens, const Attention& attend,
+                                 const at::Tensor& hidden) const {
   const ModelSpec& s = config_.shape;
-  const std::int64_t tokens = batch.num_tokens();
   const std::int64_t dim = config_.head_dim();
   at::Tensor x;
   auto fetch = [&](std::size_t end) {
     if (fetch_) fetch_(end);
   };
   if (part_.has_embedding) {
-    fetch(1);                                  // the embedding is parameter 0
-    x = embed_.index_select(0, batch.tokens);  // [tokens, hidden]
+    fetch(1);                               // the embedding is parameter 0
+    x = embed_.index_select(0, token_ids);  // [tokens, hidden]
   } else {
     if (!hidden.defined() || hidden.dim() != 2 || hidden.size(0) != tokens ||
         hidden.size(1) != s.hidden) {
@@ -344,13 +380,6 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
   auto g = [&](const at::Tensor& t) {
     return group == nullptr ? t : ReduceFromTensorParallel::apply(t, group);
   };
-  const at::Tensor positions = layers_.empty() ? at::Tensor() : PositionsInDocuments(batch);
-  // Made once per micro-batch for the flash kernel, which reads the boundaries on the GPU.
-  const at::Tensor cu_seqlens =
-      !layers_.empty() &&
-              UsesFlashAttention(TorchDevice(compute_), ComputeDtype(compute_), config_.head_dim())
-          ? CuSeqlensOnDevice(batch.cu_seqlens, TorchDevice(compute_))
-          : at::Tensor();
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     fetch(layer_ends_[i]);
@@ -360,7 +389,7 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
     at::Tensor v = Linear(h, l.wv).view({tokens, kv_heads, dim});
     q = ApplyRotary(q, positions, config_.rope_theta);
     k = ApplyRotary(k, positions, config_.rope_theta);
-    at::Tensor attn = PackedCausalAttention(q, k, v, batch.cu_seqlens, cu_seqlens);
+    at::Tensor attn = attend(q, k, v);
     x = x + g(Linear(attn.reshape({tokens, heads * dim}), l.wo));
     h = f(RmsNorm(x, l.mlp_norm, config_.norm_eps));
     x = x + g(Linear(at::silu(Linear(h, l.w_gate)) * Linear(h, l.w_up), l.w_down));
@@ -371,7 +400,10 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
 }
 
 TokenLoss SummedTokenLoss(const at::Tensor& logits, const PackedBatch& batch) {
-  const NextTokenTargets t = NextTokenTargetsOf(batch);
+  return SummedTokenLoss(logits, NextTokenTargetsOf(batch));
+}
+
+TokenLoss SummedTokenLoss(const at::Tensor& logits, const NextTokenTargets& t) {
   // In fp32 whatever the compute precision: a bf16 log-softmax over a large vocabulary
   // loses the small probabilities the loss is made of.
   const at::Tensor log_probs = at::log_softmax(logits.index_select(0, t.inputs).to(at::kFloat), -1);

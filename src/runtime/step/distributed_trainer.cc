@@ -8,7 +8,9 @@
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/context_parallel_attention.h"
 #include "hydraulis/runtime/model/gradients.h"
+#include "hydraulis/runtime/model/local_tokens.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/step/pipeline_stage.h"
 #include "hydraulis/spec/placement.h"
@@ -48,6 +50,22 @@ std::string GroupName(const std::vector<int>& members) {
   return name;
 }
 
+// This cp rank's share of each packed micro-batch of a cp > 1 pipeline, laid out by the
+// plan's cp_layouts (checked by CheckStep): every cp rank of the stage derives the same
+// layouts, so their attention gathers match.
+std::vector<ContextParallelMicroBatch> ContextParallelShares(
+    const std::vector<PackedBatch>& micro_batches, const std::vector<MicroBatchLayout>& layouts,
+    const PipelinePlan& pipeline, int cp, int cp_rank, at::Device device) {
+  std::vector<ContextParallelMicroBatch> shares;
+  for (std::size_t j = 0; j < micro_batches.size(); ++j) {
+    const LocalTokenLayout local =
+        MakeLocalTokenLayout(layouts[j].lengths, pipeline.cp_layouts[j], cp, cp_rank);
+    shares.push_back(
+        {LocalTokensOf(micro_batches[j].tokens, local), MakeContextParallelRows(local, device)});
+  }
+  return shares;
+}
+
 }  // namespace
 
 Plan PlanOf(int strategy_index, std::vector<MicroBatches> micro_batches) {
@@ -70,6 +88,13 @@ std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int6
       h.Add(static_cast<std::int64_t>(mb.size()));
       for (int d : mb) h.Add(d);
     }
+    // The cp ranks of a stage must agree on where every document lies, or their attention
+    // gathers would mismatch.
+    h.Add(static_cast<std::int64_t>(pipeline.cp_layouts.size()));
+    for (const CpLayout& layout : pipeline.cp_layouts) {
+      h.Add(static_cast<std::int64_t>(layout.size()));
+      for (int where : layout) h.Add(where);
+    }
   }
   h.Add(static_cast<std::int64_t>(documents.size()));
   for (const auto& doc : documents) {
@@ -81,8 +106,11 @@ std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int6
 
 struct DistributedTrainer::Compute {
   ComputeRole role;  // pipeline -1: idle in this candidate
+  int cp = 1;        // of this rank's pipeline
   std::unique_ptr<Transformer> model;
   StageLinks links;
+  // cp > 1: this stage's cp ranks of this rank's tp rank, in cp-rank order.
+  CommGroup* cp_group = nullptr;
 };
 
 DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t seed,
@@ -108,9 +136,8 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
                          std::to_string(o.world_size));
     }
     for (const Scheme& scheme : s.pipelines) {
-      if (scheme.cp != 1) {
-        throw InvalidInput(where + ": context parallelism (cp = " + std::to_string(scheme.cp) +
-                           ") is not supported by the runtime");
+      if (scheme.cp < 1) {
+        throw InvalidInput(where + ": " + SchemeName(scheme) + ": cp must be at least 1");
       }
       try {
         ValidateTensorParallel(config_, scheme.tp);
@@ -125,8 +152,11 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
   // over Gloo they never wait behind the world's GPU collectives (under NCCL, the previous
   // step's parameter all-gathers, which the step is meant to overlap).
   control_ = MakeCommGroup(rendezvous_, "control", {}, CommBackend::kGloo);
-  // Every rank walks the candidates in the same order and creates the groups it belongs to:
-  // one global creation order, so group creation cannot deadlock (comm_group.h).
+  // Every rank walks the candidates in the same order and creates the groups it belongs to,
+  // in each candidate its pipeline group, then its cp group, then its tp group: one global
+  // creation order (a group is first met in the same candidate by all its members, and
+  // within a candidate every rank creates the kinds in the same order), so group creation
+  // cannot deadlock (comm_group.h).
   // The master weights come straight from the source, one tensor at a time; the compute
   // models are left uninitialised, as every step materialises them from the master weights:
   // so no process ever holds a second full copy of the weights.
@@ -142,9 +172,14 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
       const Scheme& scheme = s.pipelines[p];
       const ParameterBlock& block = compute->role.block;
       const int pipeline = static_cast<int>(p);
+      const int cp_rank = compute->role.cp_rank;
       CommGroup* pipeline_group = scheme.pp > 1 ? Group(PipelineGpus(s, pipeline)) : nullptr;
+      compute->cp = scheme.cp;
+      compute->cp_group = scheme.cp > 1
+                              ? Group(ContextParallelGpus(s, pipeline, block.stage, block.tp_rank))
+                              : nullptr;
       CommGroup* tp_group =
-          scheme.tp > 1 ? Group(TensorParallelGpus(s, pipeline, block.stage)) : nullptr;
+          scheme.tp > 1 ? Group(TensorParallelGpus(s, pipeline, block.stage, cp_rank)) : nullptr;
       compute->model = std::make_unique<Transformer>(
           config_, seed_, tp_group, ModelPart::Stage(config_, block.stage, scheme.pp), compute_,
           UninitializedWeights());
@@ -152,10 +187,10 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
       compute->links.stage = block.stage;
       compute->links.pp = scheme.pp;
       if (block.stage > 0) {
-        compute->links.prev = PipelineGroupRank(scheme, block.stage - 1, block.tp_rank);
+        compute->links.prev = PipelineGroupRank(scheme, block.stage - 1, block.tp_rank, cp_rank);
       }
       if (block.stage + 1 < scheme.pp) {
-        compute->links.next = PipelineGroupRank(scheme, block.stage + 1, block.tp_rank);
+        compute->links.next = PipelineGroupRank(scheme, block.stage + 1, block.tp_rank, cp_rank);
       }
     }
     computes_.push_back(std::move(compute));
@@ -197,6 +232,19 @@ DistributedTrainer::StepCounts DistributedTrainer::CheckStep(
   for (const PipelinePlan& pipeline : plan.pipelines) assignment.push_back(pipeline.micro_batches);
   if (const std::string error = CheckCoverage(assignment, documents.size()); !error.empty()) {
     throw InvalidInput("step plan: " + error);
+  }
+  // Checked against the candidate's scheme, not the plan's copy of it (a plan made by hand,
+  // PlanOf, leaves that at its default).
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    PipelinePlan pipeline;
+    pipeline.scheme = strategy.pipelines[p];
+    pipeline.micro_batches = plan.pipelines[p].micro_batches;
+    pipeline.cp_layouts = plan.pipelines[p].cp_layouts;
+    if (const std::string error = CheckCpLayouts(pipeline); !error.empty()) {
+      throw InvalidInput("step plan: pipeline " + std::to_string(p) + " (" +
+                         SchemeName(pipeline.scheme) + "): " + error +
+                         " (a cp > 1 pipeline needs the plan's cp_layouts, one per micro-batch)");
+    }
   }
   for (std::size_t d = 0; d < documents.size(); ++d) {
     if (documents[d].empty()) {
@@ -262,7 +310,17 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
       throw InternalError("step: a packed micro-batch differs from its layout");
     }
   }
-  StageResult stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
+  StageResult stage;
+  if (compute.cp_group == nullptr) {
+    stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
+  } else {
+    stage = RunPipelineStage(
+        model,
+        ContextParallelShares(micro_batches, layouts,
+                              plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)],
+                              compute.cp, compute.role.cp_rank, TorchDevice(compute_)),
+        *compute.cp_group, compute.links, global_targets);
+  }
   optimizer_->FinishMaterialise(model);
   return stage;
 }
@@ -273,7 +331,8 @@ void DistributedTrainer::ReduceAndUpdate(Compute& compute, const StageResult& st
                                          std::int64_t global_targets, std::int64_t batch_tokens,
                                          DistributedStepResult& result) {
   // Loss from the last stages and tokens from the first stages, each counted on tp rank 0
-  // only, so every pipeline contributes once. Summed before the update, so a non-finite
+  // only, so every pipeline contributes once (each cp rank its own tokens and targets, which
+  // add up to the pipeline's). Summed before the update, so a non-finite
   // loss stops it on every rank alike.
   const bool tp0 = compute.model != nullptr && compute.model->tp_rank() == 0;
   const bool first = tp0 && compute.links.stage == 0;

@@ -15,7 +15,11 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/context_parallel_attention.h"
+#include "hydraulis/runtime/model/gradients.h"
+#include "hydraulis/runtime/model/local_tokens.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/step/pipeline_stage.h"
@@ -200,6 +204,89 @@ TEST(FakeCommTest, PipelineStagesMatchOneProcessUnderInOrderMatching) {
       for (int r = 0; r < pp; ++r) {
         EXPECT_LT(worst[static_cast<std::size_t>(r)], 1e-5)
             << "pp " << pp << " v " << v << " stage " << r;
+      }
+    }
+  }
+}
+
+// A context-parallel pipeline (cp = 2, pp = 2 and 3) on fake ranks: every cp rank runs its
+// share of each micro-batch through the 1F1B schedule, sending its local rows to the peer
+// of its own cp rank, so both the pipeline group's transfers (in-order matching, as NCCL
+// needs) and the cp groups' gathers are checked. The cp ranks' losses and gradients of each
+// stage add up to one process's. The micro-batches shard odd and short documents and give
+// cp rank 1 no token of the last one.
+TEST(FakeCommTest, ContextParallelPipelineStagesMatchOneProcess) {
+  ModelConfig c = Tiny();
+  c.shape.layers = 4;
+  constexpr int cp = 2;
+  const Documents docs = RandomDocuments(kLengths, 7, static_cast<int>(c.shape.vocab));
+  // Documents of each micro-batch (indices into kLengths) and their layout.
+  const std::vector<std::vector<int>> split = {{0, 1}, {2, 5, 6}, {3}, {4, 7}};
+  const std::vector<CpLayout> layouts = {
+      {kSharded, 0}, {kSharded, kSharded, 1}, {0}, {1, kSharded}};
+  std::vector<PackedBatch> mbs;
+  std::vector<std::vector<std::int64_t>> lengths;
+  for (const std::vector<int>& mb : split) {
+    Documents d;
+    lengths.emplace_back();
+    for (int i : mb) {
+      d.push_back(docs[static_cast<std::size_t>(i)]);
+      lengths.back().push_back(kLengths[static_cast<std::size_t>(i)]);
+    }
+    mbs.push_back(PackDocuments(d, c.shape.vocab));
+  }
+  std::int64_t targets = 0;
+  for (const auto& mb : mbs) targets += mb.num_targets();
+  Transformer reference(c, 11);
+  const double reference_loss = ForwardBackward(reference, mbs, targets);  // summed
+  for (int pp = 2; pp <= 3; ++pp) {
+    const int world_size = pp * cp;
+    FakeCommWorld world(world_size);
+    std::vector<double> loss(static_cast<std::size_t>(world_size), 0.0);
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(world_size), 0);
+    // Per rank: its stage's parameter gradients, in named_parameters order.
+    std::vector<std::vector<at::Tensor>> grads(static_cast<std::size_t>(world_size));
+    OnThreads(world_size, [&](int r) {
+      const int stage = r / cp, cp_rank = r % cp;
+      auto pipeline = world.Group(r, "pipeline");
+      auto cp_group = world.Group(r, "cp-" + std::to_string(stage), {stage * cp, stage * cp + 1});
+      const Transformer model(c, 11, nullptr, ModelPart::Stage(c, stage, pp));
+      ZeroGradients(model);
+      std::vector<ContextParallelMicroBatch> shares;
+      for (std::size_t j = 0; j < mbs.size(); ++j) {
+        const LocalTokenLayout local = MakeLocalTokenLayout(lengths[j], layouts[j], cp, cp_rank);
+        shares.push_back({LocalTokensOf(mbs[j].tokens, local),
+                          MakeContextParallelRows(local, at::Device(at::kCPU))});
+      }
+      StageLinks links{pipeline.get(), stage, pp, stage > 0 ? r - cp : -1,
+                       stage + 1 < pp ? r + cp : -1};
+      const StageResult result = RunPipelineStage(model, shares, *cp_group, links, targets);
+      loss[static_cast<std::size_t>(r)] = result.loss_sum;
+      tokens[static_cast<std::size_t>(r)] = result.tokens;
+      for (const NamedParameter& p : model.named_parameters()) {
+        grads[static_cast<std::size_t>(r)].push_back(p.value.grad().clone());
+      }
+    });
+    const int last = (pp - 1) * cp;
+    EXPECT_NEAR(loss[static_cast<std::size_t>(last)] + loss[static_cast<std::size_t>(last + 1)],
+                reference_loss, 1e-5 * reference_loss)
+        << "pp " << pp;
+    std::int64_t all_tokens = 0;
+    for (const auto& mb : mbs) all_tokens += mb.num_tokens();
+    for (int stage = 0; stage < pp; ++stage) {
+      EXPECT_EQ(tokens[static_cast<std::size_t>(stage * cp)] +
+                    tokens[static_cast<std::size_t>(stage * cp + 1)],
+                all_tokens);
+      const Transformer part(c, 11, nullptr, ModelPart::Stage(c, stage, pp));
+      const auto& params = part.named_parameters();
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const at::Tensor sum = grads[static_cast<std::size_t>(stage * cp)][i] +
+                               grads[static_cast<std::size_t>(stage * cp + 1)][i];
+        for (const NamedParameter& q : reference.named_parameters()) {
+          if (q.full_name != params[i].full_name) continue;
+          EXPECT_LT(RelativeError(sum, q.value.grad()), 1e-5)
+              << "pp " << pp << " stage " << stage << " " << params[i].name;
+        }
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -109,7 +110,16 @@ class StageIo {
   double wait_ms_ = 0;
 };
 
-}  // namespace
+// What the schedule does with micro-batch j, whatever its form (packed, or a cp rank's
+// share): the rows of the activations passed between stages, the real tokens it counts,
+// its forward on the previous stage's output, and its loss on the last stage's.
+struct StageWork {
+  int micro_batches = 0;
+  std::function<std::int64_t(int)> rows;
+  std::function<std::int64_t(int)> tokens;
+  std::function<at::Tensor(int, const at::Tensor&)> forward;
+  std::function<TokenLoss(int, const at::Tensor&)> loss;
+};
 
 // When receives are posted. Under NCCL two neighbouring stages must issue their transfers
 // to each other in one order (comm_group.h). Take the order in which the upstream stage
@@ -126,9 +136,8 @@ class StageIo {
 // The two sides of every boundary therefore issue identical sequences, which neither
 // deadlocks under NCCL's in-order matching nor depends on Gloo's tags; the fake
 // communicator checks it on every pipeline test.
-StageResult RunPipelineStage(const Transformer& model,
-                             const std::vector<PackedBatch>& micro_batches, const StageLinks& links,
-                             std::int64_t global_targets) {
+StageResult RunSchedule(const Transformer& model, const StageWork& work, const StageLinks& links,
+                        std::int64_t global_targets) {
   const bool first = links.stage == 0;
   const bool last = links.stage == links.pp - 1;
   if (links.pp > 1 &&
@@ -138,9 +147,9 @@ StageResult RunPipelineStage(const Transformer& model,
   if (global_targets <= 0) {
     throw InvalidInput("training step: the global batch has no target token");
   }
-  const int v = static_cast<int>(micro_batches.size());
+  const int v = work.micro_batches;
   StageIo io(links, model.config().shape.hidden, model.activation_options(), v);
-  auto tokens_of = [&](int j) { return micro_batches[static_cast<std::size_t>(j)].num_tokens(); };
+  const auto& tokens_of = work.rows;
   // Warm-ups of the previous stage and of this one.
   const int warmup_prev = std::min(links.pp - links.stage, v);
   const int warmup = std::min(links.pp - 1 - links.stage, v);
@@ -162,20 +171,19 @@ StageResult RunPipelineStage(const Transformer& model,
     at::Tensor input;   // received activations (requires grad), undefined on the first stage
     at::Tensor output;  // hidden states sent on, or the scaled loss on the last stage
   };
-  std::vector<InFlight> in_flight(micro_batches.size());
+  std::vector<InFlight> in_flight(static_cast<std::size_t>(v));
   StageResult result;
   for (const StageOp& op : OneFOneBOrder(links.stage, links.pp, v)) {
-    const PackedBatch& mb = micro_batches[static_cast<std::size_t>(op.micro_batch)];
     InFlight& f = in_flight[static_cast<std::size_t>(op.micro_batch)];
     if (op.forward) {
       if (!first) {
         f.input = io.Take(op.micro_batch, true);
         f.input.requires_grad_(true);
       }
-      at::Tensor out = model.ForwardStage(mb, f.input);
-      result.tokens += mb.num_tokens();
+      at::Tensor out = work.forward(op.micro_batch, f.input);
+      result.tokens += work.tokens(op.micro_batch);
       if (last) {
-        TokenLoss loss = SummedTokenLoss(out, mb);
+        TokenLoss loss = work.loss(op.micro_batch, out);
         // Divided by the global count, so the gradients add up to those of the global mean.
         f.output = loss.sum / static_cast<double>(global_targets);
         result.loss_sum += loss.sum.item<double>();
@@ -195,7 +203,10 @@ StageResult RunPipelineStage(const Transformer& model,
     // No AccumulateMainGradients here: the distributed trainer's optimizer collects every
     // backward pass's gradients itself, in fp32 (ShardedAdamW::BeginStep).
     if (!first) {
-      io.Send(f.input.grad(), links.prev, op.micro_batch, false);
+      // A cp rank without tokens in this micro-batch has an empty input, whose gradient
+      // autograd may leave undefined; its peer still waits for the (empty) message.
+      const at::Tensor grad = f.input.grad().defined() ? f.input.grad() : at::zeros_like(f.input);
+      io.Send(grad, links.prev, op.micro_batch, false);
       post_forwards_until(op.micro_batch + warmup_prev + 1);
     }
     f = InFlight{};  // frees the activations of this micro-batch
@@ -203,6 +214,47 @@ StageResult RunPipelineStage(const Transformer& model,
   if (links.pipeline != nullptr) links.pipeline->WaitSends();
   result.wait_ms = io.wait_ms();
   return result;
+}
+
+}  // namespace
+
+StageResult RunPipelineStage(const Transformer& model,
+                             const std::vector<PackedBatch>& micro_batches, const StageLinks& links,
+                             std::int64_t global_targets) {
+  auto batch = [&](int j) -> const PackedBatch& {
+    return micro_batches[static_cast<std::size_t>(j)];
+  };
+  StageWork work;
+  work.micro_batches = static_cast<int>(micro_batches.size());
+  work.rows = [&](int j) { return batch(j).num_tokens(); };
+  work.tokens = work.rows;
+  work.forward = [&](int j, const at::Tensor& hidden) {
+    return model.ForwardStage(batch(j), hidden);
+  };
+  work.loss = [&](int j, const at::Tensor& logits) { return SummedTokenLoss(logits, batch(j)); };
+  return RunSchedule(model, work, links, global_targets);
+}
+
+StageResult RunPipelineStage(const Transformer& model,
+                             const std::vector<ContextParallelMicroBatch>& micro_batches,
+                             CommGroup& cp_group, const StageLinks& links,
+                             std::int64_t global_targets) {
+  auto share = [&](int j) -> const ContextParallelMicroBatch& {
+    return micro_batches[static_cast<std::size_t>(j)];
+  };
+  StageWork work;
+  work.micro_batches = static_cast<int>(micro_batches.size());
+  // Storage rows travel between stages (padding included: the next stage's rows are the
+  // same layout's); only real tokens count.
+  work.rows = [&](int j) { return share(j).rows.local.storage_tokens(); };
+  work.tokens = [&](int j) { return share(j).rows.local.real_tokens(); };
+  work.forward = [&](int j, const at::Tensor& hidden) {
+    return model.ForwardStageContextParallel(share(j).tokens, share(j).rows, cp_group, hidden);
+  };
+  work.loss = [&](int j, const at::Tensor& logits) {
+    return SummedTokenLoss(logits, share(j).tokens.targets);
+  };
+  return RunSchedule(model, work, links, global_targets);
 }
 
 }  // namespace hydraulis

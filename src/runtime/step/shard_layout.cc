@@ -7,7 +7,8 @@
 
 namespace hydraulis {
 
-ShardLayout MakeShardLayout(std::int64_t numel, int ranks, std::int64_t bucket_elements) {
+OptimizerShardLayout MakeOptimizerShardLayout(std::int64_t numel, int ranks,
+                                              std::int64_t bucket_elements) {
   if (ranks < 1) throw InvalidInput("shard layout: ranks must be >= 1");
   if (numel < 0) throw InvalidInput("shard layout: numel must be >= 0");
   if (bucket_elements < 0) {
@@ -15,7 +16,7 @@ ShardLayout MakeShardLayout(std::int64_t numel, int ranks, std::int64_t bucket_e
                        std::to_string(bucket_elements));
   }
   auto round_up = [ranks](std::int64_t n) { return (n + ranks - 1) / ranks * ranks; };
-  ShardLayout layout;
+  OptimizerShardLayout layout;
   layout.ranks = ranks;
   // One bucket when none is asked for or the vector fits in one; then the pieces are the
   // contiguous shards of the layout before buckets.
@@ -45,12 +46,12 @@ ShardLayout MakeShardLayout(std::int64_t numel, int ranks, std::int64_t bucket_e
   return layout;
 }
 
-int ShardLayout::BucketOf(std::int64_t element) const {
+int OptimizerShardLayout::BucketOf(std::int64_t element) const {
   return static_cast<int>(std::min<std::int64_t>(element / bucket_elements,
                                                  static_cast<std::int64_t>(buckets.size()) - 1));
 }
 
-at::Tensor ShardLayout::Shard(const at::Tensor& padded, int rank) const {
+at::Tensor OptimizerShardLayout::Shard(const at::Tensor& padded, int rank) const {
   at::Tensor shard = at::empty({shard_numel}, padded.options());
   for (const ShardBucket& b : buckets) {
     shard.slice(0, b.shard_offset, b.shard_offset + b.piece)
@@ -59,10 +60,11 @@ at::Tensor ShardLayout::Shard(const at::Tensor& padded, int rank) const {
   return shard;
 }
 
-at::Tensor ShardLayout::Unshard(const std::vector<at::Tensor>& shards, std::int64_t numel) const {
+at::Tensor OptimizerShardLayout::Unshard(const std::vector<at::Tensor>& shards,
+                                         std::int64_t numel) const {
   if (static_cast<int>(shards.size()) != ranks || numel > padded_numel) {
-    throw InternalError("ShardLayout::Unshard: " + std::to_string(shards.size()) + " shards for " +
-                        std::to_string(ranks) + " ranks");
+    throw InternalError("OptimizerShardLayout::Unshard: " + std::to_string(shards.size()) +
+                        " shards for " + std::to_string(ranks) + " ranks");
   }
   at::Tensor padded = at::empty({padded_numel}, shards[0].options());
   for (int r = 0; r < ranks; ++r) {

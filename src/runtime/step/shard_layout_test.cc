@@ -14,10 +14,10 @@
 namespace hydraulis {
 namespace {
 
-TEST(ShardLayoutTest, OneBucketIsTheContiguousLayoutBeforeBuckets) {
+TEST(OptimizerShardLayoutTest, OneBucketIsTheContiguousLayoutBeforeBuckets) {
   for (int ranks : {1, 2, 3, 8}) {
     for (std::int64_t numel : {1, 7, 48, 1001}) {
-      const ShardLayout l = MakeShardLayout(numel, ranks, 0);
+      const OptimizerShardLayout l = MakeOptimizerShardLayout(numel, ranks, 0);
       const std::int64_t shard = (numel + ranks - 1) / ranks;  // the old ceil(N / W)
       ASSERT_EQ(l.buckets.size(), 1u);
       EXPECT_EQ(l.shard_numel, shard);
@@ -27,14 +27,14 @@ TEST(ShardLayoutTest, OneBucketIsTheContiguousLayoutBeforeBuckets) {
         EXPECT_TRUE(at::equal(l.Shard(v, r), v.slice(0, shard * r, shard * (r + 1))));
       }
       // A bucket as large as the vector is the same layout.
-      EXPECT_EQ(MakeShardLayout(numel, ranks, numel * 2).shard_numel, shard);
+      EXPECT_EQ(MakeOptimizerShardLayout(numel, ranks, numel * 2).shard_numel, shard);
     }
   }
 }
 
-TEST(ShardLayoutTest, BucketsAreRoundedToTheRanksAndCutIntoOnePiecePerRank) {
+TEST(OptimizerShardLayoutTest, BucketsAreRoundedToTheRanksAndCutIntoOnePiecePerRank) {
   // 47 elements, 3 ranks, buckets of 10 -> 12: [0,12) [12,24) [24,36) [36,48), 4 per rank.
-  const ShardLayout l = MakeShardLayout(47, 3, 10);
+  const OptimizerShardLayout l = MakeOptimizerShardLayout(47, 3, 10);
   EXPECT_EQ(l.bucket_elements, 12);
   ASSERT_EQ(l.buckets.size(), 4u);
   for (std::size_t b = 0; b < 4; ++b) {
@@ -55,7 +55,7 @@ TEST(ShardLayoutTest, BucketsAreRoundedToTheRanksAndCutIntoOnePiecePerRank) {
   EXPECT_EQ(l.BucketOf(12), 1);
   EXPECT_EQ(l.BucketOf(47), 3);
   // A short last bucket: 40 elements in buckets of 12 leave 4, padded to 6 (2 per rank).
-  const ShardLayout s = MakeShardLayout(40, 3, 12);
+  const OptimizerShardLayout s = MakeOptimizerShardLayout(40, 3, 12);
   ASSERT_EQ(s.buckets.size(), 4u);
   EXPECT_EQ(s.buckets[3].numel, 6);
   EXPECT_EQ(s.buckets[3].piece, 2);
@@ -63,13 +63,13 @@ TEST(ShardLayoutTest, BucketsAreRoundedToTheRanksAndCutIntoOnePiecePerRank) {
   EXPECT_EQ(s.shard_numel, 14);
 }
 
-TEST(ShardLayoutTest, UnshardInvertsShardOnRandomSizes) {
+TEST(OptimizerShardLayoutTest, UnshardInvertsShardOnRandomSizes) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 200; ++trial) {
     const int ranks = 1 + static_cast<int>(rng() % 9);
     const std::int64_t numel = 1 + static_cast<std::int64_t>(rng() % 500);
     const std::int64_t bucket = static_cast<std::int64_t>(rng() % 120);
-    const ShardLayout l = MakeShardLayout(numel, ranks, bucket);
+    const OptimizerShardLayout l = MakeOptimizerShardLayout(numel, ranks, bucket);
     // Every element is in exactly one bucket, every bucket a multiple of the ranks.
     std::int64_t covered = 0;
     for (const ShardBucket& b : l.buckets) {
@@ -89,12 +89,12 @@ TEST(ShardLayoutTest, UnshardInvertsShardOnRandomSizes) {
   }
 }
 
-TEST(ShardLayoutTest, BadSizesAreInvalidInput) {
-  EXPECT_THROW(MakeShardLayout(10, 0, 0), InvalidInput);
-  EXPECT_THROW(MakeShardLayout(-1, 2, 0), InvalidInput);
-  EXPECT_THROW(MakeShardLayout(10, 2, -4), InvalidInput);
+TEST(OptimizerShardLayoutTest, BadSizesAreInvalidInput) {
+  EXPECT_THROW(MakeOptimizerShardLayout(10, 0, 0), InvalidInput);
+  EXPECT_THROW(MakeOptimizerShardLayout(-1, 2, 0), InvalidInput);
+  EXPECT_THROW(MakeOptimizerShardLayout(10, 2, -4), InvalidInput);
   try {
-    MakeShardLayout(std::int64_t{1} << 40, 1, 2);
+    MakeOptimizerShardLayout(std::int64_t{1} << 40, 1, 2);
     FAIL() << "2^39 buckets accepted";
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find("more than 65536 buckets"), std::string::npos) << e.what();

@@ -67,7 +67,7 @@ ShardedAdamW::ShardedAdamW(const ModelConfig& config, const InitialWeights& init
                            std::int64_t bucket_elements)
     : world_(world), options_(options), layout_(MakeFlatLayout(config)) {
   ValidateAdamWOptions(options_);
-  shards_ = MakeShardLayout(layout_.numel, world_.size(), bucket_elements);
+  shards_ = MakeOptimizerShardLayout(layout_.numel, world_.size(), bucket_elements);
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
   full_ = at::zeros({shards_.padded_numel}, fp32);
   grad_ = at::zeros({shards_.padded_numel}, fp32);

@@ -26,6 +26,24 @@ at::Tensor PackedCausalAttention(const at::Tensor& q, const at::Tensor& k, const
                                  const std::vector<std::int64_t>& cu_seqlens,
                                  const at::Tensor& cu_seqlens_device = {});
 
+// Segment i of the queries ([cu_seqlens_q[i], cu_seqlens_q[i + 1]) of q) attends to
+// segment i of the keys and values ([cu_seqlens_k[i], cu_seqlens_k[i + 1]) of k, v), which
+// holds at least as many rows, causally with the mask aligned to the bottom right: the
+// queries are the last rows of the key segment, so query j of a segment of lq queries and
+// lk keys sees keys [0, lk - lq + j]. With cu_seqlens_q == cu_seqlens_k this is
+// PackedCausalAttention. Context parallelism's query chunk of a document against the
+// document's keys up to the chunk's end is one such segment. Shapes, grouped-query heads,
+// the flash path and the optional device copies of the offsets as in PackedCausalAttention
+// (flash attention 2.1+ aligns a causal mask to the bottom right). Differentiable, also
+// with no segment at all: the empty result then gives q, k and v zero gradients.
+// InvalidInput when the offsets do not describe q and k or a key segment is shorter than its
+// query segment.
+at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const std::vector<std::int64_t>& cu_seqlens_q,
+                                 const std::vector<std::int64_t>& cu_seqlens_k,
+                                 const at::Tensor& cu_seqlens_q_device = {},
+                                 const at::Tensor& cu_seqlens_k_device = {});
+
 // Whether PackedCausalAttention takes the flash path for q on `device` in `dtype` with
 // head dimension `head_dim`.
 bool UsesFlashAttention(at::Device device, at::ScalarType dtype, std::int64_t head_dim);
@@ -36,6 +54,11 @@ at::Tensor CuSeqlensOnDevice(const std::vector<std::int64_t>& cu_seqlens, at::De
 // The reference: dense softmax attention document by document, in q's dtype and device.
 at::Tensor DenseCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const std::vector<std::int64_t>& cu_seqlens);
+
+// The reference of VarlenCausalAttention: dense softmax attention segment by segment.
+at::Tensor DenseVarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const std::vector<std::int64_t>& cu_seqlens_q,
+                                      const std::vector<std::int64_t>& cu_seqlens_k);
 
 // Rotary position embedding (the "rotate half" convention of LLaMA): rotates each
 // [.., head_dim] vector of x ([total_tokens, n, head_dim]) by angles position * theta^(-2i /

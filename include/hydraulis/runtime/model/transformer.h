@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "hydraulis/runtime/model/compute.h"
+#include "hydraulis/runtime/model/context_parallel_attention.h"
+#include "hydraulis/runtime/model/local_tokens.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/spec/model_config.h"
 
@@ -129,6 +131,16 @@ class Transformer {
   // logits [tokens, vocab] on the last stage. Differentiable with respect to `hidden`.
   at::Tensor ForwardStage(const PackedBatch& batch, const at::Tensor& hidden) const;
 
+  // The same stage on this rank's share of a context-parallel micro-batch: `tokens` are its
+  // local tokens (LocalTokensOf), `rows` the attention's rows of the same layout on this
+  // model's device (MakeContextParallelRows), attention is ContextParallelAttention over
+  // `cp_group`. Works over the rank's storage rows (padding rows included; their outputs
+  // mean nothing and reach no loss): `hidden` and the result are [storage rows, ...]. A
+  // collective over cp_group when the micro-batch has a sharded document; every cp rank must
+  // call it, and run its backward, in the same order.
+  at::Tensor ForwardStageContextParallel(const LocalTokens& tokens, const ContextParallelRows& rows,
+                                         CommGroup& cp_group, const at::Tensor& hidden) const;
+
   const ModelConfig& config() const { return config_; }
   const ComputeOptions& compute() const { return compute_; }
   // Options for tensors that meet the activations: the compute device and dtype.
@@ -158,6 +170,13 @@ class Transformer {
     at::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
   };
 
+  // The stage over `rows` token rows: `tokens` (int64 ids, read on the first stage) or
+  // `hidden`, rotary by `positions`, attention by `attend(q, k, v)`.
+  using Attention =
+      std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
+  at::Tensor RunStage(const at::Tensor& tokens, const at::Tensor& positions, std::int64_t rows,
+                      const Attention& attend, const at::Tensor& hidden) const;
+
   // Keeps this rank's part of the full `value` (all of it when replicated or without tp).
   at::Tensor Add(const std::string& name, const std::string& full_name, const at::Tensor& value,
                  TensorSplit split);
@@ -184,5 +203,8 @@ struct TokenLoss {
   std::int64_t tokens = 0;  // targets summed (num_targets of the batch)
 };
 TokenLoss SummedTokenLoss(const at::Tensor& logits, const PackedBatch& batch);
+// The same for explicit targets (a cp rank's LocalTokens::targets): `logits` rows indexed
+// by targets.inputs.
+TokenLoss SummedTokenLoss(const at::Tensor& logits, const NextTokenTargets& targets);
 
 }  // namespace hydraulis

@@ -1,5 +1,5 @@
 // Distributed training over any strategy of a candidate set (method.md 2.2): pipelines of
-// possibly different <tp, pp> side by side, the strategy chosen per step, the optimizer
+// possibly different <cp, tp, pp> side by side, the strategy chosen per step, the optimizer
 // disaggregated from computation (ShardedAdamW). A homogeneous run (dp pipelines of tp x
 // pp) is the case of one candidate with identical pipelines.
 //
@@ -8,7 +8,10 @@
 // checks with one all-gather that all ranks hold the same plan (a hash), copies its
 // compute parameters out of the optimizer's full parameters, runs its pipeline stage's
 // 1F1B schedule, and joins the optimizer step. Ranks the strategy leaves idle join only
-// the collectives.
+// the collectives. On a cp > 1 pipeline every micro-batch's documents lie on the stage's cp
+// ranks as the plan's cp_layouts say; each cp rank runs its local tokens (context-parallel
+// attention gathering the sharded documents' keys and values over the stage's cp group),
+// and its gradients join the optimizer's reduction like a data-parallel replica's.
 #pragma once
 
 #include <cstdint>
@@ -32,13 +35,15 @@ struct StageResult;
 // What a step runs is the planner's Plan (assign/plan.h), the one plan type from
 // planner to executor. The trainer reads strategy_index and, per pipeline of that
 // candidate (in strategy order), its micro_batches in execution order, each a list of
-// indices into the step's documents; every document appears exactly once.
+// indices into the step's documents; every document appears exactly once; for a cp > 1
+// pipeline, its cp_layouts (one per micro-batch, cost/cp_layout.h).
 
 // A Plan holding only what the trainer reads, for callers that assign documents themselves
 // (tests, benchmarks): candidate `strategy_index`, pipeline p running micro_batches[p].
 Plan PlanOf(int strategy_index, std::vector<MicroBatches> micro_batches);
 
-// 64-bit FNV-1a of the plan's strategy and micro-batches and of the documents' tokens:
+// 64-bit FNV-1a of the plan's strategy, micro-batches and cp layouts and of the documents'
+// tokens:
 // equal on two ranks only when they would run the same step.
 std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents);
 
@@ -72,9 +77,9 @@ class DistributedTrainer {
  public:
   // Builds the model from `seed` (identical on every rank), shards the optimizer over all
   // ranks of `rendezvous` (which must outlive this) and creates, once, every process group
-  // any candidate needs. InvalidInput when a candidate needs more ranks than the world, uses
-  // cp > 1, or does not split the model (tp must divide heads, kv_heads and ffn; pp <=
-  // layers). A collective: every rank constructs it with the same arguments.
+  // any candidate needs (pipeline, cp and tp groups). InvalidInput when a candidate needs
+  // more ranks than the world or does not split the model (tp must divide heads, kv_heads
+  // and ffn; pp <= layers). A collective: every rank constructs it with the same arguments.
   // `compute`: this rank's device and precision (CheckComputeAvailable first).
   // `initial`: the starting weights instead of the draw from `seed` (a Hugging Face
   // checkpoint, hf_weights.h); they become the optimizer's fp32 master weights, from which
@@ -89,8 +94,9 @@ class DistributedTrainer {
   DistributedTrainer& operator=(const DistributedTrainer&) = delete;
 
   // One training step (a collective over all ranks). InvalidInput when the plan is
-  // malformed (strategy index, pipeline count, a document missing or twice) or the batch
-  // has no target; Error when the ranks' plans differ (naming the ranks) or a peer fails.
+  // malformed (strategy index, pipeline count, a document missing or twice, cp layouts
+  // missing or not CheckCpLayouts' shape) or the batch has no target; Error when the ranks' plans
+  // differ (naming the ranks) or a peer fails.
   DistributedStepResult Step(const Plan& plan,
                              const std::vector<std::vector<std::int64_t>>& documents);
 

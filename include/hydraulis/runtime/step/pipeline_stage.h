@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "hydraulis/runtime/model/context_parallel_attention.h"
+#include "hydraulis/runtime/model/local_tokens.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/model/transformer.h"
 
@@ -28,8 +30,8 @@ struct StageOp {
 std::vector<StageOp> OneFOneBOrder(int stage, int pp, int micro_batches);
 
 // How this rank reaches its neighbours: `pipeline` holds the pipeline's ranks (nullptr
-// when pp == 1); prev / next are the group ranks of the peers with this rank's tp rank in
-// the previous / next stage (-1 at the ends).
+// when pp == 1); prev / next are the group ranks of the peers with this rank's tp rank (and
+// cp rank) in the previous / next stage (-1 at the ends).
 struct StageLinks {
   CommGroup* pipeline = nullptr;
   int stage = 0;
@@ -41,7 +43,7 @@ struct StageLinks {
 struct StageResult {
   double loss_sum = 0;       // summed token loss (last stage only, else 0)
   std::int64_t targets = 0;  // targets the loss covers (last stage only)
-  std::int64_t tokens = 0;   // tokens of the micro-batches run
+  std::int64_t tokens = 0;   // tokens of the micro-batches run (a cp rank: its real tokens)
   double wait_ms = 0;        // time blocked in receives (pipeline bubbles + transfer)
 };
 
@@ -51,6 +53,25 @@ struct StageResult {
 // a shape the plan does not give.
 StageResult RunPipelineStage(const Transformer& model,
                              const std::vector<PackedBatch>& micro_batches, const StageLinks& links,
+                             std::int64_t global_targets);
+
+// One cp rank's share of a micro-batch of a context-parallel pipeline: its local tokens and
+// the attention rows of the same layout, on the model's device (what
+// Transformer::ForwardStageContextParallel reads).
+struct ContextParallelMicroBatch {
+  LocalTokens tokens;
+  ContextParallelRows rows;
+};
+
+// The same schedule on a cp rank of a context-parallel pipeline: each micro-batch runs on
+// this rank's local tokens, attention gathering keys and values over `cp_group` (this
+// stage's cp ranks, which all run the same micro-batches in the same order), and the
+// activations sent between stages are this rank's storage rows, exchanged with the peers of
+// its own cp rank (links.prev / links.next). The loss covers this rank's targets only, so
+// the pipelines' and cp ranks' sums add up to the batch's.
+StageResult RunPipelineStage(const Transformer& model,
+                             const std::vector<ContextParallelMicroBatch>& micro_batches,
+                             CommGroup& cp_group, const StageLinks& links,
                              std::int64_t global_targets);
 
 }  // namespace hydraulis

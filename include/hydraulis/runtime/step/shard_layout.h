@@ -25,7 +25,9 @@ struct ShardBucket {
   std::int64_t shard_offset = 0;  // where the pieces of this bucket start in every shard
 };
 
-struct ShardLayout {
+// How the ZeRO-1 optimizer cuts the flat parameter vector into buckets and shards; named for
+// the optimizer so that it does not read as a layout of tokens (cost/cp_layout.h).
+struct OptimizerShardLayout {
   int ranks = 1;
   std::int64_t bucket_elements = 0;  // of every bucket but the last (a multiple of ranks)
   std::vector<ShardBucket> buckets;  // in vector order
@@ -44,6 +46,7 @@ struct ShardLayout {
 // The layout of `numel` elements over `ranks` ranks with buckets of `bucket_elements`,
 // rounded up to a multiple of `ranks` (0: one bucket). InvalidInput on ranks < 1, numel < 0,
 // bucket_elements < 0, or more than 2^16 buckets.
-ShardLayout MakeShardLayout(std::int64_t numel, int ranks, std::int64_t bucket_elements);
+OptimizerShardLayout MakeOptimizerShardLayout(std::int64_t numel, int ranks,
+                                              std::int64_t bucket_elements);
 
 }  // namespace hydraulis

@@ -123,7 +123,7 @@ class ShardedAdamW {
     return full_.slice(0, 0, layout_.numel);
   }
   const FlatLayout& layout() const { return layout_; }
-  const ShardLayout& shard_layout() const { return shards_; }
+  const OptimizerShardLayout& shard_layout() const { return shards_; }
   std::int64_t steps() const { return steps_; }
 
   // This rank's optimizer state, for checkpoints: master shard, moments (each
@@ -134,7 +134,7 @@ class ShardedAdamW {
   };
   ShardState shard_state() const;
   // Restores the whole optimizer state (each [layout().numel], e.g. the shards of a
-  // checkpoint written by any number of ranks, ShardLayout::Unshard): this rank keeps its
+  // checkpoint written by any number of ranks, OptimizerShardLayout::Unshard): this rank keeps its
   // own shard of the moments and every rank the full parameters. Not a collective (every
   // rank passes the same state). InvalidInput when a size differs from the layout's.
   void LoadFullState(const at::Tensor& master, const at::Tensor& exp_avg,
@@ -156,7 +156,7 @@ class ShardedAdamW {
   CommGroup& world_;
   AdamWOptions options_;
   FlatLayout layout_;
-  ShardLayout shards_;
+  OptimizerShardLayout shards_;
   at::Tensor full_;        // [padded_numel], the padding stays zero
   at::Tensor grad_;        // [padded_numel]: every rank's gradients, reduce-scatter input
   at::Tensor grad_shard_;  // [shard_numel]: this rank's pieces of the summed gradients

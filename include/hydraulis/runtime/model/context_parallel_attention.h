@@ -1,0 +1,58 @@
+// Causal attention of a packed micro-batch whose documents lie on the ranks of a context
+// parallel (cp) group (local_tokens.h): a document placed whole on one rank attends there
+// alone; a sharded one (2*cp chunks, rank r holding chunks r and 2*cp-1-r) needs the keys
+// and values of the chunks before each of a rank's chunks, which the ranks exchange by one
+// all-gather per call (all_gather_rows.h).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/local_tokens.h"
+
+namespace hydraulis {
+
+// The rows ContextParallelAttention reads on one rank for one micro-batch, derived from the
+// layout alone: made once per micro-batch on the model's device and read by every layer
+// (each call would otherwise rebuild them on the host and copy them to the device).
+struct ContextParallelRows {
+  LocalTokenLayout local;
+  // Rows each rank contributes to the gathered K/V buffer: the largest rank's token count
+  // of the sharded documents (the others pad with zero rows); 0 without a sharded document.
+  std::int64_t rows_per_rank = 0;
+  // int64 on the device: the storage rows of the real tokens, in segment order (undefined
+  // without padding); the storage rows this rank contributes to the gather, in gather order;
+  // per query segment, the rows of its keys in [storage rows; gathered rows].
+  at::Tensor real_rows, send_rows, key_rows;
+  // Per query segment, its number of keys, cumulative (a placed document's own tokens, a
+  // sharded chunk [b, e)'s e).
+  std::vector<std::int64_t> cu_seqlens_k;
+  // int32 copies of local.cu_seqlens and cu_seqlens_k for the flash kernel (on CUDA only).
+  at::Tensor cu_seqlens_q_device, cu_seqlens_k_device;
+};
+// The rows of `local`, with their tensors on `device` (the model's).
+ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::Device device);
+
+// Rank local.rank's share (local = rows.local) of PackedCausalAttention over the whole
+// micro-batch. q: [rows, heads, head_dim], k, v: [rows, kv_heads, head_dim] (kv_heads
+// dividing heads), over the rank's storage rows (rows = local.storage_tokens(), padding
+// rows included, any values).
+// Returns [rows, heads, head_dim] in q's row order: for a real token, the attention output
+// it has in the whole micro-batch (a chunk [b, e) of a sharded document attends causally
+// to the document's keys [0, e)); zero on padding rows. Differentiable; the backward sends
+// every rank the gradient of its own keys and values from every rank's queries (a
+// reduce-scatter).
+//
+// Collectives: when the micro-batch has a sharded document, one all-gather in forward and
+// one reduce-scatter in backward, of sizes fixed by local.lengths and local.layout alone,
+// so every rank of `cp_group` (all of which must call this, in the same order) issues the
+// same ones, a rank holding no token of a sharded document included; none otherwise.
+// InvalidInput when the shapes do not match the layout, the group is not the layout's
+// (size cp, this rank local.rank) or the rows were made for another device.
+at::Tensor ContextParallelAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const ContextParallelRows& rows, CommGroup& cp_group);
+// The same with the rows made for this one call.
+at::Tensor ContextParallelAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const LocalTokenLayout& local, CommGroup& cp_group);
+
+}  // namespace hydraulis
