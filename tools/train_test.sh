@@ -122,10 +122,10 @@ grep -q -- "--tp 3" "$TMP/bad.err" || fail "stderr: $(tail -c 600 "$TMP/bad.err"
 
 # Device, precision and backend flags: one line naming the flag, exit 2, before any rank
 # starts (the launcher checks once). "--device cuda" fails only where no GPU is visible.
-bad_flags() {  # bad_flags EXPECTED_TEXT ARGS...
+bad_flags() {  # [NPROC=N] bad_flags EXPECTED_TEXT ARGS...
   local expected=$1
   shift
-  "$BIN" train "${COMMON[@]}" --steps 1 --nproc 2 "$@" >"$TMP/flag.out" 2>"$TMP/flag.err"
+  "$BIN" train "${COMMON[@]}" --steps 1 --nproc "${NPROC:-2}" "$@" >"$TMP/flag.out" 2>"$TMP/flag.err"
   RC=$?
   [[ $RC -eq 2 ]] || fail "$* exited $RC"
   [[ $(wc -l <"$TMP/flag.err") -eq 1 ]] || fail "$*: not one line: $(head -c 600 "$TMP/flag.err")"
@@ -139,6 +139,58 @@ bad_flags "--comm-backend nccl needs --device cuda" --device cpu --comm-backend 
 if ! command -v nvidia-smi >/dev/null; then
   bad_flags "--device cuda --precision bf16: device cuda: no CUDA GPU is visible" --device cuda
 fi
+
+check "bad --cp input is one clear error from the launcher"
+bad_flags "train: --cp 3 x --tp 1 x --pp 1 does not divide the 2 ranks" --cp 3
+bad_flags "train: --cp 2 and --candidates: give one" --cp 2 --candidates "$CANDS2"
+NPROC=4 bad_flags "has no (CP2,TP1,PP2) scheme, and cp schemes are derived only for --pp 1" \
+  --cp 2 --pp 2
+# A candidates file may name cp schemes, but only ones the profile has (none is derived).
+cat >"$TMP/cp-cands.json" <<'JSON'
+{"format": "hydraulis.candidates/1", "gpus": 2, "optimizer_layout": {"dp": 2, "tp": 1, "pp": 1},
+ "strategies": [{"name": "CP2", "pipelines": [{"count": 1, "cp": 2, "tp": 1}]}]}
+JSON
+bad_flags "strategies\[0\].pipelines\[0\].tp: scheme (CP2,TP1) has no fitted entry in the profile" \
+  --candidates "$TMP/cp-cands.json"
+
+check "--cp 2 trains documents longer than a rank's capacity whole, where --tp 2 cuts them"
+# Documents of 1,400-1,560 tokens (byte tokenizer: one token per character) between short
+# ones. The capacity is the profile's memory model's: with 12,000,000 bytes per rank instead
+# of the bundled 24 MiB, a tp 2 pipeline holds 1,280 tokens per micro-batch and a cp 2
+# pipeline (the <2,1,1> scheme derived from <1,1,1>) 1,664, so --tp 2 cuts every long
+# document and --cp 2 none (the log's truncated_tokens). One rank on the bundled profile
+# holds 1,920 and cuts none either: --cp 2 must train exactly its batches, to the same
+# losses.
+sed 's/"gpu_memory_bytes": 25165824/"gpu_memory_bytes": 12000000/' "$PROFILE" >"$TMP/small-mem.json"
+grep -q '"gpu_memory_bytes": 12000000' "$TMP/small-mem.json" || fail "setup: memory not replaced"
+awk 'BEGIN { for (i = 0; i < 24; ++i) { n = i % 2 ? 1400 + 7 * i : 100 + 11 * i; s = "";
+  for (j = 0; j < n; ++j) s = s sprintf("%c", 97 + (i * 5 + j * 3) % 26); printf "{\"text\": \"%s\"}\n", s } }' \
+  >"$TMP/long.jsonl"
+"$BIN" preprocess --input "$TMP/long.jsonl" --output-prefix "$TMP/long" >/dev/null || fail "preprocess"
+LONG=(--model "$MODEL" --data "$TMP/long" --tokens-per-batch 3200 --max-len 1600 --seed 5
+      --timeout-s 20 --steps 3)
+long_run() {  # long_run NAME ARGS...
+  local name=$1
+  shift
+  "$BIN" train "${LONG[@]}" --log-json "$TMP/$name.jsonl" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" ||
+    fail "$name: exit status $?: $(tail -c 600 "$TMP/$name.err")"
+}
+# truncated_tokens NAME: the tokens the planner cut for capacity, over all steps (the log's
+# cut_tokens also counts the sampler's cut of each batch's last document to the budget).
+truncated_tokens() {
+  sed -E 's/.*"truncated_tokens":([0-9]+).*/\1/' "$TMP/$1.jsonl" | awk '{ s += $1 } END { print s + 0 }'
+}
+long_run long-cp2 --nproc 2 --cp 2 --profile "$TMP/small-mem.json"
+long_run long-tp2 --nproc 2 --tp 2 --profile "$TMP/small-mem.json"
+long_run long-one --nproc 1 --profile "$PROFILE"
+grep -q '"strategy":"1x(CP2,TP1)"' "$TMP/long-cp2.jsonl" || fail "cp 2 strategy: $(head -c 400 "$TMP/long-cp2.jsonl")"
+grep -q "profile: (CP2,TP1) derived from its cp = 1 fit" "$TMP/long-cp2.out" ||
+  fail "no derivation notice: $(head -c 300 "$TMP/long-cp2.out")"
+[[ $(wc -l <"$TMP/long-cp2.jsonl") -eq 3 ]] || fail "cp 2: expected 3 log lines"
+[[ $(truncated_tokens long-cp2) -eq 0 ]] || fail "cp 2 cut $(truncated_tokens long-cp2) tokens"
+[[ $(truncated_tokens long-one) -eq 0 ]] || fail "one rank cut $(truncated_tokens long-one) tokens"
+[[ $(truncated_tokens long-tp2) -gt 0 ]] || fail "tp 2 cut no token: the case does not test capacity"
+same_losses long-one long-cp2
 
 check "a bucket size that makes more than 2^16 buckets is one clear error"
 # One rank: buckets of 1 element, one per parameter (the tiny model has 123,712).
