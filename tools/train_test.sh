@@ -270,15 +270,39 @@ grep -q "memory-bytes 100000: scheme TP1 cannot hold a micro-batch of 128 tokens
 check "profile over 2 ranks times a tp 2 scheme on its block's group and fits every scheme"
 # Lengths up to 2,048 so time clearly grows with tokens (at 256 a loaded machine's noise
 # once made the TP2 fit flat, which profile rightly refuses).
-"$BIN" profile --model "$MODEL" --schemes 1x1,2x1,1x2 --nproc 2 --repeats 1 --warmup 1 \
+# 2x1x1 is the cp scheme <2,1,1>: timed with every document sharded over the 2 ranks, it
+# keeps 1x1's a, b, c and fits only kv_ms_per_token.
+"$BIN" profile --model "$MODEL" --schemes 1x1,2x1,1x2,2x1x1 --nproc 2 --repeats 1 --warmup 1 \
   --min-len 256 --max-len 2048 --packed 4 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
-  --output "$TMP/p2.json" >"$TMP/prof2.out" 2>"$TMP/prof2.err" || fail "$(tail -c 600 "$TMP/prof2.err")"
-python3 - "$TMP/p2.json" <<'PY' || fail "profile: $(head -c 400 "$TMP/p2.json")"
+  --samples-json "$TMP/p2-samples.json" --output "$TMP/p2.json" >"$TMP/prof2.out" 2>"$TMP/prof2.err" ||
+  fail "$(tail -c 600 "$TMP/prof2.err")"
+python3 - "$TMP/p2.json" "$TMP/p2-samples.json" <<'PY' || fail "profile: $(head -c 400 "$TMP/p2.json")"
 import json, sys
 p = json.load(open(sys.argv[1]))
-assert [(s["tp"], s["pp"]) for s in p["schemes"]] == [(1, 1), (2, 1), (1, 2)], p["schemes"]
+assert [(s["cp"], s["tp"], s["pp"]) for s in p["schemes"]] == [(1, 1, 1), (1, 2, 1), (1, 1, 2), (2, 1, 1)], p["schemes"]
 assert p["cluster"]["gpus_per_node"] == 2
+placed, cp = p["schemes"][0], p["schemes"][3]
+for k in ("a_ms_per_token2", "b_ms_per_token", "c_ms"):
+    assert cp[k] == placed[k], (k, cp, placed)
+assert cp["kv_ms_per_token"] >= 0, cp
+samples = json.load(open(sys.argv[2]))
+assert samples[3]["cp"] == 2 and len(samples[3]["samples"]) == len(samples[0]["samples"]), samples[3]
 PY
+grep -q "(CP2,TP1) .* 3712 " "$TMP/prof2.out" || fail "no cp row with its capacity: $(cat "$TMP/prof2.out")"
+
+check "profile refuses cp schemes it cannot time, before any timing"
+bad_profile() {  # bad_profile EXPECTED_TEXT SCHEMES
+  "$BIN" profile --model "$MODEL" --schemes "$2" --nproc 2 --output "$TMP/bad-p.json" \
+    >"$TMP/badp.out" 2>"$TMP/badp.err"
+  RC=$?
+  [[ $RC -eq 2 ]] || fail "$2 exited $RC"
+  grep -q -- "$1" "$TMP/badp.err" || fail "$2: stderr: $(head -c 600 "$TMP/badp.err")"
+  [[ ! -e $TMP/bad-p.json ]] || fail "$2: a profile was written"
+}
+bad_profile "--schemes: 2x1x1 keeps the fit of 1x1 for documents placed whole: list 1x1 too" 2x1x1
+bad_profile "--schemes: 2x1x2: cp schemes are profiled with tp 1 and pp 1 only" 1x1,2x1x2
+bad_profile "--nproc: 2 cannot run cp = 4" 1x1,4x1x1
+bad_profile "--schemes: '2x1x1x1' is not TPxPP or CPxTPxPP" 2x1x1x1
 
 check "a non-finite loss stops the run before its update, naming the step"
 mkdir -p "$TMP/nan-ckpt"
