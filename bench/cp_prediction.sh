@@ -5,7 +5,7 @@
 # the same profile) runs on real Wikipedia lengths; per run the mean over steps 1.. of the
 # step time, the planner's estimate, and the mean absolute prediction error.
 #
-# Usage: bench/cp_prediction.sh HYDRAULIS_BINARY OUT_DIR [STEPS]
+# Usage: [REPEATS=N] bench/cp_prediction.sh HYDRAULIS_BINARY OUT_DIR [STEPS]
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -19,7 +19,7 @@ if [[ ! -f $OUT/wiki.idx ]]; then
 fi
 # The bundled tiny profile's memory (24 MiB per rank): TP1 holds 1,920 tokens, (CP2,TP1) 3,712.
 "$BIN" profile --model "$SRC/configs/models/tiny.json" --schemes 1x1,2x1x1 --nproc 2 \
-  --min-len 128 --max-len 3072 --packed 8 --repeats 3 --memory-bytes 25165824 \
+  --min-len 128 --max-len 3072 --packed 8 --repeats "${REPEATS:-3}" --memory-bytes 25165824 \
   --samples-json "$OUT/samples.json" --output "$OUT/profile.json" >"$OUT/profile.out" 2>&1
 grep -v "profiled" "$OUT/profile.out" | sed 's/^\[rank 0\] //'
 # Training runs under the profile's process settings (docs/runtime.md, "Profiler").
