@@ -5,6 +5,7 @@
 // has tp = 1. The process runs under the timing environment below, restarting itself into
 // it when needed.
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <unistd.h>
 #include <algorithm>
@@ -73,7 +74,8 @@ void RestartWithTimingEnvironment() {
              kTimingEnvironment[0].name, kTimingEnvironment[2].name, std::strerror(errno));
 }
 
-// "1x1,2x1" -> schemes (tp x pp), in the given order. InvalidInput naming --schemes.
+// "1x1,2x1,2x1x1" -> schemes in the given order: TPxPP, or CPxTPxPP for a cp scheme.
+// InvalidInput naming --schemes.
 std::vector<Scheme> ParseSchemes(const std::string& text) {
   std::vector<Scheme> out;
   std::size_t begin = 0;
@@ -81,20 +83,30 @@ std::vector<Scheme> ParseSchemes(const std::string& text) {
     std::size_t end = text.find(',', begin);
     if (end == std::string::npos) end = text.size();
     const std::string item = text.substr(begin, end - begin);
-    const std::size_t x = item.find('x');
-    Scheme s;
+    std::vector<int> parts;
     try {
-      if (x == std::string::npos || x == 0 || x + 1 == item.size()) throw std::invalid_argument("");
-      std::size_t used = 0;
-      s.tp = std::stoi(item.substr(0, x), &used);
-      if (used != x) throw std::invalid_argument("");
-      s.pp = std::stoi(item.substr(x + 1), &used);
-      if (used != item.size() - x - 1) throw std::invalid_argument("");
+      std::size_t at = 0;
+      while (true) {
+        const std::size_t x = item.find('x', at);
+        const std::string part = item.substr(at, x == std::string::npos ? x : x - at);
+        if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) {
+          throw std::invalid_argument("");
+        }
+        parts.push_back(std::stoi(part));
+        if (x == std::string::npos) break;
+        at = x + 1;
+      }
+      if (parts.size() != 2 && parts.size() != 3) throw std::invalid_argument("");
     } catch (const std::exception&) {
-      throw InvalidInput("--schemes: " + QuoteForMessage(item) + " is not TPxPP (e.g. 2x1)");
+      throw InvalidInput("--schemes: " + QuoteForMessage(item) +
+                         " is not TPxPP or CPxTPxPP (e.g. 2x1, 2x1x1)");
     }
-    if (s.tp < 1 || s.pp < 1) {
-      throw InvalidInput("--schemes: " + QuoteForMessage(item) + ": tp and pp must be >= 1");
+    Scheme s;
+    if (parts.size() == 3) s.cp = parts[0];
+    s.tp = parts[parts.size() - 2];
+    s.pp = parts.back();
+    if (s.cp < 1 || s.tp < 1 || s.pp < 1) {
+      throw InvalidInput("--schemes: " + QuoteForMessage(item) + ": cp, tp and pp must be >= 1");
     }
     if (std::find(out.begin(), out.end(), s) != out.end()) {
       throw InvalidInput("--schemes: " + QuoteForMessage(item) + " is listed twice");
@@ -116,21 +128,33 @@ void RequireFolderOf(const std::string& path, const std::string& flag) {
 
 void PrintFits(const ProfileRun& run) {
   const OptimizerLayout layout{run.world_size, 1, 1};
-  fmt::print("{:<10} {:>14} {:>12} {:>10} {:>9} {:>9} {:>9} {:>10}\n", "scheme", "a ms/tok^2",
-             "b ms/tok", "c ms", "R^2", "max rel", "rms rel", "capacity");
+  fmt::print("{:<10} {:>14} {:>12} {:>10} {:>9} {:>9} {:>9} {:>10} {:>12}\n", "scheme",
+             "a ms/tok^2", "b ms/tok", "c ms", "R^2", "max rel", "rms rel", "capacity",
+             "kv ms/tok");
   for (std::size_t i = 0; i < run.fits.size(); ++i) {
     const TimeFit& f = run.fits[i];
     const Scheme& scheme = run.profile.schemes[i].scheme;
-    fmt::print("{:<10} {:>14.4e} {:>12.4e} {:>10.3f} {:>9.4f} {:>9.3f} {:>9.3f} {:>10}\n",
+    // A cp scheme keeps its <1, tp, 1> a, b, c; its R^2 and errors are of the sharded
+    // samples under those plus the fitted kv.
+    fmt::print("{:<10} {:>14.4e} {:>12.4e} {:>10.3f} {:>9.4f} {:>9.3f} {:>9.3f} {:>10} {:>12}\n",
                SchemeName(scheme), f.model.a_ms_per_token2, f.model.b_ms_per_token, f.model.c_ms,
                f.r_squared, f.max_relative_error, f.rms_relative_error,
-               CapacityTokens(run.profile, scheme, layout));
+               CapacityTokens(run.profile, scheme, layout),
+               scheme.cp > 1 ? fmt::format("{:.4e}", run.profile.schemes[i].kv_ms_per_token)
+                             : std::string("-"));
   }
 }
 
 int RunProfileCommand(const ProfileArgs& a) {
   int max_tp = 1;
   for (const Scheme& s : a.options.schemes) max_tp = std::max(max_tp, s.tp);
+  for (const Scheme& s : a.options.schemes) {
+    if (a.nproc > 0 && a.nproc < s.cp * s.tp) {
+      throw InvalidInput("--nproc: " + std::to_string(a.nproc) +
+                         " cannot run cp = " + std::to_string(s.cp) + " (it needs at least " +
+                         std::to_string(s.cp * s.tp) + " ranks)");
+    }
+  }
   if (a.nproc > 0 && a.nproc < max_tp) {
     throw InvalidInput("--nproc: " + std::to_string(a.nproc) +
                        " cannot run tp = " + std::to_string(max_tp) + " (it needs at least " +
@@ -178,7 +202,9 @@ Command AddProfileCommand(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
   cmd->add_option("--model", a->options.model, "model config JSON")->required();
   AddParsedOption(cmd, "--schemes", a->options.schemes, ParseSchemes,
-                  "comma-separated TPxPP schemes, e.g. 1x1,2x1,1x2", "1x1");
+                  "comma-separated TPxPP schemes, e.g. 1x1,2x1,1x2, and CPxTPxPP cp schemes (tp 1, "
+                  "pp 1; 1x1 listed too), e.g. 2x1x1: timed with every document sharded",
+                  "1x1");
   cmd->add_option("--output,-o", a->output, "profile JSON to write (rank 0)")->required();
   cmd->add_option("--samples-json", a->samples_json,
                   "also write every measured micro-batch and its fitted time (rank 0)");

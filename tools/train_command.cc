@@ -108,6 +108,13 @@ int Train(TrainArgs& a) {
         "estimates until `hydraulis profile` fits one)\n",
         kEngineProfile);
   }
+  if (chief && !run.derived_cp_scheme().empty()) {
+    fmt::print(
+        "profile: {} derived from its cp = 1 fit (placed documents as on the tp group, the "
+        "key/value exchange at the simulator's link speeds; `hydraulis profile --schemes` "
+        "fits it)\n",
+        run.derived_cp_scheme());
+  }
   if (a.run.resume) {
     const std::optional<std::string> path = job.Resume();
     if (chief && path) fmt::print("resumed from {} at step {}\n", *path, job.next_step());
@@ -182,6 +189,11 @@ Command AddTrainCommand(CLI::App& app) {
                   "start this many ranks here; without it, join a torchrun/Slurm job (RANK, "
                   "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
       ->check(PositiveNumber());
+  cmd->add_option("--cp", a->run.cp,
+                  "context-parallel degree of every pipeline (long documents sharded over cp "
+                  "ranks); a <cp,tp,1> scheme the profile lacks is derived from its <1,tp,1>")
+      ->check(PositiveNumber())
+      ->capture_default_str();
   cmd->add_option("--tp", a->run.tp, "tensor-parallel degree of every pipeline")
       ->check(PositiveNumber())
       ->capture_default_str();
@@ -190,7 +202,7 @@ Command AddTrainCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option(
       "--candidates", a->run.candidates,
-      "candidate strategies JSON (heterogeneous, chosen per step) instead of --tp/--pp");
+      "candidate strategies JSON (heterogeneous, chosen per step) instead of --cp/--tp/--pp");
   cmd->add_option("--steps", a->run.job.steps, "training steps")
       ->check(PositiveNumber())
       ->capture_default_str();

@@ -122,10 +122,10 @@ grep -q -- "--tp 3" "$TMP/bad.err" || fail "stderr: $(tail -c 600 "$TMP/bad.err"
 
 # Device, precision and backend flags: one line naming the flag, exit 2, before any rank
 # starts (the launcher checks once). "--device cuda" fails only where no GPU is visible.
-bad_flags() {  # bad_flags EXPECTED_TEXT ARGS...
+bad_flags() {  # [NPROC=N] bad_flags EXPECTED_TEXT ARGS...
   local expected=$1
   shift
-  "$BIN" train "${COMMON[@]}" --steps 1 --nproc 2 "$@" >"$TMP/flag.out" 2>"$TMP/flag.err"
+  "$BIN" train "${COMMON[@]}" --steps 1 --nproc "${NPROC:-2}" "$@" >"$TMP/flag.out" 2>"$TMP/flag.err"
   RC=$?
   [[ $RC -eq 2 ]] || fail "$* exited $RC"
   [[ $(wc -l <"$TMP/flag.err") -eq 1 ]] || fail "$*: not one line: $(head -c 600 "$TMP/flag.err")"
@@ -139,6 +139,58 @@ bad_flags "--comm-backend nccl needs --device cuda" --device cpu --comm-backend 
 if ! command -v nvidia-smi >/dev/null; then
   bad_flags "--device cuda --precision bf16: device cuda: no CUDA GPU is visible" --device cuda
 fi
+
+check "bad --cp input is one clear error from the launcher"
+bad_flags "train: --cp 3 x --tp 1 x --pp 1 does not divide the 2 ranks" --cp 3
+bad_flags "train: --cp 2 and --candidates: give one" --cp 2 --candidates "$CANDS2"
+NPROC=4 bad_flags "has no (CP2,TP1,PP2) scheme, and cp schemes are derived only for --pp 1" \
+  --cp 2 --pp 2
+# A candidates file may name cp schemes, but only ones the profile has (none is derived).
+cat >"$TMP/cp-cands.json" <<'JSON'
+{"format": "hydraulis.candidates/1", "gpus": 2, "optimizer_layout": {"dp": 2, "tp": 1, "pp": 1},
+ "strategies": [{"name": "CP2", "pipelines": [{"count": 1, "cp": 2, "tp": 1}]}]}
+JSON
+bad_flags "strategies\[0\].pipelines\[0\].tp: scheme (CP2,TP1) has no fitted entry in the profile" \
+  --candidates "$TMP/cp-cands.json"
+
+check "--cp 2 trains documents longer than a rank's capacity whole, where --tp 2 cuts them"
+# Documents of 1,400-1,560 tokens (byte tokenizer: one token per character) between short
+# ones. The capacity is the profile's memory model's: with 12,000,000 bytes per rank instead
+# of the bundled 24 MiB, a tp 2 pipeline holds 1,280 tokens per micro-batch and a cp 2
+# pipeline (the <2,1,1> scheme derived from <1,1,1>) 1,664, so --tp 2 cuts every long
+# document and --cp 2 none (the log's truncated_tokens). One rank on the bundled profile
+# holds 1,920 and cuts none either: --cp 2 must train exactly its batches, to the same
+# losses.
+sed 's/"gpu_memory_bytes": 25165824/"gpu_memory_bytes": 12000000/' "$PROFILE" >"$TMP/small-mem.json"
+grep -q '"gpu_memory_bytes": 12000000' "$TMP/small-mem.json" || fail "setup: memory not replaced"
+awk 'BEGIN { for (i = 0; i < 24; ++i) { n = i % 2 ? 1400 + 7 * i : 100 + 11 * i; s = "";
+  for (j = 0; j < n; ++j) s = s sprintf("%c", 97 + (i * 5 + j * 3) % 26); printf "{\"text\": \"%s\"}\n", s } }' \
+  >"$TMP/long.jsonl"
+"$BIN" preprocess --input "$TMP/long.jsonl" --output-prefix "$TMP/long" >/dev/null || fail "preprocess"
+LONG=(--model "$MODEL" --data "$TMP/long" --tokens-per-batch 3200 --max-len 1600 --seed 5
+      --timeout-s 20 --steps 3)
+long_run() {  # long_run NAME ARGS...
+  local name=$1
+  shift
+  "$BIN" train "${LONG[@]}" --log-json "$TMP/$name.jsonl" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" ||
+    fail "$name: exit status $?: $(tail -c 600 "$TMP/$name.err")"
+}
+# truncated_tokens NAME: the tokens the planner cut for capacity, over all steps (the log's
+# cut_tokens also counts the sampler's cut of each batch's last document to the budget).
+truncated_tokens() {
+  sed -E 's/.*"truncated_tokens":([0-9]+).*/\1/' "$TMP/$1.jsonl" | awk '{ s += $1 } END { print s + 0 }'
+}
+long_run long-cp2 --nproc 2 --cp 2 --profile "$TMP/small-mem.json"
+long_run long-tp2 --nproc 2 --tp 2 --profile "$TMP/small-mem.json"
+long_run long-one --nproc 1 --profile "$PROFILE"
+grep -q '"strategy":"1x(CP2,TP1)"' "$TMP/long-cp2.jsonl" || fail "cp 2 strategy: $(head -c 400 "$TMP/long-cp2.jsonl")"
+grep -q "profile: (CP2,TP1) derived from its cp = 1 fit" "$TMP/long-cp2.out" ||
+  fail "no derivation notice: $(head -c 300 "$TMP/long-cp2.out")"
+[[ $(wc -l <"$TMP/long-cp2.jsonl") -eq 3 ]] || fail "cp 2: expected 3 log lines"
+[[ $(truncated_tokens long-cp2) -eq 0 ]] || fail "cp 2 cut $(truncated_tokens long-cp2) tokens"
+[[ $(truncated_tokens long-one) -eq 0 ]] || fail "one rank cut $(truncated_tokens long-one) tokens"
+[[ $(truncated_tokens long-tp2) -gt 0 ]] || fail "tp 2 cut no token: the case does not test capacity"
+same_losses long-one long-cp2
 
 check "a bucket size that makes more than 2^16 buckets is one clear error"
 # One rank: buckets of 1 element, one per parameter (the tiny model has 123,712).
@@ -218,15 +270,39 @@ grep -q "memory-bytes 100000: scheme TP1 cannot hold a micro-batch of 128 tokens
 check "profile over 2 ranks times a tp 2 scheme on its block's group and fits every scheme"
 # Lengths up to 2,048 so time clearly grows with tokens (at 256 a loaded machine's noise
 # once made the TP2 fit flat, which profile rightly refuses).
-"$BIN" profile --model "$MODEL" --schemes 1x1,2x1,1x2 --nproc 2 --repeats 1 --warmup 1 \
+# 2x1x1 is the cp scheme <2,1,1>: timed with every document sharded over the 2 ranks, it
+# keeps 1x1's a, b, c and fits only kv_ms_per_token.
+"$BIN" profile --model "$MODEL" --schemes 1x1,2x1,1x2,2x1x1 --nproc 2 --repeats 1 --warmup 1 \
   --min-len 256 --max-len 2048 --packed 4 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
-  --output "$TMP/p2.json" >"$TMP/prof2.out" 2>"$TMP/prof2.err" || fail "$(tail -c 600 "$TMP/prof2.err")"
-python3 - "$TMP/p2.json" <<'PY' || fail "profile: $(head -c 400 "$TMP/p2.json")"
+  --samples-json "$TMP/p2-samples.json" --output "$TMP/p2.json" >"$TMP/prof2.out" 2>"$TMP/prof2.err" ||
+  fail "$(tail -c 600 "$TMP/prof2.err")"
+python3 - "$TMP/p2.json" "$TMP/p2-samples.json" <<'PY' || fail "profile: $(head -c 400 "$TMP/p2.json")"
 import json, sys
 p = json.load(open(sys.argv[1]))
-assert [(s["tp"], s["pp"]) for s in p["schemes"]] == [(1, 1), (2, 1), (1, 2)], p["schemes"]
+assert [(s["cp"], s["tp"], s["pp"]) for s in p["schemes"]] == [(1, 1, 1), (1, 2, 1), (1, 1, 2), (2, 1, 1)], p["schemes"]
 assert p["cluster"]["gpus_per_node"] == 2
+placed, cp = p["schemes"][0], p["schemes"][3]
+for k in ("a_ms_per_token2", "b_ms_per_token", "c_ms"):
+    assert cp[k] == placed[k], (k, cp, placed)
+assert cp["kv_ms_per_token"] >= 0, cp
+samples = json.load(open(sys.argv[2]))
+assert samples[3]["cp"] == 2 and len(samples[3]["samples"]) == len(samples[0]["samples"]), samples[3]
 PY
+grep -qE '\(CP2,TP1\) .* [0-9.]+e[-+][0-9]+$' "$TMP/prof2.out" || fail "no cp row with its kv: $(cat "$TMP/prof2.out")"
+
+check "profile refuses cp schemes it cannot time, before any timing"
+bad_profile() {  # bad_profile EXPECTED_TEXT SCHEMES
+  "$BIN" profile --model "$MODEL" --schemes "$2" --nproc 2 --output "$TMP/bad-p.json" \
+    >"$TMP/badp.out" 2>"$TMP/badp.err"
+  RC=$?
+  [[ $RC -eq 2 ]] || fail "$2 exited $RC"
+  grep -q -- "$1" "$TMP/badp.err" || fail "$2: stderr: $(head -c 600 "$TMP/badp.err")"
+  [[ ! -e $TMP/bad-p.json ]] || fail "$2: a profile was written"
+}
+bad_profile "--schemes: 2x1x1 keeps the fit of 1x1 for documents placed whole: list 1x1 too" 2x1x1
+bad_profile "--schemes: 2x1x2: cp schemes are profiled with tp 1 and pp 1 only" 1x1,2x1x2
+bad_profile "--nproc: 2 cannot run cp = 4" 1x1,4x1x1
+bad_profile "--schemes: '2x1x1x1' is not TPxPP or CPxTPxPP" 2x1x1x1
 
 check "a non-finite loss stops the run before its update, naming the step"
 mkdir -p "$TMP/nan-ckpt"

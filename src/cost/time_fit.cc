@@ -172,4 +172,54 @@ TimeFit FitTimeModel(std::span<const TimeSample> samples, const TimeFitOptions& 
   return fit;
 }
 
+double ShardedMicroBatchMs(const TimeModel& placed, int cp, double kv_ms_per_token,
+                           std::span<const std::int64_t> lengths) {
+  double ms = placed.c_ms;
+  for (const std::int64_t length : lengths) {
+    const double s = static_cast<double>(length);
+    ms += (placed.a_ms_per_token2 * s * s + placed.b_ms_per_token * s) / cp + kv_ms_per_token * s;
+  }
+  return ms;
+}
+
+ShardedTimeFit FitShardedTimeModel(std::span<const TimeSample> samples, const TimeModel& placed,
+                                   int cp, const TimeFitOptions& options) {
+  if (cp < 2) throw InvalidInput("sharded time fit: cp must be >= 2, got " + std::to_string(cp));
+  if (samples.empty()) throw InvalidInput("sharded time samples: need at least one micro-batch");
+  for (std::size_t j = 0; j < samples.size(); ++j) ValidateSample(samples[j], j);
+  // One unknown: minimise sum w_j (r_j - kv t_j)^2 with r_j the time the placed fit leaves
+  // unexplained and t_j the tokens, so kv = sum w r t / sum w t^2, clamped at 0 (a
+  // negative exchange time would only absorb the placed fit's error).
+  double num = 0, den = 0;
+  for (const TimeSample& sample : samples) {
+    const double w =
+        options.weighting == TimeFitWeighting::kRelative ? 1.0 / (sample.ms * sample.ms) : 1.0;
+    double tokens = 0;
+    for (const std::int64_t length : sample.lengths) tokens += static_cast<double>(length);
+    const double r = sample.ms - ShardedMicroBatchMs(placed, cp, 0, sample.lengths);
+    num += w * r * tokens;
+    den += w * tokens * tokens;
+  }
+  ShardedTimeFit out;
+  out.kv_ms_per_token = std::max(0.0, num / den);
+  TimeFit& fit = out.fit;
+  fit.model = placed;
+  fit.samples = static_cast<int>(samples.size());
+  double mean = 0;
+  for (const TimeSample& s : samples) mean += s.ms;
+  mean /= static_cast<double>(samples.size());
+  double ss_res = 0, ss_tot = 0, sum_rel2 = 0;
+  for (const TimeSample& s : samples) {
+    const double r = ShardedMicroBatchMs(placed, cp, out.kv_ms_per_token, s.lengths) - s.ms;
+    ss_res += r * r;
+    ss_tot += (s.ms - mean) * (s.ms - mean);
+    const double rel = std::abs(r) / s.ms;
+    sum_rel2 += rel * rel;
+    fit.max_relative_error = std::max(fit.max_relative_error, rel);
+  }
+  fit.r_squared = ss_tot > 0 ? 1.0 - ss_res / ss_tot : (ss_res == 0 ? 1.0 : 0.0);
+  fit.rms_relative_error = std::sqrt(sum_rel2 / static_cast<double>(samples.size()));
+  return out;
+}
+
 }  // namespace hydraulis

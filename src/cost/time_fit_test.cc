@@ -141,5 +141,29 @@ TEST(TimeFitTest, RejectsInvalidSamplesNamingThem) {
   }
 }
 
+// The sharded fit keeps the placed a, b, c and recovers the exchange per token that the
+// samples carry beyond (a s^2 + b s) / cp + c; a placed fit that already over-predicts
+// gives 0, not a negative exchange.
+TEST(TimeFitTest, ShardedFitRecoversTheExchangePerToken) {
+  const TimeModel placed{1e-4, 2e-2, 3.0};
+  const double kv = 5e-3;
+  std::vector<TimeSample> samples;
+  for (const std::vector<std::int64_t>& lengths :
+       std::vector<std::vector<std::int64_t>>{{128}, {512}, {2048}, {300, 700}, {64, 64, 900}}) {
+    samples.push_back({lengths, ShardedMicroBatchMs(placed, 2, kv, lengths)});
+  }
+  const ShardedTimeFit fit = FitShardedTimeModel(samples, placed, 2);
+  EXPECT_NEAR(fit.kv_ms_per_token, kv, 1e-12);
+  EXPECT_EQ(fit.fit.model.c_ms, placed.c_ms);
+  EXPECT_LT(fit.fit.max_relative_error, 1e-12);
+  // 2048 tokens sharded over 2: c + (a 2048^2 + b 2048) / 2 + kv 2048.
+  EXPECT_NEAR(ShardedMicroBatchMs(placed, 2, kv, std::vector<std::int64_t>{2048}),
+              3.0 + (1e-4 * 2048 * 2048 + 2e-2 * 2048) / 2 + kv * 2048, 1e-9);
+  for (TimeSample& s : samples) s.ms = ShardedMicroBatchMs(placed, 2, 0, s.lengths) * 0.8;
+  EXPECT_EQ(FitShardedTimeModel(samples, placed, 2).kv_ms_per_token, 0.0);
+  EXPECT_THROW(FitShardedTimeModel(samples, placed, 1), InvalidInput);
+  EXPECT_THROW(FitShardedTimeModel({}, placed, 2), InvalidInput);
+}
+
 }  // namespace
 }  // namespace hydraulis

@@ -1054,6 +1054,26 @@ TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
   bad = options;
   bad.tp = 2;
   EXPECT_EQ(error_of(bad, 3), "train: --tp 2 x --pp 1 does not divide the 3 ranks");
+  // --cp: the layout names it; a file of candidates sets cp itself; cp x pp is not derived.
+  bad = options;
+  bad.cp = 3;
+  EXPECT_EQ(error_of(bad, 2), "train: --cp 3 x --tp 1 x --pp 1 does not divide the 2 ranks");
+  bad = options;
+  bad.cp = 2;
+  bad.candidates = root + "/configs/candidates/cpu-2rank.json";
+  EXPECT_EQ(error_of(bad, 2),
+            "train: --cp 2 and --candidates: give one (a candidates file sets each scheme's cp)");
+  bad = options;
+  bad.cp = 2;
+  bad.pp = 2;
+  EXPECT_EQ(error_of(bad, 4),
+            "train: --cp 2 x --tp 1 x --pp 2: " + options.profile +
+                " has no (CP2,TP1,PP2) scheme, and cp schemes are derived only for --pp 1; "
+                "profile it with `hydraulis profile` or use --pp 1");
+  // The bundled profile has no <2,1,1>: --cp 2 derives it from <1,1,1>.
+  bad = options;
+  bad.cp = 2;
+  EXPECT_EQ(error_of(bad, 2), "no error");
   bad = options;
   bad.comm_backend = "mpi";
   EXPECT_EQ(error_of(bad, 1), "--comm-backend: expected gloo or nccl, got 'mpi'");

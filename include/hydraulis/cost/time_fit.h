@@ -49,4 +49,24 @@ struct TimeFit {
 // independently in sum s^2, sum s and 1, e.g. all of one length).
 TimeFit FitTimeModel(std::span<const TimeSample> samples, const TimeFitOptions& options = {});
 
+// A stage time of a micro-batch whose documents are all sharded over cp ranks (docs/design.md,
+// "Context parallelism"): c + sum_i ((a s_i^2 + b s_i) / cp + kv_ms_per_token * s_i), with
+// a, b, c of `placed`, the fit of documents placed whole.
+double ShardedMicroBatchMs(const TimeModel& placed, int cp, double kv_ms_per_token,
+                           std::span<const std::int64_t> lengths);
+
+// The fit of a <cp, tp, 1> scheme from micro-batches timed with every document sharded:
+// a, b, c stay the <1, tp, 1> fit `placed` (documents placed whole run as on the tp group),
+// and kv_ms_per_token is the one-parameter non-negative least squares of the extra time
+// per sharded token, ms_j - ShardedMicroBatchMs(placed, cp, 0, lengths_j) ~ kv * tokens_j,
+// under the same weighting as FitTimeModel. The errors describe ShardedMicroBatchMs with
+// the fitted kv against the samples.
+struct ShardedTimeFit {
+  double kv_ms_per_token = 0;
+  TimeFit fit;  // model: `placed`; r_squared and errors of the sharded prediction
+};
+// InvalidInput on an invalid sample, no sample, or cp < 2.
+ShardedTimeFit FitShardedTimeModel(std::span<const TimeSample> samples, const TimeModel& placed,
+                                   int cp, const TimeFitOptions& options = {});
+
 }  // namespace hydraulis

@@ -40,6 +40,12 @@ int UtilizationTokens(const TimeModel& m) {
   return static_cast<int>(std::min(aligned, 1e9));
 }
 
+// The <1, tp, 1> scheme whose fit a cp scheme keeps for its documents placed whole.
+Scheme PlacedScheme(const Scheme& s) { return Scheme{1, s.tp, 1}; }
+
+// Ranks one profiled block runs on: cp * tp (pp is timed as one stage on those ranks).
+int BlockRanks(const Scheme& s) { return s.cp * s.tp; }
+
 std::vector<int> TensorParallelDegrees(const std::vector<Scheme>& schemes) {
   std::set<int> tps;
   for (const Scheme& s : schemes) tps.insert(s.tp);
@@ -49,7 +55,7 @@ std::vector<int> TensorParallelDegrees(const std::vector<Scheme>& schemes) {
 // The profile of `fits` (one per scheme) on `world_size` ranks. Error when a fit does not
 // grow with tokens.
 Profile ProfileOf(const ModelConfig& model, const ProfileOptions& options, int world_size,
-                  const std::vector<TimeFit>& fits) {
+                  const std::vector<TimeFit>& fits, const std::vector<double>& kv_ms_per_token) {
   Profile profile;
   profile.model = model.shape;
   profile.cluster.gpus_per_node = world_size;
@@ -64,6 +70,7 @@ Profile ProfileOf(const ModelConfig& model, const ProfileOptions& options, int w
                   "or a larger --max-len");
     }
     profile.schemes.push_back({scheme, m.a_ms_per_token2, m.b_ms_per_token, m.c_ms});
+    profile.schemes.back().kv_ms_per_token = kv_ms_per_token[i];
     int& u = profile.utilization_tokens_by_tp[scheme.tp];
     u = std::max(u, UtilizationTokens(m));
   }
@@ -82,6 +89,26 @@ void CheckProfileOptions(const ProfileOptions& options, int ranks) {
     } catch (const InvalidInput& e) {
       throw InvalidInput("--schemes: " + std::to_string(s.tp) + "x" + std::to_string(s.pp) +
                          " does not split " + options.model + ": " + e.what());
+    }
+  }
+  for (const Scheme& s : options.schemes) {
+    if (s.cp == 1) continue;
+    // Sharded micro-batches run the cp group alone; cp x tp would need a tp group inside
+    // every cp rank, which the profiler does not build yet.
+    if (s.tp != 1 || s.pp != 1) {
+      throw InvalidInput("--schemes: " + std::to_string(s.cp) + "x" + std::to_string(s.tp) + "x" +
+                         std::to_string(s.pp) +
+                         ": cp schemes are profiled with tp 1 and pp 1 only (CPx1x1)");
+    }
+    if (std::find(options.schemes.begin(), options.schemes.end(), PlacedScheme(s)) ==
+        options.schemes.end()) {
+      throw InvalidInput("--schemes: " + std::to_string(s.cp) +
+                         "x1x1 keeps the fit of 1x1 for documents placed whole: list 1x1 too");
+    }
+    if (ranks < s.cp) {
+      throw InvalidInput("--schemes: cp = " + std::to_string(s.cp) + " needs " +
+                         std::to_string(s.cp) + " ranks: give --nproc " + std::to_string(s.cp) +
+                         " (or run under torchrun)");
     }
   }
   if (options.memory_bytes <= 0) throw InvalidInput("--memory-bytes: must be > 0");
@@ -108,11 +135,15 @@ ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* d
   CheckProfileOptions(options, distributed != nullptr ? distributed->world_size : 1);
   const ModelConfig model = LoadModelConfig(options.model);
   const std::vector<int> tps = TensorParallelDegrees(options.schemes);
-  const int max_tp = tps.empty() ? 1 : tps.back();
-  if (distributed == nullptr && max_tp > 1) {
-    throw InvalidInput("--schemes: tp = " + std::to_string(max_tp) + " needs " +
-                       std::to_string(max_tp) + " ranks: give --nproc " + std::to_string(max_tp) +
-                       " (or run under torchrun)");
+  // The blocks of ranks that time together: tp groups, and cp groups (tp 1: a block of cp
+  // ranks is its cp group).
+  std::set<int> blocks(tps.begin(), tps.end());
+  for (const Scheme& s : options.schemes) blocks.insert(BlockRanks(s));
+  const int max_block = *blocks.rbegin();
+  if (distributed == nullptr && max_block > 1) {
+    throw InvalidInput("--schemes: tp = " + std::to_string(max_block) + " needs " +
+                       std::to_string(max_block) + " ranks: give --nproc " +
+                       std::to_string(max_block) + " (or run under torchrun)");
   }
   at::set_num_threads(1);
 
@@ -136,27 +167,52 @@ ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* d
   ProfileRun run;
   std::unique_ptr<ProfileRanks> ranks;
   if (distributed != nullptr) {
-    ranks = std::make_unique<ProfileRanks>(*distributed, std::set<int>(tps.begin(), tps.end()));
+    ranks = std::make_unique<ProfileRanks>(*distributed, blocks);
     run.rank = ranks->rank();
     run.world_size = ranks->world_size();
   }
   const bool chief = run.rank == 0;
-  for (const Scheme& s : options.schemes) {
-    if (ranks == nullptr || ranks->Runs(s.tp)) {
-      const auto start = std::chrono::steady_clock::now();
-      CommGroup* group = ranks == nullptr ? nullptr : ranks->TensorParallelGroup(s.tp);
-      std::vector<TimeSample> samples = ProfileStage(model, s.pp, group, batches, timing);
-      if (chief) {
-        run.fits.push_back(FitTimeModel(samples));
-        run.samples.push_back(std::move(samples));
-        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-        if (progress) progress(s, run.samples.back().size(), took.count());
+  const std::size_t n = options.schemes.size();
+  std::vector<TimeFit> fits(n);
+  std::vector<std::vector<TimeSample>> samples(n);
+  std::vector<double> kv(n, 0.0);
+  // cp = 1 schemes first: a cp scheme's fit starts from its <1, tp, 1> fit.
+  for (const bool sharded : {false, true}) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const Scheme& s = options.schemes[i];
+      if ((s.cp > 1) != sharded) continue;
+      const int block = BlockRanks(s);
+      if (ranks == nullptr || ranks->Runs(block)) {
+        const auto start = std::chrono::steady_clock::now();
+        CommGroup* group = ranks == nullptr ? nullptr : ranks->TensorParallelGroup(block);
+        std::vector<TimeSample> timed = sharded
+                                            ? ProfileShardedStage(model, *group, batches, timing)
+                                            : ProfileStage(model, s.pp, group, batches, timing);
+        if (chief) {
+          if (sharded) {
+            const auto placed = static_cast<std::size_t>(
+                std::find(options.schemes.begin(), options.schemes.end(), PlacedScheme(s)) -
+                options.schemes.begin());
+            const ShardedTimeFit fit = FitShardedTimeModel(timed, fits[placed].model, s.cp);
+            fits[i] = fit.fit;
+            kv[i] = fit.kv_ms_per_token;
+          } else {
+            fits[i] = FitTimeModel(timed);
+          }
+          samples[i] = std::move(timed);
+          const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+          if (progress) progress(s, samples[i].size(), took.count());
+        }
       }
+      // Ranks outside every full block wait here; rank 0's block's samples are kept.
+      if (ranks) ranks->Barrier();
     }
-    // Ranks outside every full block wait here; rank 0's block's samples are kept.
-    if (ranks) ranks->Barrier();
   }
-  if (chief) run.profile = ProfileOf(model, options, run.world_size, run.fits);
+  if (chief) {
+    run.profile = ProfileOf(model, options, run.world_size, fits, kv);
+    run.fits = std::move(fits);
+    run.samples = std::move(samples);
+  }
   if (ranks) ranks->Barrier();  // rank 0 hosts the store: no rank may still need it
   return run;
 }
@@ -166,11 +222,15 @@ std::string ProfileSamplesToJson(const ProfileRun& run) {
   for (std::size_t i = 0; i < run.samples.size(); ++i) {
     const Scheme& s = run.profile.schemes[i].scheme;
     nlohmann::ordered_json entry = {{"tp", s.tp}, {"pp", s.pp}};
+    // cp schemes' samples are all-sharded micro-batches; cp = 1 entries stay as they were.
+    if (s.cp > 1) entry = {{"cp", s.cp}, {"tp", s.tp}, {"pp", s.pp}};
     entry["samples"] = nlohmann::ordered_json::array();
     for (const TimeSample& t : run.samples[i]) {
-      entry["samples"].push_back({{"lengths", t.lengths},
-                                  {"ms", t.ms},
-                                  {"fitted_ms", run.fits[i].model.MicroBatchMs(t.lengths)}});
+      const double fitted =
+          s.cp > 1 ? ShardedMicroBatchMs(run.fits[i].model, s.cp,
+                                         run.profile.schemes[i].kv_ms_per_token, t.lengths)
+                   : run.fits[i].model.MicroBatchMs(t.lengths);
+      entry["samples"].push_back({{"lengths", t.lengths}, {"ms", t.ms}, {"fitted_ms", fitted}});
     }
     raw.push_back(entry);
   }

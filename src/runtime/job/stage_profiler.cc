@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/context_parallel_attention.h"
 #include "hydraulis/runtime/model/gradients.h"
+#include "hydraulis/runtime/model/local_tokens.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 
 namespace hydraulis {
@@ -84,9 +87,10 @@ std::vector<std::vector<std::int64_t>> ProfileMicroBatches(std::span<const std::
   return out;
 }
 
-std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGroup* tp_group,
-                                     const std::vector<std::vector<std::int64_t>>& micro_batches,
-                                     const StageProfileOptions& options) {
+namespace {
+
+void CheckTiming(const StageProfileOptions& options,
+                 const std::vector<std::vector<std::int64_t>>& micro_batches) {
   if (options.warmup < 0) {
     throw InvalidInput("profile: warmup must be >= 0, got " + std::to_string(options.warmup));
   }
@@ -94,10 +98,14 @@ std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGrou
     throw InvalidInput("profile: repeats must be >= 1, got " + std::to_string(options.repeats));
   }
   if (micro_batches.empty()) throw InvalidInput("profile: no micro-batch to time");
-  const Transformer model(config, options.seed, tp_group, ProfiledStagePart(config, pp));
-  ZeroGradients(model);  // allocated once, so every timed backward accumulates as in training
+}
 
-  Rng rng(options.seed ^ kTokenStream);
+// Each micro-batch's documents as random token ids (deterministic in the seed, so every
+// rank of a group builds the same), packed.
+std::vector<PackedBatch> RandomBatches(const ModelConfig& config,
+                                       const std::vector<std::vector<std::int64_t>>& micro_batches,
+                                       std::uint64_t seed) {
+  Rng rng(seed ^ kTokenStream);
   const auto vocab = static_cast<std::uint64_t>(config.shape.vocab);
   std::vector<PackedBatch> batches;
   for (std::size_t j = 0; j < micro_batches.size(); ++j) {
@@ -118,33 +126,35 @@ std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGrou
     }
     batches.push_back(PackDocuments(documents, config.shape.vocab));
   }
+  return batches;
+}
 
-  auto forward_backward = [&](const PackedBatch& batch) {
-    const at::Tensor logits = model.ForwardStage(batch, at::Tensor());
-    SummedTokenLoss(logits, batch).sum.backward();
-  };
-  const bool collective = tp_group != nullptr && tp_group->size() > 1;
+// Runs forward_backward(j) for every micro-batch, options.warmup untimed passes then
+// options.repeats timed ones, round-robin; the samples' times are the medians of the
+// passes, each the maximum over `group`'s ranks (nullptr: this rank alone), which meet at a
+// barrier before every timed run so no rank's time includes waiting for a late peer.
+std::vector<TimeSample> TimePasses(const std::vector<std::vector<std::int64_t>>& micro_batches,
+                                   const StageProfileOptions& options, CommGroup* group,
+                                   const std::function<void(std::size_t)>& forward_backward) {
+  const bool collective = group != nullptr && group->size() > 1;
+  const auto n = static_cast<std::int64_t>(micro_batches.size());
   for (int pass = 0; pass < options.warmup; ++pass) {
-    for (const PackedBatch& b : batches) forward_backward(b);
+    for (std::int64_t j = 0; j < n; ++j) forward_backward(static_cast<std::size_t>(j));
   }
-  const auto n = static_cast<std::int64_t>(batches.size());
   at::Tensor ms = at::zeros({n, options.repeats}, at::TensorOptions().dtype(at::kDouble));
   auto ms_of = ms.accessor<double, 2>();
   for (int pass = 0; pass < options.repeats; ++pass) {
     for (std::int64_t j = 0; j < n; ++j) {
-      // Every tp rank starts together, so no rank's time includes waiting for a late peer
-      // in the first all-reduce.
-      if (collective) tp_group->Barrier();
+      if (collective) group->Barrier();
       const auto start = std::chrono::steady_clock::now();
-      forward_backward(batches[static_cast<std::size_t>(j)]);
+      forward_backward(static_cast<std::size_t>(j));
       const std::chrono::duration<double, std::milli> took =
           std::chrono::steady_clock::now() - start;
       ms_of[j][pass] = took.count();
     }
   }
-  // A tp group is as slow as its slowest rank.
-  if (collective) tp_group->AllReduceMax(ms);
-
+  // A group is as slow as its slowest rank.
+  if (collective) group->AllReduceMax(ms);
   std::vector<TimeSample> samples;
   for (std::int64_t j = 0; j < n; ++j) {
     std::vector<double> runs;
@@ -152,6 +162,47 @@ std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGrou
     samples.push_back({micro_batches[static_cast<std::size_t>(j)], Median(std::move(runs))});
   }
   return samples;
+}
+
+}  // namespace
+
+std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGroup* tp_group,
+                                     const std::vector<std::vector<std::int64_t>>& micro_batches,
+                                     const StageProfileOptions& options) {
+  CheckTiming(options, micro_batches);
+  const Transformer model(config, options.seed, tp_group, ProfiledStagePart(config, pp));
+  ZeroGradients(model);  // allocated once, so every timed backward accumulates as in training
+  const std::vector<PackedBatch> batches = RandomBatches(config, micro_batches, options.seed);
+  return TimePasses(micro_batches, options, tp_group, [&](std::size_t j) {
+    const at::Tensor logits = model.ForwardStage(batches[j], at::Tensor());
+    SummedTokenLoss(logits, batches[j]).sum.backward();
+  });
+}
+
+std::vector<TimeSample> ProfileShardedStage(
+    const ModelConfig& config, CommGroup& cp_group,
+    const std::vector<std::vector<std::int64_t>>& micro_batches,
+    const StageProfileOptions& options) {
+  CheckTiming(options, micro_batches);
+  const int cp = cp_group.size();
+  if (cp < 2) throw InvalidInput("profile: a sharded stage needs cp >= 2 ranks");
+  const Transformer model(config, options.seed, nullptr, ProfiledStagePart(config, 1));
+  ZeroGradients(model);
+  const std::vector<PackedBatch> batches = RandomBatches(config, micro_batches, options.seed);
+  // Every document kSharded: this rank's zigzag chunks of each, as the trainer runs them.
+  std::vector<LocalTokens> tokens;
+  std::vector<ContextParallelRows> rows;
+  for (std::size_t j = 0; j < batches.size(); ++j) {
+    const CpLayout layout(micro_batches[j].size(), kSharded);
+    const LocalTokenLayout local =
+        MakeLocalTokenLayout(micro_batches[j], layout, cp, cp_group.rank());
+    tokens.push_back(LocalTokensOf(batches[j].tokens, local));
+    rows.push_back(MakeContextParallelRows(local, at::kCPU));
+  }
+  return TimePasses(micro_batches, options, &cp_group, [&](std::size_t j) {
+    const at::Tensor logits = model.ForwardStageContextParallel(tokens[j], rows[j], cp_group, {});
+    SummedTokenLoss(logits, tokens[j].targets).sum.backward();
+  });
 }
 
 double ActivationBytesPerTokenHiddenLayer(const ModelConfig& config, int tp) {

@@ -210,6 +210,7 @@ void TrainingJob::Describe(const Plan& plan, TrainingStepRecord& record) {
   }
   record.documents = plan.lengths.size();
   record.truncated = plan.truncated.size();
+  for (const Truncation& t : plan.truncated) record.truncated_tokens += t.original - t.kept;
   record.strategy =
       plan.strategy.name.empty() ? StrategyDescription(plan.strategy) : plan.strategy.name;
   record.strategy_index = plan.strategy_index;
@@ -244,6 +245,7 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["param_gather_wait_ms"] = r.result.param_gather_wait_ms;
   j["micro_batches"] = r.micro_batches;
   j["truncated"] = r.truncated;
+  j["truncated_tokens"] = r.truncated_tokens;
   j["cut_documents"] = r.cut_documents;
   j["cut_tokens"] = r.cut_tokens;
   // JSON has no NaN: a non-finite value is logged as null, next to "skipped".

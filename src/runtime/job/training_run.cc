@@ -6,6 +6,7 @@
 
 #include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/cost/kv_exchange.h"
 #include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/job/derived_profile.h"
 #include "hydraulis/runtime/model/hf_weights.h"
@@ -15,8 +16,44 @@
 namespace hydraulis {
 namespace {
 
-// The candidate set this run chooses from: the file, or one strategy of world / (tp * pp)
-// identical pipelines.
+// The homogeneous layout's flags as a message names them: "--tp 2 x --pp 1", with
+// "--cp N x " in front when cp > 1.
+std::string LayoutFlags(const TrainingRunOptions& o) {
+  return (o.cp > 1 ? "--cp " + std::to_string(o.cp) + " x " : std::string()) + "--tp " +
+         std::to_string(o.tp) + " x --pp " + std::to_string(o.pp);
+}
+
+// Makes sure `profile` has the homogeneous candidate's <cp, tp, pp> scheme for --cp > 1:
+// derived from its <1, tp, 1> fit as the planning layer derives cp schemes (placed
+// documents run as on the tp group; the key/value exchange at the simulator's link
+// speeds). Only pp = 1 is derived: cp x pp needs the scheme in the profile, because the
+// derivation is defined on single-stage fits (docs/design.md) and a pipeline's fit would
+// carry its stage's exchange differently. Returns the derived scheme's name, or "".
+std::string DeriveContextParallelScheme(const TrainingRunOptions& o, Profile& profile,
+                                        const Scheme& scheme) {
+  if (scheme.cp == 1 || profile.Find(scheme) != nullptr) return "";
+  const std::string source = o.profile.empty() ? o.engine_profile : o.profile;
+  if (scheme.pp > 1) {
+    throw InvalidInput("train: " + LayoutFlags(o) + ": " + source + " has no " +
+                       SchemeName(scheme) +
+                       " scheme, and cp schemes are derived only for --pp 1; profile it with "
+                       "`hydraulis profile` or use --pp 1");
+  }
+  Scheme base = scheme;
+  base.cp = 1;
+  if (profile.Find(base) == nullptr) {
+    throw InvalidInput("train: " + LayoutFlags(o) + ": " + source + " has neither " +
+                       SchemeName(scheme) + " nor " + SchemeName(base) +
+                       " to derive it from (profile it with `hydraulis profile`, or pick a "
+                       "profiled --tp)");
+  }
+  const int cp_sizes[] = {scheme.cp};
+  AddDerivedContextParallelSchemes(profile, cp_sizes);
+  return SchemeName(scheme);
+}
+
+// The candidate set this run chooses from: the file, or one strategy of
+// world / (cp * tp * pp) identical pipelines.
 CandidateSet Candidates(const TrainingRunOptions& o, const Profile& profile, int world) {
   if (!o.candidates.empty()) {
     CandidateSet set = LoadCandidates(o.candidates, profile);
@@ -26,16 +63,18 @@ CandidateSet Candidates(const TrainingRunOptions& o, const Profile& profile, int
     }
     return set;
   }
-  const int width = o.tp * o.pp;
+  const std::int64_t width = std::int64_t{o.cp} * o.tp * o.pp;
   if (world % width != 0) {
-    throw InvalidInput("train: --tp " + std::to_string(o.tp) + " x --pp " + std::to_string(o.pp) +
-                       " does not divide the " + std::to_string(world) + " ranks");
+    throw InvalidInput("train: " + LayoutFlags(o) + " does not divide the " +
+                       std::to_string(world) + " ranks");
   }
   Scheme scheme;
+  scheme.cp = o.cp;
   scheme.tp = o.tp;
   scheme.pp = o.pp;
   if (profile.Find(scheme) == nullptr) {
-    throw InvalidInput(o.profile + ": schemes: no entry for " + SchemeName(scheme) +
+    throw InvalidInput((o.profile.empty() ? o.engine_profile : o.profile) +
+                       ": schemes: no entry for " + SchemeName(scheme) +
                        " (profile it with `hydraulis profile`, or pick a profiled --tp/--pp)");
   }
   CandidateSet set;
@@ -70,8 +109,14 @@ struct TrainingInputs {
   PlannerOptions planner;
   std::unique_ptr<HfCheckpoint> init;  // --init-from, opened and validated
   bool profile_derived = false;        // no --profile: DeriveProfile from kEngineProfile
+  std::string derived_cp_scheme;       // --cp's scheme, derived from <1, tp, 1>; else ""
 
   TrainingInputs(const TrainingRunOptions& o, int world_size) {
+    if (!o.candidates.empty() && o.cp != 1) {
+      // A candidates file names each scheme's cp itself.
+      throw InvalidInput("train: --cp " + std::to_string(o.cp) +
+                         " and --candidates: give one (a candidates file sets each scheme's cp)");
+    }
     if (!o.candidates.empty() && (o.tp != 1 || o.pp != 1)) {
       throw InvalidInput("train: give --candidates or --tp/--pp, not both");
     }
@@ -104,6 +149,9 @@ struct TrainingInputs {
                            " (fit one for this model with `hydraulis profile --model "
                            "MODEL.json -o PROFILE.json`, or leave --profile out to derive one)");
       }
+    }
+    if (o.candidates.empty() && world_size % (std::int64_t{o.cp} * o.tp * o.pp) == 0) {
+      derived_cp_scheme = DeriveContextParallelScheme(o, profile, Scheme{o.cp, o.tp, o.pp});
     }
     candidates = Candidates(o, profile, world_size);
     try {
@@ -183,5 +231,7 @@ TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOpt
 TrainingRun::~TrainingRun() = default;
 
 bool TrainingRun::profile_derived() const { return inputs_->profile_derived; }
+
+const std::string& TrainingRun::derived_cp_scheme() const { return inputs_->derived_cp_scheme; }
 
 }  // namespace hydraulis

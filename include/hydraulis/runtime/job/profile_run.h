@@ -3,7 +3,9 @@
 // documents and packed micro-batches (stage_profiler.h), fits T(mb) = sum_i (a s_i^2 + b s_i)
 // + c by non-negative least squares, and builds a profile in the project's format with the
 // engine's analytic memory model (docs/runtime.md, "Profiler"). Schemes with tp > 1 run on
-// the ranks of a distributed job (profile_ranks.h).
+// the ranks of a distributed job (profile_ranks.h). A <cp, 1, 1> scheme is timed on cp ranks
+// with every document sharded (ProfileShardedStage) and keeps the <1, 1, 1> fit's a, b, c,
+// fitting only kv_ms_per_token (FitShardedTimeModel).
 #pragma once
 
 #include <cstddef>
@@ -20,8 +22,9 @@
 namespace hydraulis {
 
 struct ProfileOptions {
-  std::string model;                         // model config file (LoadModelConfig)
-  std::vector<Scheme> schemes = {Scheme{}};  // profiled (tp x pp), in this order, distinct
+  std::string model;  // model config file (LoadModelConfig)
+  // Profiled, in this order, distinct: <1, tp, pp>, and <cp, 1, 1> beside <1, 1, 1>.
+  std::vector<Scheme> schemes = {Scheme{}};
   // Document lengths (ReadLengths) the packed micro-batches draw from.
   std::string lengths = "data/wikipedia-sample-lengths.txt";
   std::int64_t max_len = 2048;  // longest document and largest micro-batch timed, >= 1
@@ -38,8 +41,9 @@ struct ProfileOptions {
 // The checks that need no timing, for a caller to make before starting ranks: every scheme
 // splits the model (ValidateTensorParallel, ModelPart::Stage), memory_bytes > 0, and every
 // scheme holds a micro-batch of kTokenAlignment tokens beside the model states with the
-// optimizer sharded over `ranks` ranks (a profile of capacity 0 is useless). InvalidInput
-// naming the flag (--schemes, --memory-bytes) otherwise.
+// optimizer sharded over `ranks` ranks (a profile of capacity 0 is useless), and every cp
+// scheme has tp 1, pp 1, <1, 1, 1> beside it and cp <= ranks. InvalidInput naming the flag
+// (--schemes, --memory-bytes) otherwise.
 void CheckProfileOptions(const ProfileOptions& options, int ranks);
 
 // What a profile run measured.

@@ -68,6 +68,17 @@ std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGrou
                                      const std::vector<std::vector<std::int64_t>>& micro_batches,
                                      const StageProfileOptions& options = {});
 
+// Times forward and backward of one stage of a <cp, 1, 1> scheme (pp = 1: the whole model)
+// on micro-batches whose documents are all sharded over the cp ranks of `cp_group` (each
+// rank its zigzag chunks, local_tokens.h; attention is ContextParallelAttention), as
+// ProfileStage times a placed micro-batch: same passes, medians, and a time per run that is
+// the maximum over the cp ranks. A collective over cp_group; every rank gets the same
+// samples. InvalidInput as ProfileStage, or when cp_group has fewer than 2 ranks.
+std::vector<TimeSample> ProfileShardedStage(
+    const ModelConfig& config, CommGroup& cp_group,
+    const std::vector<std::vector<std::int64_t>>& micro_batches,
+    const StageProfileOptions& options = {});
+
 // Activation bytes this engine keeps for backward per token, per hidden unit held per rank
 // (hidden / tp) and per layer: the `A_tp` of method.md 2.1, so that layers * (hidden / tp) *
 // A_tp is the bytes per token of a scheme. An analytic count of the fp32 tensors autograd

@@ -40,6 +40,9 @@ struct TrainingStepRecord {
   std::int64_t tokens = 0;  // tokens of the global batch after the planner's cuts
   std::size_t documents = 0;
   std::size_t truncated = 0;  // documents the long-document rule cut
+  // Tokens the long-document rule cut (no candidate's capacity holds them): the part of
+  // cut_tokens that a layout with more memory per micro-batch (e.g. --cp) would train.
+  std::int64_t truncated_tokens = 0;
   // Documents cut by the context length or the long-document rule, and the tokens lost.
   std::size_t cut_documents = 0;
   std::int64_t cut_tokens = 0;
@@ -120,7 +123,8 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume);
 // plan_wait_ms,
 // compute_ms, wait_ms, sync_ms, grad_buckets, grad_buckets_overlapped, grad_reduce_wait_ms,
 // param_gather_wait_ms,
-// micro_batches, truncated, cut_documents, cut_tokens, grad_norm, skipped, device,
+// micro_batches, truncated, truncated_tokens, cut_documents, cut_tokens, grad_norm, skipped,
+// device,
 // precision; and "profile": "derived" when the planner ran on a derived profile.
 std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute,
                         bool profile_derived = false);

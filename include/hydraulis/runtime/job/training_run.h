@@ -41,9 +41,13 @@ struct TrainingRunOptions {
   // the model's, else one derived from it (DeriveProfile).
   std::string profile;
   std::string engine_profile = kEngineProfile;  // the fitted profile no --profile falls back to
-  // Candidate strategies JSON (chosen per step); empty: one strategy of identical tp x pp
-  // pipelines over every rank.
+  // Candidate strategies JSON (chosen per step); empty: one strategy of identical
+  // cp x tp x pp pipelines over every rank.
   std::string candidates;
+  // >= 1, without candidates. A <cp, tp, 1> scheme the profile lacks is derived from its
+  // <1, tp, 1> fit (AddDerivedContextParallelSchemes); cp > 1 with pp > 1 needs the scheme
+  // in the profile.
+  int cp = 1;
   int tp = 1;                            // >= 1, without candidates
   int pp = 1;                            // >= 1, without candidates
   std::string plan_algorithm = "ours";   // ours or static-fixed
@@ -92,6 +96,9 @@ class TrainingRun {
   // No --profile was given and the model is not the bundled profile's: the planner runs
   // on DeriveProfile's estimate.
   bool profile_derived() const;
+  // The <cp, tp, 1> scheme the run's homogeneous candidate uses when it was derived from the
+  // profile's <1, tp, 1> fit (--cp without the scheme in the profile), else "".
+  const std::string& derived_cp_scheme() const;
 
  private:
   ComputeOptions compute_;
