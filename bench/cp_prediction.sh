@@ -12,11 +12,7 @@ OUT=$2
 STEPS=${3:-12}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
-if [[ ! -f $OUT/wiki.idx ]]; then
-  awk 'NR <= 4000 { n = $1; s = ""; for (j = 0; j < n; ++j) s = s sprintf("%c", 97 + (NR * 7 + j * 3) % 26); printf "{\"text\": \"%s\"}\n", s }' \
-    "$SRC/data/wikipedia-sample-lengths.txt" >"$OUT/wiki.jsonl"
-  "$BIN" preprocess --input "$OUT/wiki.jsonl" --output-prefix "$OUT/wiki" >/dev/null
-fi
+"$SRC/bench/wiki_corpus.sh" "$BIN" "$OUT"
 # The bundled tiny profile's memory (24 MiB per rank): TP1 holds 1,920 tokens, (CP2,TP1) 3,712.
 "$BIN" profile --model "$SRC/configs/models/tiny.json" --schemes 1x1,2x1x1 --nproc 2 \
   --min-len 128 --max-len 3072 --packed 8 --repeats "${REPEATS:-3}" --memory-bytes 25165824 \

@@ -14,11 +14,7 @@ STEPS=${3:-20}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
 
-if [[ ! -f $OUT/wiki.idx ]]; then
-  awk 'NR <= 4000 { n = $1; s = ""; for (j = 0; j < n; ++j) s = s sprintf("%c", 97 + (NR * 7 + j * 3) % 26); printf "{\"text\": \"%s\"}\n", s }' \
-    "$SRC/data/wikipedia-sample-lengths.txt" >"$OUT/wiki.jsonl"
-  "$BIN" preprocess --input "$OUT/wiki.jsonl" --output-prefix "$OUT/wiki" >/dev/null
-fi
+"$SRC/bench/wiki_corpus.sh" "$BIN" "$OUT"
 
 # [RUN_STEPS=K] run NAME MODEL PROFILE TOKENS MAXLEN ARGS...: trains STEPS (or K) steps,
 # logs to OUT/NAME.jsonl.

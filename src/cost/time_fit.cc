@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -84,6 +85,31 @@ bool SolveSubset(const Matrix& gram, const Vector& rhs, unsigned mask, Vector& x
 
 }  // namespace
 
+namespace {
+
+// How well `predict` explains the samples: the count, R^2 of the unweighted residuals, and
+// the largest and root-mean-square relative errors.
+void RecordFitQuality(std::span<const TimeSample> samples,
+                      const std::function<double(const TimeSample&)>& predict, TimeFit& fit) {
+  fit.samples = static_cast<int>(samples.size());
+  double mean = 0;
+  for (const TimeSample& s : samples) mean += s.ms;
+  mean /= static_cast<double>(samples.size());
+  double ss_res = 0, ss_tot = 0, sum_rel2 = 0;
+  for (const TimeSample& s : samples) {
+    const double r = predict(s) - s.ms;
+    ss_res += r * r;
+    ss_tot += (s.ms - mean) * (s.ms - mean);
+    const double rel = std::abs(r) / s.ms;
+    sum_rel2 += rel * rel;
+    fit.max_relative_error = std::max(fit.max_relative_error, rel);
+  }
+  fit.r_squared = ss_tot > 0 ? 1.0 - ss_res / ss_tot : (ss_res == 0 ? 1.0 : 0.0);
+  fit.rms_relative_error = std::sqrt(sum_rel2 / static_cast<double>(samples.size()));
+}
+
+}  // namespace
+
 TimeFit FitTimeModel(std::span<const TimeSample> samples, const TimeFitOptions& options) {
   if (samples.size() < kUnknowns) {
     throw InvalidInput("time samples: need at least 3 micro-batches to fit a, b and c, got " +
@@ -153,22 +179,8 @@ TimeFit FitTimeModel(std::span<const TimeSample> samples, const TimeFitOptions& 
 
   TimeFit fit;
   fit.model = {best[0] / scale[0], best[1] / scale[1], best[2] / scale[2]};
-  fit.samples = static_cast<int>(samples.size());
-  double mean = 0;
-  for (const TimeSample& s : samples) mean += s.ms;
-  mean /= static_cast<double>(samples.size());
-  double ss_res = 0, ss_tot = 0, sum_rel2 = 0;
-  for (const TimeSample& s : samples) {
-    const double predicted = fit.model.MicroBatchMs(s.lengths);
-    const double r = predicted - s.ms;
-    ss_res += r * r;
-    ss_tot += (s.ms - mean) * (s.ms - mean);
-    const double rel = std::abs(r) / s.ms;
-    sum_rel2 += rel * rel;
-    fit.max_relative_error = std::max(fit.max_relative_error, rel);
-  }
-  fit.r_squared = ss_tot > 0 ? 1.0 - ss_res / ss_tot : (ss_res == 0 ? 1.0 : 0.0);
-  fit.rms_relative_error = std::sqrt(sum_rel2 / static_cast<double>(samples.size()));
+  RecordFitQuality(
+      samples, [&](const TimeSample& s) { return fit.model.MicroBatchMs(s.lengths); }, fit);
   return fit;
 }
 
@@ -204,21 +216,12 @@ ShardedTimeFit FitShardedTimeModel(std::span<const TimeSample> samples, const Ti
   out.kv_ms_per_token = std::max(0.0, num / den);
   TimeFit& fit = out.fit;
   fit.model = placed;
-  fit.samples = static_cast<int>(samples.size());
-  double mean = 0;
-  for (const TimeSample& s : samples) mean += s.ms;
-  mean /= static_cast<double>(samples.size());
-  double ss_res = 0, ss_tot = 0, sum_rel2 = 0;
-  for (const TimeSample& s : samples) {
-    const double r = ShardedMicroBatchMs(placed, cp, out.kv_ms_per_token, s.lengths) - s.ms;
-    ss_res += r * r;
-    ss_tot += (s.ms - mean) * (s.ms - mean);
-    const double rel = std::abs(r) / s.ms;
-    sum_rel2 += rel * rel;
-    fit.max_relative_error = std::max(fit.max_relative_error, rel);
-  }
-  fit.r_squared = ss_tot > 0 ? 1.0 - ss_res / ss_tot : (ss_res == 0 ? 1.0 : 0.0);
-  fit.rms_relative_error = std::sqrt(sum_rel2 / static_cast<double>(samples.size()));
+  RecordFitQuality(
+      samples,
+      [&](const TimeSample& s) {
+        return ShardedMicroBatchMs(placed, cp, out.kv_ms_per_token, s.lengths);
+      },
+      fit);
   return out;
 }
 
