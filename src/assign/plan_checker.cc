@@ -86,7 +86,7 @@ std::string CheckAssignment(const AssignProblem& problem, const Assignment& a) {
         const CpLayout layout = LayOutMicroBatch(lengths, pipe.shard);
         const std::vector<double> memory = RankMemoryTokens(lengths, layout, pipe.shard);
         for (std::size_t r = 0; r < memory.size(); ++r) {
-          if (memory[r] > pipe.shard.rank_capacity_tokens * (1 + 1e-9)) {
+          if (!pipe.shard.FitsRank(memory[r])) {
             return where + " needs " + std::to_string(memory[r]) + " tokens of memory on cp rank " +
                    std::to_string(r) + ", which holds " +
                    std::to_string(pipe.shard.rank_capacity_tokens);

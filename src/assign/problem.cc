@@ -15,29 +15,30 @@ std::vector<std::int64_t> MicroBatchLengths(std::span<const std::int64_t> length
   return out;
 }
 
+// Searches and bounds sum the balanced share (PipelineModel::time); MicroBatchMs lays out.
+PipelineModel ModelOf(const Scheme& scheme, std::int64_t capacity_tokens, const ShardCost& shard) {
+  PipelineModel m;
+  m.scheme = scheme;
+  m.capacity_tokens = capacity_tokens;
+  m.shard = shard;
+  m.time = shard.Balanced();
+  return m;
+}
+
 }  // namespace
 
 PipelineModel MakePipelineModel(const Scheme& scheme, const TimeModel& whole,
                                 std::int64_t capacity_tokens, double kv_ms_per_token,
                                 double kv_memory_ratio) {
-  PipelineModel m;
-  m.scheme = scheme;
-  m.capacity_tokens = capacity_tokens;
-  m.shard.cp = scheme.cp;
-  m.shard.whole = whole;
-  m.shard.kv_ms_per_token = kv_ms_per_token;
-  m.shard.kv_memory_ratio = kv_memory_ratio;
-  m.shard.rank_capacity_tokens = m.shard.ShardedMemoryTokens(capacity_tokens);
-  m.time = m.shard.Balanced();
-  return m;
+  return ModelOf(
+      scheme, capacity_tokens,
+      MakeShardCost(scheme.cp, whole, capacity_tokens, kv_ms_per_token, kv_memory_ratio));
 }
 
 PipelineModel MakePipelineModel(const Profile& profile, const SchemeProfile& entry,
                                 const OptimizerLayout& layout) {
   const std::int64_t capacity = CapacityTokens(profile, entry.scheme, layout);
-  const ShardCost shard = MakeShardCost(profile, entry, capacity);
-  return MakePipelineModel(entry.scheme, shard.whole, capacity, shard.kv_ms_per_token,
-                           shard.kv_memory_ratio);
+  return ModelOf(entry.scheme, capacity, MakeShardCost(profile, entry, capacity));
 }
 
 double MicroBatchMs(std::span<const std::int64_t> lengths, const PipelineModel& pipeline) {

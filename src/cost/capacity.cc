@@ -67,13 +67,9 @@ std::int64_t CapacityTokens(const Profile& p, const Scheme& s, const OptimizerLa
 
 ShardCost MakeShardCost(const Profile& p, const SchemeProfile& entry,
                         std::int64_t capacity_tokens) {
-  ShardCost c;
-  c.cp = entry.scheme.cp;
-  c.whole = TimeModel::From(entry);
-  c.kv_ms_per_token = entry.kv_ms_per_token;
-  c.kv_memory_ratio = c.cp > 1 ? KvMemoryRatio(p, entry.scheme.tp) : 0.0;
-  c.rank_capacity_tokens = c.ShardedMemoryTokens(capacity_tokens);
-  return c;
+  const int cp = entry.scheme.cp;
+  return MakeShardCost(cp, TimeModel::From(entry), capacity_tokens, entry.kv_ms_per_token,
+                       cp > 1 ? KvMemoryRatio(p, entry.scheme.tp) : 0.0);
 }
 
 }  // namespace hydraulis

@@ -63,12 +63,6 @@ std::vector<RankSegment> RankSegments(std::span<const std::int64_t> lengths, con
 namespace hydraulis {
 namespace {
 
-// Memory comparisons allow for the rounding of sums of doubles: a micro-batch exactly at
-// capacity must fit when every document is sharded.
-constexpr double kMemorySlack = 1e-9;
-
-bool Fits(double memory, double capacity) { return memory <= capacity * (1 + kMemorySlack); }
-
 CpLayout AllSharded(std::size_t n) { return CpLayout(n, kSharded); }
 
 // One candidate of the rule: the first `forced` documents of `order` (longest first)
@@ -94,7 +88,7 @@ bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& cost,
     const double tokens = static_cast<double>(lengths[i]);
     std::size_t best = ranks;
     for (std::size_t r = 0; r < ranks; ++r) {
-      if (!Fits(memory[r] + tokens, cost.rank_capacity_tokens)) continue;
+      if (!cost.FitsRank(memory[r] + tokens)) continue;
       if (best == ranks || load[r] < load[best]) best = r;
     }
     if (best == ranks) {
@@ -123,9 +117,8 @@ bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& cost,
         const bool own = r == slowest;
         new_max =
             std::max(new_max, load[r] - (own ? cost.whole.DocumentMs(lengths[i]) : 0.0) + share);
-        fits =
-            fits && Fits(memory[r] - (own ? static_cast<double>(lengths[i]) : 0.0) + share_memory,
-                         cost.rank_capacity_tokens);
+        fits = fits && cost.FitsRank(memory[r] - (own ? static_cast<double>(lengths[i]) : 0.0) +
+                                     share_memory);
       }
       if (fits && new_max < best_max) {
         best_max = new_max;
@@ -137,11 +130,21 @@ bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& cost,
     memory[slowest] -= static_cast<double>(lengths[best_doc]);
     shard(best_doc);
   }
-  return std::all_of(memory.begin(), memory.end(),
-                     [&](double m) { return Fits(m, cost.rank_capacity_tokens); });
+  return std::all_of(memory.begin(), memory.end(), [&](double m) { return cost.FitsRank(m); });
 }
 
 }  // namespace
+
+ShardCost MakeShardCost(int cp, const TimeModel& whole, std::int64_t capacity_tokens,
+                        double kv_ms_per_token, double kv_memory_ratio) {
+  ShardCost c;
+  c.cp = cp;
+  c.whole = whole;
+  c.kv_ms_per_token = kv_ms_per_token;
+  c.kv_memory_ratio = kv_memory_ratio;
+  c.rank_capacity_tokens = c.ShardedMemoryTokens(capacity_tokens);
+  return c;
+}
 
 CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost& cost) {
   if (cost.cp <= 1) return {};

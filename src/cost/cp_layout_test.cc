@@ -103,19 +103,13 @@ TEST(RankSegmentsTest, EmptyLayoutIsOneRankAndBadLayoutsAreNamed) {
 }
 
 ShardCost Cost(int cp, TimeModel whole, double kv, double ratio, std::int64_t capacity) {
-  ShardCost c;
-  c.cp = cp;
-  c.whole = whole;
-  c.kv_ms_per_token = kv;
-  c.kv_memory_ratio = ratio;
-  c.rank_capacity_tokens = c.ShardedMemoryTokens(capacity);
-  return c;
+  return MakeShardCost(cp, whole, capacity, kv, ratio);
 }
 
 bool FitsMemory(std::span<const std::int64_t> lengths, const CpLayout& layout,
                 const ShardCost& cost) {
   for (double m : RankMemoryTokens(lengths, layout, cost)) {
-    if (m > cost.rank_capacity_tokens * (1 + 1e-9)) return false;
+    if (!cost.FitsRank(m)) return false;
   }
   return true;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/cost/cp_layout.h"
 
 namespace hydraulis {
 namespace {
@@ -186,11 +187,9 @@ TimeFit FitTimeModel(std::span<const TimeSample> samples, const TimeFitOptions& 
 
 double ShardedMicroBatchMs(const TimeModel& placed, int cp, double kv_ms_per_token,
                            std::span<const std::int64_t> lengths) {
+  const ShardCost cost = MakeShardCost(cp, placed, 0, kv_ms_per_token);
   double ms = placed.c_ms;
-  for (const std::int64_t length : lengths) {
-    const double s = static_cast<double>(length);
-    ms += (placed.a_ms_per_token2 * s * s + placed.b_ms_per_token * s) / cp + kv_ms_per_token * s;
-  }
+  for (const std::int64_t length : lengths) ms += cost.ShardedDocumentMs(length);
   return ms;
 }
 

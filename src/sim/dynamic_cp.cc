@@ -233,17 +233,21 @@ DynamicCpSchedule ScheduleDynamicCp(std::span<const std::int64_t> lengths, int r
   return schedule;
 }
 
+std::vector<int> GroupCpSizes(const std::vector<std::vector<int>>& group, std::size_t documents) {
+  std::vector<int> copies(documents, 0);
+  for (const auto& rank : group) {
+    for (int d : rank) ++copies.at(static_cast<std::size_t>(d));
+  }
+  return copies;
+}
+
 std::vector<std::vector<double>> DynamicCpRankMs(const Profile& profile, const SchemeProfile& entry,
                                                  std::span<const std::int64_t> lengths,
                                                  const DynamicCpSchedule& schedule) {
   const TimeModel whole = TimeModel::From(entry);
   std::vector<std::vector<double>> out;
   for (const auto& group : schedule.groups) {
-    // A document's cp size: the ranks of the group that list it.
-    std::vector<int> copies(lengths.size(), 0);
-    for (const auto& rank : group) {
-      for (int d : rank) ++copies.at(static_cast<std::size_t>(d));
-    }
+    const std::vector<int> copies = GroupCpSizes(group, lengths.size());
     std::vector<double>& times = out.emplace_back();
     for (const auto& rank : group) {
       double t = whole.c_ms;

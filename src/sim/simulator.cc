@@ -65,10 +65,7 @@ StepResult DynamicCpStep(const Profile& profile, const CandidateSet& candidates,
   r.pipelines.resize(static_cast<std::size_t>(ranks.ranks));
   for (std::size_t g = 0; g < schedule.groups.size(); ++g) {
     const auto& group = schedule.groups[g];
-    std::vector<int> copies(lengths.size(), 0);
-    for (const auto& rank : group) {
-      for (int d : rank) ++copies[static_cast<std::size_t>(d)];
-    }
+    const std::vector<int> copies = GroupCpSizes(group, lengths.size());
     for (std::size_t rank = 0; rank < group.size(); ++rank) {
       PipelineStepResult& p = r.pipelines[rank];
       p.scheme = ranks.entry->scheme;

@@ -88,12 +88,21 @@ struct ShardCost {
   double ShardedDocumentMs(std::int64_t tokens) const {
     return whole.DocumentMs(tokens) / cp + kv_ms_per_token * static_cast<double>(tokens);
   }
+  // Whether a rank using `memory` tokens of it fits. Sums of doubles are allowed their
+  // rounding, so a micro-batch exactly at capacity fits when every document is sharded.
+  bool FitsRank(double memory) const { return memory <= rank_capacity_tokens * (1 + 1e-9); }
   // One rank's memory, in tokens of its own activations, for a sharded document: its own
   // share (tokens / cp) plus the gathered keys and values of the rest.
   double ShardedMemoryTokens(std::int64_t tokens) const {
     return static_cast<double>(tokens) / cp * (1.0 + kv_memory_ratio * (cp - 1));
   }
 };
+
+// The cost of a cp pipeline whose documents placed whole cost `whole`, with the given
+// exchange and memory terms; each rank's memory is what a micro-batch of `capacity_tokens`
+// needs when every document is sharded. For cp = 1 the rank holds the capacity itself.
+ShardCost MakeShardCost(int cp, const TimeModel& whole, std::int64_t capacity_tokens,
+                        double kv_ms_per_token = 0, double kv_memory_ratio = 0);
 
 // The layout rule (docs/design.md, "Context parallelism"), deterministic; empty for
 // cp = 1. Documents are taken longest first. The time rule marks the k longest documents

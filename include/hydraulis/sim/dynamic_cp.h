@@ -31,6 +31,10 @@ int DynamicCpSize(std::int64_t length, std::int64_t max_tokens_per_rank);
 DynamicCpSchedule ScheduleDynamicCp(std::span<const std::int64_t> lengths, int ranks,
                                     std::int64_t max_tokens_per_rank);
 
+// The cp size of each of the batch's `documents` in `group` (group[r]: rank r's documents):
+// the number of the group's ranks that list it, 0 for a document of another group.
+std::vector<int> GroupCpSizes(const std::vector<std::vector<int>>& group, std::size_t documents);
+
 // Each rank's time in each group under `schedule` ([group][rank], ms): a rank's group is
 // one micro-batch on a <1, tp, 1> stage, c plus, per document of cp size k,
 // (a s^2 + b s) / k and, for k > 1, the key/value exchange of a <k, tp, 1> scheme
