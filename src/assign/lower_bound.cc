@@ -346,14 +346,8 @@ class LowerBoundSearch {
  public:
   LowerBoundSearch(const AssignProblem& problem, RelaxationTable* relaxations)
       : problem_(problem), relaxations_(relaxations) {
-    for (const auto& p : problem.pipelines) {
-      auto it = std::find_if(groups_.begin(), groups_.end(),
-                             [&](const Group& g) { return g.model.SameAs(p); });
-      if (it == groups_.end()) {
-        groups_.push_back({p, 1});
-      } else {
-        ++it->count;
-      }
+    for (const PipelineGroup& g : GroupPipelines(problem.pipelines)) {
+      groups_.push_back({g.model, g.count});
     }
     std::map<std::int64_t, double> counts;
     for (auto s : problem.lengths) counts[s] += 1;
@@ -492,19 +486,33 @@ class LowerBoundSearch {
 
 }  // namespace
 
-double LongestDocumentBoundMs(const AssignProblem& problem) {
+double LongestDocumentBoundMs(std::span<const std::int64_t> distinct_lengths,
+                              std::span<const PipelineGroup> groups) {
   // Whichever pipeline runs a document, that pipeline's time is at least pp times the
   // stage time of the micro-batch holding it.
   double bound = 0;
-  for (auto s : problem.lengths) {
+  for (auto s : distinct_lengths) {
     double best = kInf;
-    for (const auto& p : problem.pipelines) {
+    for (const PipelineGroup& g : groups) {
+      const PipelineModel& p = g.model;
       if (s > p.capacity_tokens) continue;
       best = std::min(best, p.scheme.pp * (p.DocumentFloorMs(s) + p.time.c_ms));
     }
     bound = std::max(bound, best);
   }
   return bound;
+}
+
+double LongestDocumentBoundMs(const AssignProblem& problem) {
+  return LongestDocumentBoundMs(DistinctLengths(problem.lengths),
+                                GroupPipelines(problem.pipelines));
+}
+
+std::vector<std::int64_t> DistinctLengths(std::span<const std::int64_t> lengths) {
+  std::vector<std::int64_t> out(lengths.begin(), lengths.end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* relaxations) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "hydraulis/assign/baselines.h"
@@ -54,10 +55,18 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
                        std::to_string(options_.context_tokens));
   }
   std::int64_t static_cap = -1;
+  // Strategies of thousands of pipelines repeat a few schemes: each scheme's model is made
+  // (and checked) once.
+  std::map<Scheme, PipelineModel> made;
   for (std::size_t i = 0; i < candidates_.strategies.size(); ++i) {
     const Strategy& st = candidates_.strategies[i];
     std::vector<PipelineModel> models;
+    models.reserve(st.pipelines.size());
     for (const Scheme& scheme : st.pipelines) {
+      if (auto it = made.find(scheme); it != made.end()) {
+        models.push_back(it->second);
+        continue;
+      }
       const SchemeProfile* sp = profile.Find(scheme);
       if (!sp) {
         throw InvalidInput("strategy " + QuoteForMessage(st.name) + ": scheme " +
@@ -84,8 +93,10 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
                            std::to_string(kTokenAlignment) +
                            " tokens in GPU memory with this optimizer layout");
       }
+      made.emplace(scheme, m);
       models.push_back(m);
     }
+    groups_.push_back(GroupPipelines(models));
     models_.push_back(std::move(models));
     if (Homogeneous(st) && models_.back()[0].capacity_tokens > static_cap) {
       static_cap = models_.back()[0].capacity_tokens;
@@ -103,7 +114,7 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
 
 std::int64_t Planner::MaxCapacity(int i) const {
   std::int64_t cap = 0;
-  for (const auto& m : Models(i)) cap = std::max(cap, m.capacity_tokens);
+  for (const auto& g : Groups(i)) cap = std::max(cap, g.model.capacity_tokens);
   return cap;
 }
 
@@ -211,6 +222,7 @@ class BatchPlanning {
     const std::int64_t longest =
         plan_.lengths.empty() ? 0 : *std::max_element(plan_.lengths.begin(), plan_.lengths.end());
     plan_.candidates.resize(static_cast<std::size_t>(CandidateCount()));
+    const std::vector<std::int64_t> distinct = DistinctLengths(plan_.lengths);
     std::vector<int> usable;
     for (int i = 0; i < CandidateCount(); ++i) {
       CandidateReport& rep = Report(i);
@@ -223,7 +235,7 @@ class BatchPlanning {
       }
       const bool allowed = options_.only_strategy < 0 || i == options_.only_strategy;
       rep.lower_bound_ms = options_.algorithm == Algorithm::kOurs && allowed
-                               ? LongestDocumentBoundMs(Problem(i))
+                               ? LongestDocumentBoundMs(distinct, planner_.Groups(i))
                                : ComputeLowerBound(Problem(i), &relaxations_).ms;
       rep.status = CandidateStatus::kNotUsed;
       if (allowed) usable.push_back(i);

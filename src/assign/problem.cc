@@ -41,6 +41,20 @@ PipelineModel MakePipelineModel(const Profile& profile, const SchemeProfile& ent
   return ModelOf(entry.scheme, capacity, MakeShardCost(profile, entry, capacity));
 }
 
+std::vector<PipelineGroup> GroupPipelines(std::span<const PipelineModel> pipelines) {
+  std::vector<PipelineGroup> groups;
+  for (const PipelineModel& p : pipelines) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const PipelineGroup& g) { return g.model.SameAs(p); });
+    if (it == groups.end()) {
+      groups.push_back({p, 1});
+    } else {
+      ++it->count;
+    }
+  }
+  return groups;
+}
+
 double MicroBatchMs(std::span<const std::int64_t> lengths, const PipelineModel& pipeline) {
   if (pipeline.scheme.cp > 1) {
     return LaidOutStageMs(lengths, LayOutMicroBatch(lengths, pipeline.shard), pipeline.shard);

@@ -2,6 +2,10 @@
 // carries its distance from the optimum (docs/design.md, "Lower bound", explains each bound).
 #pragma once
 
+#include <cstdint>
+#include <span>
+#include <vector>
+
 #include "hydraulis/assign/pipeline_relaxation.h"
 #include "hydraulis/assign/problem.h"
 
@@ -16,6 +20,14 @@ struct LowerBound {
 // The costliest document's own pipeline time alone (cheap; +infinity when a document
 // fits no pipeline).
 double LongestDocumentBoundMs(const AssignProblem& problem);
+
+// The same over a batch's distinct lengths (DistinctLengths) and its strategy's groups of
+// identical pipelines (GroupPipelines): what a planner that keeps both pays per strategy.
+double LongestDocumentBoundMs(std::span<const std::int64_t> distinct_lengths,
+                              std::span<const PipelineGroup> groups);
+
+// `lengths` sorted ascending without repeats.
+std::vector<std::int64_t> DistinctLengths(std::span<const std::int64_t> lengths);
 
 // Valid lower bound on min over assignments of the step time. +infinity when some
 // document fits no pipeline. With `relaxations`, pipelines with pp > 1 are bounded by the

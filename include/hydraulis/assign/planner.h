@@ -75,6 +75,10 @@ class Planner {
   const std::vector<PipelineModel>& Models(int strategy_index) const {
     return models_.at(static_cast<std::size_t>(strategy_index));
   }
+  // Candidate `strategy_index`'s identical pipelines as groups with counts.
+  const std::vector<PipelineGroup>& Groups(int strategy_index) const {
+    return groups_.at(static_cast<std::size_t>(strategy_index));
+  }
   // Capacity (tokens) of the widest pipeline of each candidate.
   std::int64_t MaxCapacity(int strategy_index) const;
   // The homogeneous candidate the static baselines run by default (largest capacity,
@@ -90,6 +94,7 @@ class Planner {
   CandidateSet candidates_;
   PlannerOptions options_;
   std::vector<std::vector<PipelineModel>> models_;
+  std::vector<std::vector<PipelineGroup>> groups_;
   int static_index_ = -1;
   int static_run_index_ = -1;
   // Memoised 1F1B relaxations for pp > 1 (bounds and packing targets); a cache only, so

@@ -55,6 +55,17 @@ struct PipelineModel {
   }
 };
 
+// Identical pipelines of a strategy (PipelineModel::SameAs) as one class with a count: a
+// strategy of 4,096 TP4 pipelines is one group, so work that is the same for every member
+// (bounds, thresholds) is done once per group rather than once per pipeline.
+struct PipelineGroup {
+  PipelineModel model;
+  int count = 0;
+};
+
+// The groups of `pipelines`, in order of first appearance.
+std::vector<PipelineGroup> GroupPipelines(std::span<const PipelineModel> pipelines);
+
 // The model of a pipeline of `scheme` whose documents placed whole on one cp rank cost
 // `whole`, with micro-batch capacity `capacity_tokens` and, for cp > 1, the key/value
 // exchange and memory terms of ShardCost.
