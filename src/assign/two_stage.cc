@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/tolerance.h"
@@ -66,7 +67,11 @@ class Solver {
 
   // Stage 1: longest document first, each to the eligible pipeline whose estimated time
   // after taking it is least (ties: the pipeline that is less loaded now, then the lower
-  // index, so identical pipelines fill evenly and deterministically).
+  // index, so identical pipelines fill evenly and deterministically). A group of more than
+  // kScannedGroupMembers identical pipelines offers only its least-loaded member (lowest
+  // index on ties), kept in an ordered set, so a document costs O(groups + log P) rather
+  // than O(P) on strategies of thousands of pipelines; smaller groups offer every member,
+  // so such strategies dispatch exactly as the plain scan does.
   void Dispatch() {
     const std::size_t n = problem_.lengths.size();
     std::vector<int> all(n);
@@ -75,10 +80,44 @@ class Solver {
     docs_.assign(P_, {});
     load_.assign(P_, Load{});
     est_.assign(P_, 0.0);
+    // Pipelines of small groups (always offered) and, per large group, its members by
+    // (estimate, index).
+    std::vector<int> offered_always;
+    std::vector<std::set<std::pair<double, int>>> large;
+    std::vector<int> large_of(P_, -1);
+    {
+      std::vector<int> group_of(P_, -1);
+      std::vector<std::vector<int>> members;
+      for (int p = 0; p < P_; ++p) {
+        int g = 0;
+        while (g < static_cast<int>(members.size()) &&
+               !problem_.pipelines[members[g].front()].SameAs(problem_.pipelines[p])) {
+          ++g;
+        }
+        if (g == static_cast<int>(members.size())) members.emplace_back();
+        members[g].push_back(p);
+      }
+      for (const auto& m : members) {
+        if (static_cast<int>(m.size()) <= kScannedGroupMembers) {
+          offered_always.insert(offered_always.end(), m.begin(), m.end());
+          continue;
+        }
+        large.emplace_back();
+        for (int p : m) {
+          large.back().insert({0.0, p});
+          large_of[p] = static_cast<int>(large.size()) - 1;
+        }
+      }
+      std::sort(offered_always.begin(), offered_always.end());
+    }
+    std::vector<int> offered;
     for (int d : order) {
+      offered = offered_always;
+      for (const auto& members : large) offered.push_back(members.begin()->second);
+      if (!large.empty()) std::sort(offered.begin(), offered.end());
       int best = -1;
       double best_after = 0;
-      for (int p = 0; p < P_; ++p) {
+      for (int p : offered) {
         if (!Fits(p, d)) continue;
         const double after = Estimate(p, With(p, load_[p], d));
         if (best < 0 || DefinitelyLess(after, best_after) ||
@@ -92,6 +131,11 @@ class Solver {
       }
       docs_[best].push_back(d);
       load_[best] = With(best, load_[best], d);
+      if (large_of[best] >= 0) {
+        auto& members = large[static_cast<std::size_t>(large_of[best])];
+        members.erase({est_[best], best});
+        members.insert({best_after, best});
+      }
       est_[best] = best_after;
     }
     for (auto& docs : docs_) std::sort(docs.begin(), docs.end(), ByLength());
@@ -273,6 +317,7 @@ class Solver {
   }
 
   static constexpr int kSwapSources = 64;
+  static constexpr int kScannedGroupMembers = 64;
   static constexpr std::int64_t kRepackBudgetPerDocument = 4;
   static constexpr std::int64_t kRepackBudgetBase = std::int64_t{1} << 19;
 
