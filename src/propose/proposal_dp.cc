@@ -1,10 +1,12 @@
 #include "hydraulis/propose/proposal_dp.h"
 
 #include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <thread>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/tolerance.h"
@@ -29,6 +31,22 @@ double GroupMs(const DpScheme& s, const IntervalLoad& load, int replicas) {
   return share_ms + t.c_ms * micro_batches + (s.scheme.pp - 1) * (longest_ms + t.c_ms);
 }
 
+int FlatGroupReplicas(const DpScheme& s, const IntervalLoad& load) {
+  const TimeModel& t = s.time;
+  const double longest_ms = s.scheme.cp > 1 ? std::min(s.shard.whole.DocumentMs(load.longest),
+                                                       s.shard.ShardedDocumentMs(load.longest))
+                                            : t.DocumentMs(load.longest);
+  const double work_ms = t.a_ms_per_token2 * load.squared_tokens + t.b_ms_per_token * load.tokens;
+  // The share reaches the longest document at work / longest replicas, the micro-batches
+  // one at tokens / capacity.
+  const double d = std::max(longest_ms > 0 ? work_ms / longest_ms : kInf,
+                            load.tokens / static_cast<double>(s.capacity_tokens));
+  if (!(d < static_cast<double>(std::numeric_limits<int>::max() - 1))) {
+    return std::numeric_limits<int>::max();
+  }
+  return std::max(1, static_cast<int>(std::ceil(d)));
+}
+
 ProposalDp::ProposalDp(std::vector<DpScheme> schemes, const LengthHistogram& histogram, int gpus,
                        const DpOptions& options)
     : schemes_(std::move(schemes)), options_(options), gpus_(gpus) {
@@ -49,10 +67,16 @@ ProposalDp::ProposalDp(std::vector<DpScheme> schemes, const LengthHistogram& his
     }
     step_ = std::gcd(step_, s.scheme.Gpus());
   }
+  if (options_.max_levels < 1) {
+    throw InvalidInput("proposal: max_levels must be >= 1, got " +
+                       std::to_string(options_.max_levels));
+  }
   // Every strategy uses a multiple of G GPUs, so t[n] = t[G floor(n / G)]: the table keeps
-  // only multiples of G.
+  // only multiples of G. Past max_levels of them a level stands for several multiples
+  // (DpOptions::max_levels), so the table stops growing with the cluster.
+  step_ *= (gpus_ / step_ + options_.max_levels - 1) / options_.max_levels;
   levels_ = gpus_ / step_ + 1;
-  for (const DpScheme& s : schemes_) units_.push_back(s.scheme.Gpus() / step_);
+  for (const DpScheme& s : schemes_) gpus_per_replica_.push_back(s.scheme.Gpus());
 
   bins_ = static_cast<int>(histogram.bins.size());
   row_ = static_cast<std::size_t>(bins_) + 1;
@@ -82,17 +106,42 @@ ProposalDp::ProposalDp(std::vector<DpScheme> schemes, const LengthHistogram& his
   table_.assign(static_cast<std::size_t>(levels_) * row_, kInf);
   choices_.assign(table_.size(), Choice{});
   for (int level = 0; level < levels_; ++level) T(level, 0) = 0;
-  const Extra none;
-  std::int64_t evaluations = 0;
-  for (int level = 1; level < levels_; ++level) {
-    for (int j = 1; j <= bins_; ++j) {
-      Best best{T(level - 1, j), Choice{}};
-      BestOption(level, j, none, &best, &evaluations);
-      T(level, j) = best.value;
-      choices_[static_cast<std::size_t>(level) * row_ + j] = best.choice;
-    }
+  FillTable();
+}
+
+void ProposalDp::FillTable() {
+  // A level's cells read only lower levels, so its bins are filled in parallel: worker w
+  // takes bins w, w + W, ... (the cost grows with the bin, so interleaving evens it out)
+  // and all meet at a barrier before the next level. Every cell is computed as it would be
+  // alone, so the table does not depend on the worker count.
+  if (options_.threads < 0) {
+    throw InvalidInput("proposal: threads must be >= 0, got " + std::to_string(options_.threads));
   }
-  evaluations_ = evaluations;
+  int workers = options_.threads > 0 ? options_.threads
+                                     : static_cast<int>(std::thread::hardware_concurrency());
+  // Small tables finish before threads would start.
+  if (static_cast<std::int64_t>(levels_) * bins_ < kParallelCells) workers = 1;
+  workers = std::clamp(workers, 1, std::max(1, bins_));
+  std::vector<std::int64_t> evaluations(static_cast<std::size_t>(workers), 0);
+  std::barrier level_done(workers);
+  auto work = [&](int w) {
+    const Extra none;
+    for (int level = 1; level < levels_; ++level) {
+      for (int j = 1 + w; j <= bins_; j += workers) {
+        Best best{T(level - 1, j), Choice{}};
+        BestOption(level, j, none, &best, &evaluations[static_cast<std::size_t>(w)]);
+        T(level, j) = best.value;
+        choices_[static_cast<std::size_t>(level) * row_ + j] = best.choice;
+      }
+      level_done.arrive_and_wait();
+    }
+  };
+  {
+    std::vector<std::jthread> helpers;
+    for (int w = 1; w < workers; ++w) helpers.emplace_back(work, w);
+    work(0);
+  }
+  evaluations_ = std::accumulate(evaluations.begin(), evaluations.end(), std::int64_t{0});
 }
 
 double ProposalDp::Group(int k, int lo, int hi, int d, const Extra& extra) const {
@@ -104,6 +153,14 @@ double ProposalDp::Group(int k, int lo, int hi, int d, const Extra& extra) const
   return GroupMs(schemes_[k], load, d);
 }
 
+int ProposalDp::FlatReplicas(int k, int lo, int hi, const Extra& extra) const {
+  IntervalLoad load;
+  load.tokens = prefix_tokens_[hi] - prefix_tokens_[lo] + extra.tokens;
+  load.squared_tokens = prefix_squares_[hi] - prefix_squares_[lo] + extra.squared_tokens;
+  load.longest = longest_[hi - 1];
+  return FlatGroupReplicas(schemes_[static_cast<std::size_t>(k)], load);
+}
+
 void ProposalDp::BestOption(int level, int j, const Extra& extra, Best* best,
                             std::int64_t* evaluations) const {
   // Ties matter: once one long document fixes the makespan, many strategies reach it.
@@ -113,7 +170,7 @@ void ProposalDp::BestOption(int level, int j, const Extra& extra, Best* best,
   auto beats = [&](double value, int units, int l) {
     if (value != best->value) return value < best->value;
     if (!(value < kInf) || best->choice.scheme < 0) return false;
-    const int best_units = best->choice.replicas * units_[best->choice.scheme];
+    const int best_units = Units(best->choice.scheme, best->choice.replicas);
     return units < best_units || (units == best_units && l > best->choice.length);
   };
   // A bound `x` on every option of an l excludes them when x is above `best`, or equal to
@@ -122,32 +179,54 @@ void ProposalDp::BestOption(int level, int j, const Extra& extra, Best* best,
     return x > best->value || (x == best->value && (!(x < kInf) || best->choice.scheme < 0));
   };
   for (int k = 0; k < static_cast<int>(schemes_.size()); ++k) {
-    const int u = units_[k];
-    if (held_bins_[k] < j || u > level) continue;
-    const int max_d = level / u;
+    if (held_bins_[k] < j || Units(k, 1) > level) continue;
+    // The most replicas `level` affords: Units(k, d) <= level.
+    const int max_d = static_cast<int>(std::int64_t{level} * step_ / gpus_per_replica_[k]);
+    int known_below = 1;  // every d below it has A(d) < B(d) for this and later l
     for (int l = 1; l <= j; ++l) {
       const int lo = j - l;
       // A(d) = t[level - d u][lo] never decreases with d and B(d) = Group(d) never
       // increases, so A(1) and B(max_d) bound every d from below. A(1) falls and B(max_d)
       // rises as l grows: skip while A(1) cannot beat `best`, stop once B(max_d) cannot.
-      if (excluded(T(level - u, lo))) continue;
+      if (excluded(T(level - Units(k, 1), lo))) continue;
       ++*evaluations;
-      if (excluded(Group(k, lo, j, max_d, extra))) break;
-      // max(A, B) is least where they cross: find the smallest d with A(d) >= B(d).
-      int d_lo = 1, d_hi = max_d + 1;
+      const double b_floor = Group(k, lo, j, max_d, extra);
+      if (excluded(b_floor)) break;
+      // Past the replicas where B stops falling, A only rises, so no larger d does better
+      // (nor ties with fewer GPUs): search d up to there when B is already at its floor.
+      int d_top = max_d;
+      const int d_flat = std::min(max_d, FlatReplicas(k, lo, j, extra));
+      if (d_flat < max_d) {
+        ++*evaluations;
+        if (Group(k, lo, j, d_flat, extra) == b_floor) d_top = d_flat;
+      }
+      // max(A, B) is least where they cross: find the smallest d with A(d) >= B(d). As l
+      // grows A falls and B rises, so the crossing never moves left: every d below the last
+      // l's crossing still has A < B. Gallop from there, then bisect.
+      int d_lo = std::min(known_below, d_top + 1), d_hi = d_top + 1;
+      for (int stride = 1; d_lo < d_hi; stride *= 2) {
+        const int probe = std::min(d_hi - 1, d_lo + stride - 1);
+        ++*evaluations;
+        if (T(level - Units(k, probe), lo) >= Group(k, lo, j, probe, extra)) {
+          d_hi = probe;
+          break;
+        }
+        d_lo = probe + 1;
+      }
       while (d_lo < d_hi) {
         const int mid = d_lo + (d_hi - d_lo) / 2;
         ++*evaluations;
-        if (T(level - mid * u, lo) >= Group(k, lo, j, mid, extra)) {
+        if (T(level - Units(k, mid), lo) >= Group(k, lo, j, mid, extra)) {
           d_hi = mid;
         } else {
           d_lo = mid + 1;
         }
       }
+      known_below = d_lo;
       double value = kInf;
       int d = 0;
-      if (d_lo <= max_d) {  // A >= B at d_lo: the maximum is A
-        value = T(level - d_lo * u, lo);
+      if (d_lo <= d_top) {  // A >= B at d_lo: the maximum is A
+        value = T(level - Units(k, d_lo), lo);
         d = d_lo;
       }
       if (d_lo > 1) {  // A < B below d_lo: the maximum is B
@@ -170,7 +249,7 @@ void ProposalDp::BestOption(int level, int j, const Extra& extra, Best* best,
           d = lo_d;
         }
       }
-      if (beats(value, d * u, l)) *best = {value, Choice{k, l, d}};
+      if (beats(value, Units(k, d), l)) *best = {value, Choice{k, l, d}};
     }
   }
 }
@@ -224,7 +303,7 @@ DpSolution ProposalDp::SolveForLongest(int bin) const {
     solution.gpus += c.replicas * schemes_[c.scheme].scheme.Gpus();
   };
   add_group(best.choice, j, extra);
-  int level = top - best.choice.replicas * units_[best.choice.scheme];
+  int level = top - Units(best.choice.scheme, best.choice.replicas);
   int hi = j - best.choice.length;
   while (hi > 0) {
     const Choice& c = choices_[static_cast<std::size_t>(level) * row_ + hi];
@@ -233,7 +312,7 @@ DpSolution ProposalDp::SolveForLongest(int bin) const {
       continue;
     }
     add_group(c, hi, Extra{});
-    level -= c.replicas * units_[c.scheme];
+    level -= Units(c.scheme, c.replicas);
     hi -= c.length;
   }
   std::reverse(solution.groups.begin(), solution.groups.end());

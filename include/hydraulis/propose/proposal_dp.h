@@ -50,6 +50,11 @@ struct IntervalLoad {
 // non-decreasing as the interval grows, which the DP's searches rely on.
 double GroupMs(const DpScheme& scheme, const IntervalLoad& load, int replicas);
 
+// The fewest replicas from which GroupMs(scheme, load, d) no longer falls with d (the
+// share is the longest document and one micro-batch each), up to rounding: callers that
+// rely on it compare GroupMs there with a larger d. INT_MAX when it never stops falling.
+int FlatGroupReplicas(const DpScheme& scheme, const IntervalLoad& load);
+
 struct DpOptions {
   // Multiplies every bin's documents, tokens and squares (> 0): 1 plans for the whole
   // dataset at once; tokens_per_batch / dataset tokens plans for one global batch.
@@ -64,6 +69,15 @@ struct DpOptions {
   // shortest documents that fits. Never raises the makespan (GroupMs is non-increasing in
   // replicas); afterwards fewer GPUs are idle than any group's scheme needs.
   bool fill_idle_gpus = true;
+  // Most GPU levels the table keeps (>= 1). When the cluster has more than max_levels
+  // multiples of G, a level stands for U = G * ceil(gpus / G / max_levels) GPUs and d
+  // replicas of a g-GPU scheme are charged ceil(d g / U) levels (the GPUs this rounds up
+  // return when idle GPUs are filled), so the table's size and time stop growing with the
+  // cluster; below that U = G and the table is exact.
+  int max_levels = 1024;
+  // Threads that fill the table (>= 0; 0: one per hardware thread). The table, hence the
+  // proposal, is the same for every count.
+  int threads = 0;
 };
 
 // `replicas` pipelines of schemes[scheme] sharing the documents of bins
@@ -107,7 +121,8 @@ class ProposalDp {
   const std::vector<DpScheme>& schemes() const { return schemes_; }
   int bin_count() const { return bins_; }
   int gpus() const { return gpus_; }
-  // G: the gcd of the schemes' GPU counts.
+  // U: GPUs per table level (G, the gcd of the schemes' GPU counts, unless
+  // DpOptions::max_levels coarsens it).
   int gpu_step() const { return step_; }
   // Group-time evaluations the table took (work done, for benchmarks).
   std::int64_t evaluations() const { return evaluations_; }
@@ -126,6 +141,11 @@ class ProposalDp {
     Choice choice;
   };
 
+  // Levels that d replicas of scheme k are charged: ceil(d * its GPUs / U).
+  int Units(int k, int d) const {
+    const std::int64_t g = std::int64_t{d} * gpus_per_replica_[static_cast<std::size_t>(k)];
+    return static_cast<int>((g + step_ - 1) / step_);
+  }
   double& T(int level, int bins) { return table_[static_cast<std::size_t>(level) * row_ + bins]; }
   double T(int level, int bins) const {
     return table_[static_cast<std::size_t>(level) * row_ + bins];
@@ -137,6 +157,12 @@ class ProposalDp {
   // evaluations into *evaluations.
   void BestOption(int level, int j, const Extra& extra, Best* best,
                   std::int64_t* evaluations) const;
+  // Fills the table, level by level (DpOptions::threads).
+  void FillTable();
+  // Tables with fewer cells are filled by one thread.
+  static constexpr std::int64_t kParallelCells = 1 << 14;
+  // FlatGroupReplicas of scheme k over bins [lo, hi) plus `extra`.
+  int FlatReplicas(int k, int lo, int hi, const Extra& extra) const;
   // What DpOptions::longest_present adds to an interval whose top bin is `bin`.
   Extra TopExtra(int bin) const;
   // DpOptions::fill_idle_gpus on a traced solution; groups.back() is the top group.
@@ -149,7 +175,7 @@ class ProposalDp {
   int levels_ = 1;  // levels 0..levels_-1 stand for 0, G, 2G, ... GPUs
   int bins_ = 0;
   std::size_t row_ = 1;
-  std::vector<int> units_;      // scheme GPUs / G
+  std::vector<int> gpus_per_replica_;  // per scheme
   std::vector<int> held_bins_;  // per scheme: how many leading bins it can hold
   std::vector<double> prefix_documents_, prefix_tokens_, prefix_squares_;  // scaled
   std::vector<std::int64_t> longest_;                                      // per bin
