@@ -68,10 +68,11 @@ class Solver {
   // Stage 1: longest document first, each to the eligible pipeline whose estimated time
   // after taking it is least (ties: the pipeline that is less loaded now, then the lower
   // index, so identical pipelines fill evenly and deterministically). A group of more than
-  // kScannedGroupMembers identical pipelines offers only its least-loaded member (lowest
+  // scanned_group_members identical pipelines offers only its least-loaded member (lowest
   // index on ties), kept in an ordered set, so a document costs O(groups + log P) rather
   // than O(P) on strategies of thousands of pipelines; smaller groups offer every member,
-  // so such strategies dispatch exactly as the plain scan does.
+  // so such strategies dispatch exactly as the plain scan does
+  // (TwoStageOptions::scanned_group_members).
   void Dispatch() {
     const std::size_t n = problem_.lengths.size();
     std::vector<int> all(n);
@@ -98,7 +99,7 @@ class Solver {
         members[g].push_back(p);
       }
       for (const auto& m : members) {
-        if (static_cast<int>(m.size()) <= kScannedGroupMembers) {
+        if (static_cast<int>(m.size()) <= options_.scanned_group_members) {
           offered_always.insert(offered_always.end(), m.begin(), m.end());
           continue;
         }
@@ -317,7 +318,6 @@ class Solver {
   }
 
   static constexpr int kSwapSources = 64;
-  static constexpr int kScannedGroupMembers = 64;
   static constexpr std::int64_t kRepackBudgetPerDocument = 4;
   static constexpr std::int64_t kRepackBudgetBase = std::int64_t{1} << 19;
 

@@ -313,6 +313,115 @@ TEST(ProposalDpTest, OneLongDocumentDoesNotPullWideSchemesIntoTheBulk) {
   EXPECT_EQ(s.groups[0].scheme, 1);
 }
 
+TEST(GroupMsTest, FlatReplicasIsWhereGroupTimeStopsFalling) {
+  Rng rng(17);
+  for (int trial = 0; trial < 500; ++trial) {
+    const DpScheme s =
+        MakeScheme(1 + static_cast<int>(rng.Below(4)), 1 + static_cast<int>(rng.Below(3)),
+                   rng.Uniform() * 1e-3, 0.05 + rng.Uniform(), rng.Uniform() * 30,
+                   100 + static_cast<std::int64_t>(rng.Below(2'000)));
+    IntervalLoad load;
+    load.longest =
+        1 + static_cast<std::int64_t>(rng.Below(static_cast<std::uint64_t>(s.capacity_tokens)));
+    load.documents = 1 + static_cast<double>(rng.Below(500));
+    load.tokens = load.documents *
+                  (1 + static_cast<double>(rng.Below(static_cast<std::uint64_t>(load.longest))));
+    load.squared_tokens = load.tokens * static_cast<double>(load.longest) * rng.Uniform();
+    const int flat = FlatGroupReplicas(s, load);
+    ASSERT_GE(flat, 1);
+    ASSERT_LT(flat, 1'000'000);
+    const double at_flat = GroupMs(s, load, flat);
+    for (int d : {flat + 1, flat + 7, 2 * flat + 100}) {
+      EXPECT_TRUE(Near(GroupMs(s, load, d), at_flat)) << "trial " << trial << " d " << d;
+    }
+    if (flat > 1) {
+      EXPECT_GE(GroupMs(s, load, flat - 1), at_flat);
+    }
+  }
+}
+
+TEST(ProposalDpTest, CoarseLevelsGiveValidSolutionsNoBetterThanTheExactTable) {
+  // max_levels below the cluster's GPU multiples makes a level stand for several of them
+  // and charges groups whole levels: every solution still tiles its bins within the
+  // cluster, and its makespan is never below the exact table's (it is one of the exact
+  // table's options). At or above the multiples the table is the exact one.
+  Rng rng(23);
+  int coarse = 0;
+  for (int trial = 0; trial < 1000; ++trial) {
+    TinyCase t = RandomTinyCase(rng);
+    std::erase_if(t.schemes, [&](const DpScheme& s) { return s.scheme.Gpus() > t.gpus; });
+    if (t.schemes.empty()) continue;
+    DpOptions exact_options;
+    exact_options.document_scale = t.scale;
+    const ProposalDp exact(t.schemes, t.histogram, t.gpus, exact_options);
+    const int multiples = t.gpus / exact.gpu_step();
+    for (int max_levels : {1, 2, 3, multiples}) {
+      DpOptions options = exact_options;
+      options.max_levels = max_levels;
+      const ProposalDp dp(t.schemes, t.histogram, t.gpus, options);
+      EXPECT_EQ(dp.gpu_step(), exact.gpu_step() * ((multiples + max_levels - 1) / max_levels));
+      if (dp.gpu_step() != exact.gpu_step()) ++coarse;
+      for (int bin = 0; bin < dp.bin_count(); ++bin) {
+        const DpSolution e = exact.SolveForLongest(bin);
+        const DpSolution s = dp.SolveForLongest(bin);
+        if (max_levels >= multiples) {
+          EXPECT_EQ(s.makespan_ms, e.makespan_ms);
+          ASSERT_EQ(s.groups.size(), e.groups.size());
+          continue;
+        }
+        EXPECT_GE(s.makespan_ms, e.makespan_ms * (1 - 1e-12)) << "trial " << trial;
+        if (s.groups.empty()) continue;
+        int next = 0, gpus = 0;
+        for (const DpGroup& g : s.groups) {
+          EXPECT_EQ(g.first_bin, next);
+          next = g.last_bin + 1;
+          const DpScheme& scheme = t.schemes[static_cast<std::size_t>(g.scheme)];
+          gpus += g.replicas * scheme.scheme.Gpus();
+          EXPECT_GE(scheme.capacity_tokens,
+                    t.histogram.bins[static_cast<std::size_t>(g.last_bin)].longest);
+          EXPECT_LE(g.ms, s.makespan_ms * (1 + 1e-12));
+        }
+        EXPECT_EQ(next, bin + 1);
+        EXPECT_EQ(gpus, s.gpus);
+        EXPECT_LE(gpus, t.gpus);
+      }
+    }
+  }
+  EXPECT_GT(coarse, 500);
+}
+
+TEST(ProposalDpTest, TheTableDoesNotDependOnTheThreadCount) {
+  // 512 GPUs on the real lengths: 128 levels of 256 bins, enough cells to fill in parallel.
+  const Profile& profile = Profile32b();
+  const int gpus = 512;
+  const std::vector<DpScheme> schemes =
+      UsableSchemes(profile, gpus, DefaultOptimizerLayout(profile, gpus));
+  const LengthHistogram h = BuildLengthHistogram(RealLengths(), 32'768, 128);
+  DpOptions options;
+  options.document_scale = 512.0 * 1'600 / static_cast<double>(h.tokens);
+  options.threads = 1;
+  const ProposalDp one(schemes, h, gpus, options);
+  for (int threads : {2, 3}) {
+    options.threads = threads;
+    const ProposalDp many(schemes, h, gpus, options);
+    EXPECT_EQ(many.evaluations(), one.evaluations());
+    for (int n = 0; n <= gpus; n += one.gpu_step()) {
+      for (int j = 0; j <= one.bin_count(); ++j) {
+        ASSERT_EQ(many.Makespan(n, j), one.Makespan(n, j)) << threads << " threads, n " << n;
+      }
+    }
+    for (int bin = 0; bin < one.bin_count(); bin += 17) {
+      const DpSolution a = one.SolveForLongest(bin), b = many.SolveForLongest(bin);
+      ASSERT_EQ(a.groups.size(), b.groups.size());
+      for (std::size_t g = 0; g < a.groups.size(); ++g) {
+        EXPECT_EQ(a.groups[g].scheme, b.groups[g].scheme);
+        EXPECT_EQ(a.groups[g].replicas, b.groups[g].replicas);
+        EXPECT_EQ(a.groups[g].last_bin, b.groups[g].last_bin);
+      }
+    }
+  }
+}
+
 TEST(ProposalDpTest, RejectsBadPreconditions) {
   const LengthHistogram h = BuildLengthHistogram(std::vector<std::int64_t>{10}, 100, 10);
   const DpScheme s = MakeScheme(4, 1, 0, 1, 1, 100);
@@ -324,6 +433,14 @@ TEST(ProposalDpTest, RejectsBadPreconditions) {
   DpOptions bad;
   bad.document_scale = 0;
   EXPECT_NE(InvalidInputMessage([&] { ProposalDp({s}, h, 4, bad); }).find("scale"),
+            std::string::npos);
+  DpOptions no_levels;
+  no_levels.max_levels = 0;
+  EXPECT_NE(InvalidInputMessage([&] { ProposalDp({s}, h, 4, no_levels); }).find("max_levels"),
+            std::string::npos);
+  DpOptions bad_threads;
+  bad_threads.threads = -1;
+  EXPECT_NE(InvalidInputMessage([&] { ProposalDp({s}, h, 4, bad_threads); }).find("threads"),
             std::string::npos);
 }
 

@@ -15,6 +15,10 @@ struct TwoStageOptions {
   int max_local_search_steps = 400;
   // Candidate moves verified by a real re-pack per local-search step (>= 1).
   int moves_verified_per_step = 16;
+  // Stage 1 offers a document every member of a group of at most this many identical
+  // pipelines, and only the least-loaded member of a larger group (>= 1): the plain scan
+  // costs O(pipelines) per document, which strategies of thousands of pipelines cannot pay.
+  int scanned_group_members = 64;
   // Stop early once the step time is within this relative distance of `stop_below_ms`.
   double stop_below_ms = 0;
 };

@@ -176,7 +176,7 @@ class ProposalDp {
   int bins_ = 0;
   std::size_t row_ = 1;
   std::vector<int> gpus_per_replica_;  // per scheme
-  std::vector<int> held_bins_;  // per scheme: how many leading bins it can hold
+  std::vector<int> held_bins_;         // per scheme: how many leading bins it can hold
   std::vector<double> prefix_documents_, prefix_tokens_, prefix_squares_;  // scaled
   std::vector<std::int64_t> longest_;                                      // per bin
   std::vector<double> table_;
