@@ -272,13 +272,47 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
   return bound;
 }
 
-// Three or more groups: the primal LP, solved by Clp and re-solved from the previous basis
-// as theta changes (only column bounds and one coefficient per group move), then its dual
-// prices are evaluated exactly by DualValue.
+// The distinct lengths the price LP sees: runs of lengths within a relative width of
+// kPriceBucketWidth of the run's first (never across a group's capacity) merge into their
+// longest length with their summed count. The LP only picks the prices mu; DualValue then
+// evaluates them exactly over every length, so the bound stays valid whatever the merge,
+// and a batch of thousands of distinct lengths gives an LP of a few hundred rows.
+constexpr double kPriceBucketWidth = 1.0 / 256;
+
+std::vector<std::pair<std::int64_t, double>> PriceBuckets(
+    const std::vector<std::pair<std::int64_t, double>>& docs, const std::vector<Group>& groups) {
+  std::vector<std::int64_t> capacities;
+  for (const auto& g : groups) capacities.push_back(g.model.capacity_tokens);
+  std::vector<std::pair<std::int64_t, double>> out;
+  std::int64_t first = 0;
+  for (const auto& [s, n] : docs) {
+    const bool crosses =
+        std::any_of(capacities.begin(), capacities.end(), [&](std::int64_t c) {
+          return first <= c && s > c;
+        });
+    if (out.empty() || crosses ||
+        static_cast<double>(s) > static_cast<double>(first) * (1 + kPriceBucketWidth)) {
+      out.push_back({s, n});
+      first = s;
+    } else {
+      out.back().first = s;
+      out.back().second += n;
+    }
+  }
+  return out;
+}
+
+// Three or more groups: the primal LP over the price buckets, solved by Clp and re-solved
+// from the previous basis as theta changes (only column bounds and one coefficient per
+// group move), then its dual prices are evaluated exactly by DualValue over every length.
+// A bucket stands for its longest length, which is eligible wherever the bucket's others
+// are, so the LP stays feasible at every theta the search tries.
 class WarmLp {
  public:
-  WarmLp(const std::vector<std::pair<std::int64_t, double>>& docs, const std::vector<Group>& groups)
-      : docs_(docs), groups_(groups) {
+  WarmLp(const std::vector<std::pair<std::int64_t, double>>& all_docs,
+         const std::vector<Group>& groups)
+      : docs_(all_docs), groups_(groups), buckets_(PriceBuckets(all_docs, groups)) {
+    const auto& docs = buckets_;
     const int G = static_cast<int>(groups.size());
     const int D = static_cast<int>(docs.size());
     // Columns: x_{i,g} for capacity-eligible pairs, then T. Rows: one per distinct length
@@ -315,7 +349,7 @@ class WarmLp {
   }
 
   double Solve(double theta) {
-    const int D = static_cast<int>(docs_.size());
+    const int D = static_cast<int>(buckets_.size());
     for (int c = 0; c < t_col_; ++c) {
       lp_.setColumnUpper(c, critical_[c] <= theta ? ub_[c] : 0.0);
     }
@@ -332,6 +366,7 @@ class WarmLp {
  private:
   const std::vector<std::pair<std::int64_t, double>>& docs_;
   const std::vector<Group>& groups_;
+  const std::vector<std::pair<std::int64_t, double>> buckets_;
   ClpSimplex lp_;
   std::vector<double> critical_, ub_;
   int t_col_ = 0;
