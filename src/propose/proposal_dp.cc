@@ -67,14 +67,22 @@ ProposalDp::ProposalDp(std::vector<DpScheme> schemes, const LengthHistogram& his
     }
     step_ = std::gcd(step_, s.scheme.Gpus());
   }
+  if (options_.max_table_work < 1) {
+    throw InvalidInput("proposal: max_table_work must be >= 1, got " +
+                       std::to_string(options_.max_table_work));
+  }
   if (options_.max_levels < 1) {
     throw InvalidInput("proposal: max_levels must be >= 1, got " +
                        std::to_string(options_.max_levels));
   }
   // Every strategy uses a multiple of G GPUs, so t[n] = t[G floor(n / G)]: the table keeps
-  // only multiples of G. Past max_levels of them a level stands for several multiples
-  // (DpOptions::max_levels), so the table stops growing with the cluster.
-  step_ *= (gpus_ / step_ + options_.max_levels - 1) / options_.max_levels;
+  // only multiples of G. Past the level cap a level stands for several multiples
+  // (DpOptions::max_levels, max_table_work), so the table stops growing with the cluster.
+  const std::int64_t bins =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(histogram.bins.size()));
+  const int cap = static_cast<int>(
+      std::clamp<std::int64_t>(options_.max_table_work / (bins * bins), 1, options_.max_levels));
+  step_ *= (gpus_ / step_ + cap - 1) / cap;
   levels_ = gpus_ / step_ + 1;
   for (const DpScheme& s : schemes_) gpus_per_replica_.push_back(s.scheme.Gpus());
 

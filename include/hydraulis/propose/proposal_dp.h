@@ -69,12 +69,17 @@ struct DpOptions {
   // shortest documents that fits. Never raises the makespan (GroupMs is non-increasing in
   // replicas); afterwards fewer GPUs are idle than any group's scheme needs.
   bool fill_idle_gpus = true;
-  // Most GPU levels the table keeps (>= 1). When the cluster has more than max_levels
-  // multiples of G, a level stands for U = G * ceil(gpus / G / max_levels) GPUs and d
+  // Most GPU levels the table keeps (>= 1). When the cluster has more multiples of G than
+  // the cap, a level stands for U = G * ceil(gpus / G / cap) GPUs and d
   // replicas of a g-GPU scheme are charged ceil(d g / U) levels (the GPUs this rounds up
   // return when idle GPUs are filled), so the table's size and time stop growing with the
   // cluster; below that U = G and the table is exact.
   int max_levels = 1024;
+  // The table's work grows as levels * bins^2 (every bin tries every interval ending at
+  // it): the level cap is lowered to max(1, max_table_work / bins^2) where that is below
+  // max_levels (>= 1). The default keeps 1,024 levels for 256 bins (32K context at
+  // 128-token resolution) and about 150 for the 670 bins of 128K.
+  std::int64_t max_table_work = std::int64_t{1} << 26;
   // Threads that fill the table (>= 0; 0: one per hardware thread). The table, hence the
   // proposal, is the same for every count.
   int threads = 0;
