@@ -10,7 +10,8 @@
 //                  min over scheme k holding bin j, l in 1..j, d >= 1 with d g_k <= n of
 //                      max( t[n - d g_k][j - l], GroupMs(k, bins j-l+1..j, d) ) )
 //
-// with G the gcd of the schemes' GPU counts (t only changes at multiples of G).
+// with G the gcd of the schemes' GPU counts (t only changes at multiples of G); on large
+// clusters a level stands for a multiple U of G (DpOptions::max_levels, max_table_work).
 #pragma once
 
 #include <cstdint>
@@ -103,8 +104,9 @@ struct DpSolution {
   int gpus = 0;                 // GPUs the groups use, <= the cluster's
 };
 
-// Solves the table once (O(N/G * M^2 * K * log(N/G)) time in the worst case, O(N/G * M)
-// memory; M bins, K schemes, N GPUs) and answers per-bin questions from it.
+// Solves the table once (O(L * M^2 * K * log(N/G)) time in the worst case, O(L * M)
+// memory; L <= N/G + 1 levels, M bins, K schemes, N GPUs) and answers per-bin questions
+// from it.
 class ProposalDp {
  public:
   // Preconditions (InvalidInput otherwise): gpus >= 1; at least one scheme, each with
