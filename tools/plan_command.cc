@@ -27,6 +27,7 @@ struct PlanArgs {
   bool pretty = false;
   bool no_timing = false;
   double backward_to_forward = 2.0;
+  int threads = 0;
   LengthFlags source;
 };
 
@@ -55,6 +56,7 @@ int RunPlan(const PlanArgs& a) {
   options.context_tokens = a.max_len;
   options.seed = a.seed;
   options.schedule.backward_to_forward = a.backward_to_forward;
+  options.threads = a.threads;
   Planner planner(profile, candidates, options);
   std::string out;
   if (!a.lengths.empty()) {
@@ -113,6 +115,11 @@ Command AddPlanCommand(CLI::App& app) {
   cmd->add_option("--backward-to-forward", a->backward_to_forward,
                   "backward:forward time ratio of the 1F1B model")
       ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads,
+                  "threads that plan candidates (0: one per hardware thread); the plans are "
+                  "the same for every count")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   a->source.AddTo(cmd);
   cmd->add_flag("--pretty", a->pretty, "indent the JSON (single-batch mode)");

@@ -197,6 +197,34 @@ TEST(PlannerTest, SameInputSamePlanBytes) {
   }
 }
 
+TEST(PlannerTest, PlansAreTheSameBytesOnAnyThreadCount) {
+  // Batches large enough to plan on several threads (>= 2^16 pipeline-document pairs):
+  // the proposed 1,024-GPU candidates and the 256-GPU 128K ones with cp pipelines.
+  CaseStudy cs;
+  for (const char* name : {"llama-32b-1024gpu-proposed.json", "llama-32b-256gpu-128k.json"}) {
+    const CandidateSet candidates =
+        LoadCandidates(kRoot + "/configs/candidates/" + name, cs.profile);
+    const bool long_context = std::string(name).find("128k") != std::string::npos;
+    const std::int64_t max_len = long_context ? 131'072 : 32'768;
+    PlannerOptions one;
+    one.context_tokens = max_len;
+    PlannerOptions three = one;
+    three.threads = 3;
+    Planner a(cs.profile, candidates, one);
+    Planner b(cs.profile, candidates, three);
+    for (const auto& batch : RealBatches(3, long_context ? 2'097'152 : 1'638'400, 9, max_len)) {
+      EXPECT_EQ(PlanToJson(a.PlanBatch(batch), false, false),
+                PlanToJson(b.PlanBatch(batch), false, false));
+    }
+  }
+  PlannerOptions bad;
+  bad.threads = -1;
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
+              Planner(cs.profile, cs.candidates, bad);
+            }).find("threads"),
+            std::string::npos);
+}
+
 // Every plan says how it stands: time-limit exactly when a solver stopped at its limit,
 // optimal exactly when its time meets the lower bound, within-gap otherwise.
 TEST(PlannerTest, PlansCarryTheirSolveStatus) {

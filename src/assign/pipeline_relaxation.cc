@@ -109,6 +109,7 @@ const RelaxationTable::SupportingLine* RelaxationTable::PrecomputedLine(
 }
 
 const RelaxationTable::Line& RelaxationTable::LineOf(int pp, int v) {
+  const std::lock_guard lock(mutex_);
   auto it = lines_.find({pp, v});
   if (it != lines_.end()) return it->second;
   const SupportingLine* stored = PrecomputedLine(pp, v, schedule_);
@@ -157,6 +158,7 @@ int RelaxationTable::ShapeGridIndex(double c, double W) const {
 const std::vector<double>& RelaxationTable::Shape(int pp, int v, double c, double W) {
   const int k = ShapeGridIndex(c, W);
   auto key = std::make_tuple(pp, v, k);
+  const std::lock_guard lock(mutex_);
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second;
   const double rk = std::pow(kShapeGridRatio, k);

@@ -11,6 +11,7 @@
 #include "hydraulis/assign/lower_bound.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/parallel_for.h"
 #include "hydraulis/base/tolerance.h"
 #include "hydraulis/cost/capacity.h"
 
@@ -49,6 +50,10 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
     throw InvalidInput(
         "algorithm published is not available here: it needs the MILP planner "
         "(hydraulis_milp, CBC), which this program does not link");
+  }
+  if (options_.threads < 0) {
+    throw InvalidInput("threads must be >= 0 (0: one per hardware thread), got " +
+                       std::to_string(options_.threads));
   }
   if (options_.context_tokens < 1) {
     throw InvalidInput("context length must be >= 1, got " +
@@ -261,41 +266,86 @@ class BatchPlanning {
   // Phase 3 (ours): two-stage assignment of the most promising candidate first, then of
   // every other whose bound plus overhead can still beat the best score; the rest are
   // pruned. Ours minimises compute time plus the candidate's fixed overhead.
+  //
+  // With several threads (PlannerOptions::threads) the full bounds are computed in
+  // parallel, and candidates are assigned in waves of one per thread: the next candidates
+  // in order whose bound can still beat the best plan are assigned at once, then taken in
+  // order as the sequential search would, each pruned if an earlier one of the wave has
+  // since made its bound hopeless (its assignment is then discarded). Every assignment and
+  // bound depends only on its candidate, so the plan is the sequential one, byte for
+  // byte, whatever the thread count; the waves only spend some discarded work.
   void SearchOurs(std::vector<int> usable) {
     auto promise = [&](int i) { return Report(i).lower_bound_ms + Overhead(i); };
-    auto run = [&](int i) {
+    auto assign = [&](int i) {
       TwoStageOptions opts = options_.two_stage;
       opts.pack.relaxations = &relaxations_;
       opts.stop_below_ms = std::max(opts.stop_below_ms, Report(i).lower_bound_ms);
-      Assignment a = AssignTwoStage(Problem(i), opts);
+      return AssignTwoStage(Problem(i), opts);
+    };
+    auto consider = [&](int i, Assignment a) {
       const double score = a.step_ms + Overhead(i);
       Consider(i, std::move(a), score);
     };
+    const int threads = Threads();
     // Plan the candidate with the least cheap bound first, so a good plan is known early;
     // then the others whose full bounds can still beat it, most promising first.
     std::stable_sort(usable.begin(), usable.end(),
                      [&](int x, int y) { return promise(x) < promise(y); });
     const int first = usable.front();
     Report(first).lower_bound_ms = ComputeLowerBound(Problem(first), &relaxations_).ms;
-    run(first);
-    std::vector<int> rest;
-    for (std::size_t k = 1; k < usable.size(); ++k) {
-      const int i = usable[k];
-      if (promise(i) < best_score_) {
-        Report(i).lower_bound_ms = ComputeLowerBound(Problem(i), &relaxations_).ms;
-      }
-      rest.push_back(i);
+    consider(first, assign(first));
+    std::vector<int> rest(usable.begin() + 1, usable.end());
+    std::vector<int> bounded;
+    for (int i : rest) {
+      if (promise(i) < best_score_) bounded.push_back(i);
     }
+    std::vector<double> bounds(bounded.size());
+    ParallelFor(static_cast<int>(bounded.size()), threads, [&](int k) {
+      bounds[static_cast<std::size_t>(k)] =
+          ComputeLowerBound(Problem(bounded[static_cast<std::size_t>(k)]), &relaxations_).ms;
+    });
+    for (std::size_t k = 0; k < bounded.size(); ++k) Report(bounded[k]).lower_bound_ms = bounds[k];
     std::stable_sort(rest.begin(), rest.end(),
                      [&](int x, int y) { return promise(x) < promise(y); });
-    for (int i : rest) {
-      if (promise(i) >= best_score_) {
-        Report(i).status = CandidateStatus::kPruned;
-      } else {
-        run(i);
+    std::vector<Assignment> wave(static_cast<std::size_t>(threads));
+    std::vector<std::size_t> members;
+    for (std::size_t next = 0; next < rest.size();) {
+      // The wave: the next candidates whose bound beats the best plan now, one per thread.
+      members.clear();
+      std::size_t end = next;
+      for (; end < rest.size() && static_cast<int>(members.size()) < threads; ++end) {
+        if (promise(rest[end]) < best_score_) members.push_back(end);
+      }
+      ParallelFor(static_cast<int>(members.size()), threads, [&](int k) {
+        wave[static_cast<std::size_t>(k)] = assign(rest[members[static_cast<std::size_t>(k)]]);
+      });
+      // In order, as the sequential search: a candidate runs only if its bound still beats
+      // the best plan, which only falls, so every such candidate is in the wave.
+      for (std::size_t k = 0; next < end; ++next) {
+        const int i = rest[next];
+        const bool in_wave = k < members.size() && members[k] == next;
+        if (promise(i) >= best_score_) {
+          Report(i).status = CandidateStatus::kPruned;
+        } else {
+          consider(i, std::move(wave[k]));
+        }
+        if (in_wave) ++k;
       }
     }
   }
+
+  // Threads for this batch: PlannerOptions::threads, or 1 when the batch is too small for
+  // threads to pay for their start.
+  int Threads() const {
+    std::size_t widest = 0;
+    for (int i = 0; i < CandidateCount(); ++i) {
+      widest = std::max(widest, planner_.Models(i).size());
+    }
+    const std::size_t pairs = widest * plan_.lengths.size();
+    return pairs < kParallelPairs ? 1 : ResolveThreads(options_.threads);
+  }
+  // Pipelines x documents below which a batch is planned on one thread.
+  static constexpr std::size_t kParallelPairs = std::size_t{1} << 16;
 
   // Phase 3 (published baseline): every usable candidate, kept by the published objective.
   void RunPublished(const std::vector<int>& usable) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -78,6 +79,9 @@ class RelaxationTable {
   int ShapeGridIndex(double c_ms, double W) const;
 
   ScheduleOptions schedule_;
+  // Guards the two caches: a planner's threads share one table. Entries are never changed
+  // or removed once made, so references to them stay valid after the lock is released.
+  std::mutex mutex_;
   std::map<std::pair<int, int>, Line> lines_;
   std::map<std::tuple<int, int, int>, std::vector<double>> shapes_;
 };

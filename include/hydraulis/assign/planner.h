@@ -55,11 +55,17 @@ struct PlannerOptions {
   // cp > 1 pipelines shard every document of a micro-batch (Megatron-LM's rule, the
   // static-cp baseline) instead of laying them out by the cost model (cost/cp_layout.h).
   bool shard_every_document = false;
+  // Threads that compute candidates' bounds and assignments (>= 0; 0: one per hardware
+  // thread). The plan is the same for every count (planner.cc, SearchOurs); batches of
+  // fewer than 2^16 pipeline-document pairs use one. The trainer's ranks plan on one
+  // each (many ranks share a node); `hydraulis plan --threads` defaults to all.
+  int threads = 1;
 };
 
 // Holds the candidate set with each pipeline's time model and capacity, computed once.
-// Not thread-safe: PlanBatch fills a cache, so one thread at a time may call it (the Python
-// binding serialises calls with a lock; the trainer plans on one look-ahead thread).
+// Not thread-safe: one thread at a time may call PlanBatch (the Python binding serialises
+// calls with a lock; the trainer plans on one look-ahead thread); PlanBatch itself may use
+// several threads (PlannerOptions::threads).
 class Planner {
  public:
   // Precondition: `candidates` was validated against `profile` (spec_io.h).
