@@ -286,10 +286,8 @@ std::vector<std::pair<std::int64_t, double>> PriceBuckets(
   std::vector<std::pair<std::int64_t, double>> out;
   std::int64_t first = 0;
   for (const auto& [s, n] : docs) {
-    const bool crosses =
-        std::any_of(capacities.begin(), capacities.end(), [&](std::int64_t c) {
-          return first <= c && s > c;
-        });
+    const bool crosses = std::any_of(capacities.begin(), capacities.end(),
+                                     [&](std::int64_t c) { return first <= c && s > c; });
     if (out.empty() || crosses ||
         static_cast<double>(s) > static_cast<double>(first) * (1 + kPriceBucketWidth)) {
       out.push_back({s, n});
