@@ -434,7 +434,7 @@ NB_MODULE(_core, m) {
           "__init__",
           [](PyPlanner* self, const Profile& profile, const CandidatesText& candidates,
              const std::string& algorithm, std::uint64_t seed, std::int64_t max_len,
-             bool reject_overlong, double backward_to_forward) {
+             bool reject_overlong, double backward_to_forward, int threads) {
             if (max_len < 1) {
               throw InvalidInput("max_len: must be >= 1, got " + std::to_string(max_len));
             }
@@ -449,11 +449,12 @@ NB_MODULE(_core, m) {
             options.context_tokens = max_len;
             options.seed = seed;
             options.schedule.backward_to_forward = backward_to_forward;
+            options.threads = threads;
             new (self) PyPlanner(profile, set, options);
           },
           nb::arg("profile"), nb::arg("candidates"), nb::kw_only(), nb::arg("algorithm") = "ours",
           nb::arg("seed") = 1, nb::arg("max_len") = 32'768, nb::arg("reject_overlong") = false,
-          nb::arg("backward_to_forward") = 2.0)
+          nb::arg("backward_to_forward") = 2.0, nb::arg("threads") = 1)
       .def(
           "plan",
           [](PyPlanner& planner, nb::handle lengths) {

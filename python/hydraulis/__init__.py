@@ -113,8 +113,9 @@ class BatchSampler(_core.BatchSampler):
 class Planner(_core.Planner):
     """Plans global batches on a candidate set: Planner(profile, candidates, *,
     algorithm="ours", seed=1, max_len=32768, reject_overlong=False,
-    backward_to_forward=2.0), the options of `hydraulis plan` (--algorithm, --seed,
-    --max-len, --reject-overlong, --backward-to-forward).
+    backward_to_forward=2.0, threads=1), the options of `hydraulis plan` (--algorithm,
+    --seed, --max-len, --reject-overlong, --backward-to-forward, --threads; threads=0 uses
+    every core, and the plan is the same for every count).
 
     plan(lengths) takes a sequence of ints or an integer NumPy array (each >= 1) and
     returns a Plan. Caches persist across calls; the GIL is released while planning, so

@@ -124,6 +124,20 @@ def test_threads_plan_what_one_thread_plans(planner, lengths):
     assert got == expected
 
 
+def test_plans_are_the_same_on_any_thread_count(tmp_path, lengths):
+    # 8,000 documents on the 64-GPU candidates: enough pipeline-document pairs (>= 2^16)
+    # for the planner to use its threads.
+    batch = lengths[:8000]
+    plans = [hydraulis.Planner(hydraulis.load_profile(PROFILE),
+                               hydraulis.load_candidates(CANDIDATES), threads=t).plan(batch)
+             for t in (1, 2, 0)]
+    assert plans[0].to_json() == plans[1].to_json() == plans[2].to_json()
+    assert plans[0].to_json() == cli_plan(tmp_path, batch, "--threads", "3")
+    with pytest.raises(ValueError, match="threads"):
+        hydraulis.Planner(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES),
+                          threads=-1)
+
+
 def test_overlong_documents_are_truncated_or_rejected(lengths):
     profile, candidates = hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES)
     batch = [10_000_000] + lengths[:50].tolist()
