@@ -12,17 +12,28 @@
 #include "hydraulis/base/tolerance.h"
 
 namespace hydraulis {
-namespace {}  // namespace
+namespace {
+
+// The time of the interval's longest document on one replica: taken whole; a cp replica
+// places it on one rank or shards it over all of them, whichever is faster.
+double LongestDocumentMs(const DpScheme& s, const IntervalLoad& load) {
+  return s.scheme.cp > 1 ? std::min(s.shard.whole.DocumentMs(load.longest),
+                                    s.shard.ShardedDocumentMs(load.longest))
+                         : s.time.DocumentMs(load.longest);
+}
+
+// The interval's summed document work.
+double WorkMs(const DpScheme& s, const IntervalLoad& load) {
+  return s.time.a_ms_per_token2 * load.squared_tokens + s.time.b_ms_per_token * load.tokens;
+}
+
+}  // namespace
 
 double GroupMs(const DpScheme& s, const IntervalLoad& load, int replicas) {
   const TimeModel& t = s.time;
   const double d = replicas;
-  // The longest document is taken whole by one replica; a cp replica places it on one rank
-  // or shards it over all of them, whichever is faster.
-  const double longest_ms = s.scheme.cp > 1 ? std::min(s.shard.whole.DocumentMs(load.longest),
-                                                       s.shard.ShardedDocumentMs(load.longest))
-                                            : t.DocumentMs(load.longest);
-  const double work_ms = t.a_ms_per_token2 * load.squared_tokens + t.b_ms_per_token * load.tokens;
+  const double longest_ms = LongestDocumentMs(s, load);
+  const double work_ms = WorkMs(s, load);
   // A replica's share: an even split of the work, but at least the longest document,
   // which one replica must take whole.
   const double share_ms = std::max(work_ms / d, longest_ms);
@@ -32,11 +43,8 @@ double GroupMs(const DpScheme& s, const IntervalLoad& load, int replicas) {
 }
 
 int FlatGroupReplicas(const DpScheme& s, const IntervalLoad& load) {
-  const TimeModel& t = s.time;
-  const double longest_ms = s.scheme.cp > 1 ? std::min(s.shard.whole.DocumentMs(load.longest),
-                                                       s.shard.ShardedDocumentMs(load.longest))
-                                            : t.DocumentMs(load.longest);
-  const double work_ms = t.a_ms_per_token2 * load.squared_tokens + t.b_ms_per_token * load.tokens;
+  const double longest_ms = LongestDocumentMs(s, load);
+  const double work_ms = WorkMs(s, load);
   // The share reaches the longest document at work / longest replicas, the micro-batches
   // one at tokens / capacity.
   const double d = std::max(longest_ms > 0 ? work_ms / longest_ms : kInf,
@@ -153,20 +161,20 @@ void ProposalDp::FillTable() {
 }
 
 double ProposalDp::Group(int k, int lo, int hi, int d, const Extra& extra) const {
+  return GroupMs(schemes_[k], LoadOf(lo, hi, extra), d);
+}
+
+IntervalLoad ProposalDp::LoadOf(int lo, int hi, const Extra& extra) const {
   IntervalLoad load;
   load.documents = prefix_documents_[hi] - prefix_documents_[lo] + extra.documents;
   load.tokens = prefix_tokens_[hi] - prefix_tokens_[lo] + extra.tokens;
   load.squared_tokens = prefix_squares_[hi] - prefix_squares_[lo] + extra.squared_tokens;
   load.longest = longest_[hi - 1];
-  return GroupMs(schemes_[k], load, d);
+  return load;
 }
 
 int ProposalDp::FlatReplicas(int k, int lo, int hi, const Extra& extra) const {
-  IntervalLoad load;
-  load.tokens = prefix_tokens_[hi] - prefix_tokens_[lo] + extra.tokens;
-  load.squared_tokens = prefix_squares_[hi] - prefix_squares_[lo] + extra.squared_tokens;
-  load.longest = longest_[hi - 1];
-  return FlatGroupReplicas(schemes_[static_cast<std::size_t>(k)], load);
+  return FlatGroupReplicas(schemes_[static_cast<std::size_t>(k)], LoadOf(lo, hi, extra));
 }
 
 void ProposalDp::BestOption(int level, int j, const Extra& extra, Best* best,
@@ -275,12 +283,7 @@ IntervalLoad ProposalDp::Load(int first_bin, int last_bin) const {
     throw InvalidInput("proposal: bad bin interval " + std::to_string(first_bin) + ".." +
                        std::to_string(last_bin));
   }
-  IntervalLoad load;
-  load.documents = prefix_documents_[last_bin + 1] - prefix_documents_[first_bin];
-  load.tokens = prefix_tokens_[last_bin + 1] - prefix_tokens_[first_bin];
-  load.squared_tokens = prefix_squares_[last_bin + 1] - prefix_squares_[first_bin];
-  load.longest = longest_[last_bin];
-  return load;
+  return LoadOf(first_bin, last_bin + 1, Extra{});
 }
 
 DpSolution ProposalDp::SolveForLongest(int bin) const {

@@ -168,6 +168,8 @@ class ProposalDp {
   void FillTable();
   // Tables with fewer cells are filled by one thread.
   static constexpr std::int64_t kParallelCells = 1 << 14;
+  // The (scaled) documents of bins [lo, hi) plus `extra`, from the prefix sums.
+  IntervalLoad LoadOf(int lo, int hi, const Extra& extra) const;
   // FlatGroupReplicas of scheme k over bins [lo, hi) plus `extra`.
   int FlatReplicas(int k, int lo, int hi, const Extra& extra) const;
   // What DpOptions::longest_present adds to an interval whose top bin is `bin`.
