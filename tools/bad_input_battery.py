@@ -259,6 +259,20 @@ def build(b):
           ["propose", "--profile", profile, "--lengths", dataset, "--gpus", "64", "--quiet", "-o",
            os.path.join(b.tmp, "out-dir")])
 
+    own = b.file("own-lengths.txt", open(lengths, "rb").read())
+    own_profile = b.file("own-profile.json", open(profile, "rb").read())
+    candidates = plan[plan.index("--candidates") + 1]
+    b.add("output", "plan -o onto its --lengths", plan + ["--lengths", own, "-o", own])
+    b.add("output", "plan -o onto its --profile",
+          ["plan", "--profile", own_profile, "--candidates", candidates, "--lengths", lengths,
+           "-o", own_profile])
+    b.add("output", "propose -o onto its --lengths (another spelling)",
+          ["propose", "--profile", profile, "--lengths", own, "--gpus", "64", "--quiet", "-o",
+           os.path.join(os.path.dirname(own), ".", os.path.basename(own))])
+    b.add("output", "-o ''", plan + ["--lengths", lengths, "-o", ""])
+    b.add("output", "propose -o ''",
+          ["propose", "--profile", profile, "--lengths", dataset, "--gpus", "64", "-o", ""])
+
     # 8. Flags themselves: unknown, missing values, conflicting.
     for argv in (["plan"], ["plan", "--profile"], plan, plan + ["--lengths", lengths, "--bogus"],
                  plan + ["--lengths", lengths, "--algorithm", "best"],

@@ -618,6 +618,39 @@ mkdir "$TMP/adir"
 hyd odir "${PLAN[@]}" --lengths "$LENGTHS" -o "$TMP/adir"
 expect_input_error odir "adir" "not a regular file"
 
+check "an output that is one of the command's inputs is refused, the input untouched"
+cp "$LENGTHS" "$TMP/own.txt"
+cp "$PROFILE" "$TMP/own-profile.json"
+ln -s "$TMP/own.txt" "$TMP/own-link.txt"
+hyd ownlen "${PLAN[@]}" --lengths "$TMP/own.txt" -o "$TMP/./own.txt"
+expect_input_error ownlen "-o/--output" "--lengths" "same file"
+cmp -s "$LENGTHS" "$TMP/own.txt" || fail "plan overwrote its --lengths"
+hyd ownprof plan --profile "$TMP/own-profile.json" --candidates "$CANDS" --lengths "$LENGTHS" \
+  -o "$TMP/own-profile.json"
+expect_input_error ownprof "--profile" "same file"
+cmp -s "$PROFILE" "$TMP/own-profile.json" || fail "plan overwrote its --profile"
+hyd ownprop propose --profile "$PROFILE" --lengths "$TMP/own.txt" --gpus 64 --max-len 4096 \
+  -o "$TMP/own-link.txt"
+expect_input_error ownprop "-o/--output" "--lengths"
+cmp -s "$LENGTHS" "$TMP/own.txt" || fail "propose overwrote its --lengths through a link"
+hyd ownsim simulate --profile "$TMP/own-profile.json" --candidates "$CANDS" --lengths "$LENGTHS" \
+  --steps 1 --max-len 4096 --json "$TMP/own-profile.json"
+expect_input_error ownsim "--json" "--profile"
+echo '{"text": "abc"}' >"$TMP/own.jsonl"
+cp "$TMP/own.jsonl" "$TMP/own.bin"
+hyd ownpre preprocess --input "$TMP/own.bin" --output-prefix "$TMP/own"
+expect_input_error ownpre "--output-prefix" "--input"
+cmp -s "$TMP/own.jsonl" "$TMP/own.bin" || fail "preprocess overwrote its --input"
+
+check "an empty output path is an error naming the flag, not standard output"
+hyd emptyo "${PLAN[@]}" --lengths "$LENGTHS" -o ''
+expect_input_error emptyo "--output" "empty"
+hyd emptyp propose --profile "$PROFILE" --lengths "$LENGTHS" --gpus 64 --max-len 4096 -o ''
+expect_input_error emptyp "--output" "empty"
+hyd emptyj simulate --profile "$PROFILE" --candidates "$CANDS" --lengths "$LENGTHS" --steps 1 \
+  --max-len 4096 --json ''
+expect_input_error emptyj "--json" "empty"
+
 if [[ $HAVE_PYTHON -eq 0 ]]; then echo "note: python3 absent; JSON checked by grep only"; fi
 if [[ $FAILED -ne 0 ]]; then
   echo "cli_test: $FAILED failure(s) in $CHECKS checks" >&2

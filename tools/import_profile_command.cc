@@ -4,6 +4,7 @@
 #include "hydraulis/cost/kv_exchange.h"
 #include "hydraulis/spec/spec_io.h"
 #include "number_flags.h"
+#include "output_paths.h"
 
 namespace hydraulis::tools {
 
@@ -38,8 +39,10 @@ Command AddImportProfileCommand(CLI::App& app) {
   cmd->add_option("--network-gbits-per-s-per-node", args->links.network_gbits_per_s_per_node,
                   "network bandwidth per node for the derived cp schemes, Gb/s")
       ->check(PositiveNumber());
-  cmd->add_option("-o,--output", args->output, "output file (stdout when absent)");
+  cmd->add_option("-o,--output", args->output, "output file (stdout when absent)")
+      ->check(NonEmptyPath());
   return [args] {
+    RefuseOutputOverInput({"-o/--output", args->output}, {{"--a800", args->input}});
     Profile p = ImportA800Profile(args->input, args->shape);
     AddDerivedContextParallelSchemes(p, args->cp, args->links);
     const std::string text = ProfileToJson(p);

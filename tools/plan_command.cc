@@ -13,6 +13,7 @@
 #include "hydraulis/spec/spec_io.h"
 #include "length_flags.h"
 #include "number_flags.h"
+#include "output_paths.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -47,6 +48,10 @@ int RunPlan(const PlanArgs& a) {
     throw InvalidInput(
         "plan: give exactly one of --lengths (one batch) or --dataset (sampled steps)");
   }
+  RefuseOutputOverInput({"-o/--output", a.output}, {{"--profile", a.profile},
+                                                    {"--candidates", a.candidates},
+                                                    {"--lengths", a.lengths},
+                                                    {"--dataset", a.dataset}});
   Profile profile = LoadProfile(a.profile);
   CandidateSet candidates = LoadCandidates(a.candidates, profile);
   PlannerOptions options;
@@ -125,7 +130,8 @@ Command AddPlanCommand(CLI::App& app) {
   cmd->add_flag("--pretty", a->pretty, "indent the JSON (single-batch mode)");
   cmd->add_flag("--no-timing", a->no_timing,
                 "leave out planning_ms so the output is byte-identical across runs");
-  cmd->add_option("-o,--output", a->output, "output file, written atomically (default stdout)");
+  cmd->add_option("-o,--output", a->output, "output file, written atomically (default stdout)")
+      ->check(NonEmptyPath());
   return [a] { return RunPlan(*a); };
 }
 

@@ -11,6 +11,7 @@
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/data/preprocess.h"
 #include "hydraulis/data/tokenizer.h"
+#include "output_paths.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -50,6 +51,13 @@ std::unique_ptr<Tokenizer> MakeTokenizer(const PreprocessArgs& a) {
 }
 
 int RunPreprocess(const PreprocessArgs& a) {
+  for (const char* extension : {".bin", ".idx"}) {
+    RefuseOutputOverInput({"--output-prefix", a.options.output_prefix + extension},
+                          {{"--input", a.options.input},
+                           {"--tokenizer", a.tokenizer},
+                           {"--vocab-file", a.vocab_file},
+                           {"--merge-file", a.merge_file}});
+  }
   if (a.options.max_documents < 0) {
     throw InvalidInput("--max-documents: must be >= 0 (0: all), got " +
                        std::to_string(a.options.max_documents));
@@ -79,7 +87,8 @@ Command AddPreprocessCommand(CLI::App& app) {
   cmd->add_option("--input", a->options.input, "JSON lines, one object per line")->required();
   cmd->add_option("--output-prefix", a->options.output_prefix,
                   "writes PREFIX.bin and PREFIX.idx (atomically)")
-      ->required();
+      ->required()
+      ->check(NonEmptyPath());
   cmd->add_option("--json-key", a->options.json_key, "the string field holding the text")
       ->capture_default_str();
   cmd->add_option("--tokenizer", a->tokenizer,

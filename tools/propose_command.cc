@@ -16,6 +16,7 @@
 #include "hydraulis/propose/propose.h"
 #include "hydraulis/spec/spec_io.h"
 #include "length_flags.h"
+#include "output_paths.h"
 #include "parsed_option.h"
 
 namespace hydraulis::tools {
@@ -76,6 +77,8 @@ void PrintSummary(const Proposal& p, const ProposeArgs& a) {
 }
 
 int RunPropose(const ProposeArgs& a) {
+  RefuseOutputOverInput({"-o/--output", a.output},
+                        {{"--profile", a.profile}, {"--lengths", a.lengths}});
   const Profile profile = LoadProfile(a.profile);
   ProposeOptions options;
   options.gpus = a.gpus;
@@ -132,6 +135,7 @@ Command AddProposeCommand(CLI::App& app) {
                 "the longest document fits no cp = 1 scheme)");
   cmd->add_flag("--quiet", a->quiet, "do not print the summary on stderr");
   cmd->add_option("-o,--output", a->output, "output file, written atomically; - for stdout")
+      ->check(NonEmptyPath())
       ->capture_default_str();
   return [a] { return RunPropose(*a); };
 }

@@ -18,6 +18,7 @@
 #include "hydraulis/spec/spec_io.h"
 #include "length_flags.h"
 #include "number_flags.h"
+#include "output_paths.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -68,6 +69,10 @@ class ProgressBar {
 };
 
 int RunSimulate(SimulateArgs a) {
+  for (const FlagPath& out : {FlagPath{"--json", a.json}, FlagPath{"--trace", a.trace}}) {
+    RefuseOutputOverInput(
+        out, {{"--profile", a.profile}, {"--candidates", a.candidates}, {"--lengths", a.lengths}});
+  }
   a.options.system = ParseSystem(a.system, "--system");
   a.options.comm.enabled = !a.no_communication;
   a.options.sync_aware = !a.sync_blind;
@@ -148,8 +153,10 @@ Command AddSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o.sampler.seed, "seed of the sampler and the published planner")
       ->capture_default_str();
-  cmd->add_option("--json", a->json, "write the run summary JSON here (atomically)");
-  cmd->add_option("--trace", a->trace, "write a Chrome trace (Perfetto) of --trace-steps here");
+  cmd->add_option("--json", a->json, "write the run summary JSON here (atomically)")
+      ->check(NonEmptyPath());
+  cmd->add_option("--trace", a->trace, "write a Chrome trace (Perfetto) of --trace-steps here")
+      ->check(NonEmptyPath());
   cmd->add_option("--trace-steps", a->trace_steps,
                   "0-based steps to trace, comma-separated (default: the first)")
       ->delimiter(',');
