@@ -22,22 +22,26 @@ struct StatsArgs {
 
 constexpr double kPercent = 100.0;
 
-// 1234567 -> "1,234,567": counts of millions of documents are read at a glance.
-std::string Grouped(std::int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v);
+// "-1234567" -> "-1,234,567": counts of millions of documents are read at a glance.
+std::string GroupDigits(const std::string& number) {
+  const bool negative = !number.empty() && number[0] == '-';
+  const std::string digits = negative ? number.substr(1) : number;
   std::string out;
   for (std::size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
     out += digits[i];
   }
-  return v < 0 ? "-" + out : out;
+  return negative ? "-" + out : out;
 }
 
-// 1013.648 -> "1,013.6".
+std::string Grouped(std::int64_t v) { return GroupDigits(std::to_string(v)); }
+
+// 1013.648 -> "1,013.6" (on the digits, so no value is too large to print).
 std::string GroupedFixed(double v) {
   const std::string fixed = fmt::format("{:.1f}", v);
   const std::size_t dot = fixed.find('.');
-  return Grouped(std::int64_t{std::stoll(fixed.substr(0, dot))}) + fixed.substr(dot);
+  if (dot == std::string::npos) return fixed;  // inf, nan
+  return GroupDigits(fixed.substr(0, dot)) + fixed.substr(dot);
 }
 
 int RunStats(const StatsArgs& a) {
