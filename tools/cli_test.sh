@@ -642,6 +642,14 @@ hyd ownpre preprocess --input "$TMP/own.bin" --output-prefix "$TMP/own"
 expect_input_error ownpre "--output-prefix" "--input"
 cmp -s "$TMP/own.jsonl" "$TMP/own.bin" || fail "preprocess overwrote its --input"
 
+check "summarize quotes a strategy name's control bytes instead of sending them to the terminal"
+hyd esc "${PLAN[@]}" --lengths "$LENGTHS"
+sed '0,/"name":"[^"]*"/s//"name":"\\u001b[2Jevil"/' "$TMP/esc.out" >"$TMP/esc.jsonl"
+hyd escsum summarize "$TMP/esc.jsonl"
+expect_rc escsum 0
+if grep -q $'\x1b' "$TMP/escsum.out"; then fail "an escape byte reached stdout"; fi
+grep -qF "'\x1b[2Jevil" "$TMP/escsum.out" || fail "the name is not shown quoted: $(cat "$TMP/escsum.out")"
+
 check "an empty output path is an error naming the flag, not standard output"
 hyd emptyo "${PLAN[@]}" --lengths "$LENGTHS" -o ''
 expect_input_error emptyo "--output" "empty"

@@ -8,10 +8,19 @@
 #include "commands.h"
 #include "hydraulis/assign/plan.h"
 #include "hydraulis/assign/plan_lines.h"
+#include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 
 namespace hydraulis::tools {
 namespace {
+
+// A strategy name as the table shows it: as it is when every byte is printable, else
+// quoted with its control and escape bytes written as \xHH, so a name from a file can
+// never drive the user's terminal (clear the screen, move the cursor).
+std::string ForTerminal(const std::string& name) {
+  const std::string quoted = QuoteForMessage(name, name.size());
+  return quoted == "'" + name + "'" ? name : quoted;
+}
 
 int RunSummarize(const std::string& path) {
   const std::vector<PlanLine> plans = ParsePlanLines(ReadFileText(path), path);
@@ -22,7 +31,8 @@ int RunSummarize(const std::string& path) {
   for (std::size_t step = 0; step < plans.size(); ++step) {
     const PlanLine& p = plans[step];
     fmt::print("{:>5} {:<24.24} {:>5} {:>8} {:>11.1f} {:>11.1f} {:>6.2f}% {:>9.2f}\n", step,
-               p.strategy, p.num_documents, p.num_tokens, p.estimated_step_ms, p.lower_bound_ms,
+               ForTerminal(p.strategy), p.num_documents, p.num_tokens, p.estimated_step_ms,
+               p.lower_bound_ms,
                100.0 * RelativeGap(p.estimated_step_ms, p.lower_bound_ms).value_or(0.0),
                p.planning_ms);
     sum_est += p.estimated_step_ms;
