@@ -76,6 +76,10 @@ Profile ParseProfile(const std::string& json_text, const std::string& source) {
   p.model.heads = ToInt(m.Int("heads", 1));
   p.model.kv_heads = ToInt(m.Int("kv_heads", 1));
   p.model.vocab = ToInt(m.Int("vocab", 1));
+  if (p.model.hidden % p.model.heads != 0) {
+    m.Fail("heads", "must divide hidden (" + std::to_string(p.model.hidden) + "), got " +
+                        std::to_string(p.model.heads));
+  }
   if (p.model.heads % p.model.kv_heads != 0) {
     m.Fail("kv_heads", "must divide heads (" + std::to_string(p.model.heads) + "), got " +
                            std::to_string(p.model.kv_heads));
@@ -292,6 +296,16 @@ Profile ImportA800Profile(const std::string& path, const ModelShape& shape) {
   p.model.heads = shape.heads;
   p.model.kv_heads = shape.kv_heads;
   mc.RejectUnknown();
+  // What every model shape must satisfy (docs/spec-format.md): heads split hidden evenly
+  // and key/value heads split the heads evenly.
+  if (shape.heads < 1 || p.model.hidden % shape.heads != 0) {
+    throw InvalidInput("heads: must divide the hidden size (" + std::to_string(p.model.hidden) +
+                       ", model_config.H of " + path + "), got " + std::to_string(shape.heads));
+  }
+  if (shape.kv_heads < 1 || shape.heads % shape.kv_heads != 0) {
+    throw InvalidInput("kv-heads: must divide heads (" + std::to_string(shape.heads) + "), got " +
+                       std::to_string(shape.kv_heads));
+  }
 
   JsonObjectReader cc = root.Object("cluster_config");
   p.cluster.gpus_per_node = ToInt(cc.Int("gpus_per_node", 1));

@@ -295,6 +295,21 @@ TEST(SpecIoTest, ImportA800ProfileRejectsUnknownFields) {
   EXPECT_NE(msg.find(path + ": model_config.heads: unknown field"), std::string::npos) << msg;
 }
 
+TEST(SpecIoTest, ImportA800ProfileChecksTheHeads) {
+  const std::string source = A800Path("32b");
+  if (!std::filesystem::exists(source)) GTEST_SKIP() << source << " is absent";
+  // 32B: hidden 6656 = 52 x 128.
+  EXPECT_NE(InvalidInputMessage([&] {
+              ImportA800Profile(source, {"x", 17920, 63, 63});
+            }).find("heads: must divide the hidden size (6656"),
+            std::string::npos);
+  EXPECT_NE(InvalidInputMessage([&] {
+              ImportA800Profile(source, {"x", 17920, 52, 5});
+            }).find("kv-heads: must divide heads (52), got 5"),
+            std::string::npos);
+  EXPECT_EQ(ImportA800Profile(source, {"x", 17920, 52, 4}).model.heads, 52);
+}
+
 TEST(SpecIoTest, ImportA800ProfileMissingFile) {
   const std::string path = kSourceDir + "/no-such-a800-profile.json";
   const std::string msg = InvalidInputMessage([&] {
@@ -547,6 +562,12 @@ TEST(SpecIoTest, ProfileValidationErrors) {
       // Consistency.
       {"kv_heads not dividing heads", [](Json& j) { j["model"]["kv_heads"] = 3; }, "model.kv_heads",
        "must divide heads"},
+      {"heads not dividing hidden",
+       [](Json& j) {
+         j["model"]["heads"] = 63;
+         j["model"]["kv_heads"] = 63;
+       },
+       "model.heads", "must divide hidden"},
       {"duplicate scheme", [](Json& j) { j["schemes"].push_back(j["schemes"][0]); },
        "schemes[27].tp", "duplicate"},
       {"scheme without activation entry",
