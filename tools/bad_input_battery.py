@@ -256,7 +256,7 @@ def build(b):
           plan + ["--lengths", lengths, "-o", os.path.join(b.tmp, "no/such/plan.json")])
     b.add("output", "stdout on a full device", plan + ["--lengths", lengths], expect_rc=(1,))
     b.add("output", "propose -o a directory",
-          ["propose", "--profile", profile, "--lengths", dataset, "--gpus", "64", "--quiet", "-o",
+          ["propose", "--profile", profile, "--lengths", dataset, "--gpus", "64", "--max-len", "4096", "--quiet", "-o",
            os.path.join(b.tmp, "out-dir")])
 
     own = b.file("own-lengths.txt", open(lengths, "rb").read())
@@ -266,12 +266,15 @@ def build(b):
     b.add("output", "plan -o onto its --profile",
           ["plan", "--profile", own_profile, "--candidates", candidates, "--lengths", lengths,
            "-o", own_profile])
+    own_dataset = b.file("own-" + os.path.basename(dataset), open(dataset, "rb").read())
     b.add("output", "propose -o onto its --lengths (another spelling)",
-          ["propose", "--profile", profile, "--lengths", own, "--gpus", "64", "--quiet", "-o",
-           os.path.join(os.path.dirname(own), ".", os.path.basename(own))])
+          ["propose", "--profile", profile, "--lengths", own_dataset, "--gpus", "64", "--max-len",
+           "4096", "--quiet", "-o",
+           os.path.join(os.path.dirname(own_dataset), ".", os.path.basename(own_dataset))])
     b.add("output", "-o ''", plan + ["--lengths", lengths, "-o", ""])
     b.add("output", "propose -o ''",
-          ["propose", "--profile", profile, "--lengths", dataset, "--gpus", "64", "-o", ""])
+          ["propose", "--profile", profile, "--lengths", dataset, "--gpus", "64", "--max-len", "4096",
+           "-o", ""])
 
     # 8. Flags themselves: unknown, missing values, conflicting.
     for argv in (["plan"], ["plan", "--profile"], plan, plan + ["--lengths", lengths, "--bogus"],
