@@ -43,6 +43,14 @@ std::string StepDirName(std::int64_t step) {
   return name;
 }
 
+bool IsStepDirName(std::string_view name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (!name.starts_with(kPrefix) || name.size() < kPrefix.size() + 8) return false;
+  const std::string_view digits = name.substr(kPrefix.size());
+  if (digits.size() > 19) return false;  // beyond any int64 step
+  return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 std::string HexDigest(std::uint64_t hash) {
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));

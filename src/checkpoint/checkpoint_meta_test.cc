@@ -30,6 +30,17 @@ std::vector<ShardRecord> SampleShards() {
   return {{1024, "0123456789abcdef"}, {2048, "fedcba9876543210"}};
 }
 
+TEST(CheckpointMetaTest, StepDirNamesAreTheOnlyLatestPointers) {
+  EXPECT_TRUE(IsStepDirName(StepDirName(0)));
+  EXPECT_TRUE(IsStepDirName(StepDirName(12)));
+  EXPECT_TRUE(IsStepDirName(StepDirName(123'456'789'012)));
+  for (const char* bad : {"", "step-", "step-9", "step-0000001", "../step-00000001",
+                          "/tmp/step-00000001", "step-00000001/..", "step-00000001 ",
+                          "step-0000000a", "Step-00000001", "step-00000000000000000001"}) {
+    EXPECT_FALSE(IsStepDirName(bad)) << bad;
+  }
+}
+
 TEST(CheckpointMetaTest, RoundTrips) {
   const std::string text = CheckpointMetaToJson(SampleMeta(), SampleShards());
   const CheckpointMetaFile file = ParseCheckpointMeta(text, "m.json", "step-00000012");

@@ -903,6 +903,33 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   EXPECT_THROW(SaveCheckpoint(dir, meta, a, c, world, 2), IoError);
   EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000010"));
   EXPECT_EQ(*LatestCheckpoint(dir), dir + "/step-00000009");
+  // `latest` may only name a checkpoint of this directory: a path out of it (relative or
+  // absolute) or a checkpoint that is a link out of it is refused, naming the file.
+  const std::string outside = dir + "-outside";
+  std::filesystem::create_directories(outside);
+  std::filesystem::copy(dir + "/step-00000009", outside + "/step-00000011",
+                        std::filesystem::copy_options::recursive);
+  auto latest_error = [&](const std::string& pointer) {
+    WriteFileAtomically(dir + "/latest", pointer + "\n");
+    try {
+      LatestCheckpoint(dir);
+      return std::string("no error");
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+  };
+  for (const std::string& pointer :
+       {"../" + std::filesystem::path(outside).filename().string() + "/step-00000011",
+        outside + "/step-00000011", std::string("step-00000009/.."), std::string("step-9")}) {
+    EXPECT_NE(latest_error(pointer).find("not a checkpoint name of this directory"),
+              std::string::npos)
+        << pointer;
+  }
+  std::filesystem::create_directory_symlink(outside + "/step-00000011", dir + "/step-00000011");
+  EXPECT_NE(latest_error("step-00000011").find("outside the checkpoint directory"),
+            std::string::npos);
+  EXPECT_EQ(latest_error("step-00000009"), "no error");
+  std::filesystem::remove_all(outside);
   std::filesystem::remove_all(dir);
   EXPECT_FALSE(LatestCheckpoint(dir).has_value());
 }

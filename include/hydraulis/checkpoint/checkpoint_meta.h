@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hydraulis {
@@ -39,6 +40,10 @@ struct CheckpointMetaFile {
 
 // "step-00000012": the directory of the checkpoint after `step` steps.
 std::string StepDirName(std::int64_t step);
+
+// Whether `name` is a name StepDirName writes ("step-" and at least 8 digits, nothing
+// else): what a checkpoint directory's `latest` may hold, so it can never point elsewhere.
+bool IsStepDirName(std::string_view name);
 
 // 16 lowercase hex digits.
 std::string HexDigest(std::uint64_t hash);

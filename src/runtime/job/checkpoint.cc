@@ -199,8 +199,21 @@ std::optional<std::string> LatestCheckpoint(const std::string& dir) {
   }
   std::string name = ReadFileText(latest);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  // The pointer names a checkpoint of this directory by the writer's name format, and that
+  // checkpoint resolves inside the directory: no `..`, absolute path or symbolic link may
+  // make a resume read another directory's checkpoint.
+  if (!IsStepDirName(name)) {
+    throw InvalidInput(latest + ": holds " + QuoteForMessage(name) +
+                       ", not a checkpoint name of this directory (step-NNNNNNNN)");
+  }
   const std::string path = dir + "/" + name;
-  if (name.empty() || !fs::exists(path + "/meta.json")) {
+  std::error_code ec;
+  const fs::path resolved = fs::canonical(path, ec);
+  if (!ec && resolved.parent_path() != fs::canonical(dir, ec)) {
+    throw InvalidInput(path + ": resolves to " + QuoteForMessage(resolved.string(), 200) +
+                       ", outside the checkpoint directory; refusing to resume from it");
+  }
+  if (!fs::exists(path + "/meta.json")) {
     throw InvalidInput(latest + ": names " + QuoteForMessage(name) +
                        ", which is not a complete checkpoint");
   }
