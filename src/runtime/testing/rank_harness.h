@@ -16,8 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -108,21 +110,29 @@ inline void OnThreads(int n, const std::function<void(int)>& body) {
   }
 }
 
-// A port nothing listens on now (the kernel's choice for port 0); the rendezvous binds it
-// a moment later. Each test takes its own, so tests can run in parallel.
+// A port nothing listens on now; the rendezvous binds it a moment later. Taken below the
+// kernel's ephemeral range (32768-60999 by default), from an offset set by the process id
+// and advanced per call: a port the kernel picked for port 0 could be handed a moment later
+// to another test's connection (ctest runs tests in parallel), which then broke this
+// test's rendezvous (a crash seen once in three CI runs); ports below the range are never
+// handed out, and concurrent test processes start at different offsets.
 inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    throw Error(std::string("no free port: ") + std::strerror(errno));
+  constexpr int kFirst = 20000, kCount = 12000;
+  static std::atomic<int> calls{0};
+  const int start = static_cast<int>((static_cast<long>(getpid()) * 7919L) % kCount);
+  for (int tries = 0; tries < kCount; ++tries) {
+    const int port = kFirst + (start + 97 * calls++) % kCount;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) throw Error(std::string("no free port: ") + std::strerror(errno));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (free) return port;
   }
-  close(fd);
-  return ntohs(addr.sin_port);
+  throw Error("no free port in 20000-31999");
 }
 
 struct RankRun {
