@@ -41,16 +41,26 @@ PipelineModel MakePipelineModel(const Profile& profile, const SchemeProfile& ent
   return ModelOf(entry.scheme, capacity, MakeShardCost(profile, entry, capacity));
 }
 
+std::vector<std::vector<int>> GroupMembers(std::span<const PipelineModel> pipelines) {
+  std::vector<std::vector<int>> members;
+  for (int p = 0; p < static_cast<int>(pipelines.size()); ++p) {
+    auto it = std::find_if(members.begin(), members.end(), [&](const std::vector<int>& m) {
+      return pipelines[static_cast<std::size_t>(m.front())].SameAs(
+          pipelines[static_cast<std::size_t>(p)]);
+    });
+    if (it == members.end()) {
+      members.push_back({p});
+    } else {
+      it->push_back(p);
+    }
+  }
+  return members;
+}
+
 std::vector<PipelineGroup> GroupPipelines(std::span<const PipelineModel> pipelines) {
   std::vector<PipelineGroup> groups;
-  for (const PipelineModel& p : pipelines) {
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const PipelineGroup& g) { return g.model.SameAs(p); });
-    if (it == groups.end()) {
-      groups.push_back({p, 1});
-    } else {
-      ++it->count;
-    }
+  for (const std::vector<int>& m : GroupMembers(pipelines)) {
+    groups.push_back({pipelines[static_cast<std::size_t>(m.front())], static_cast<int>(m.size())});
   }
   return groups;
 }

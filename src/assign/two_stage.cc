@@ -86,31 +86,18 @@ class Solver {
     std::vector<int> offered_always;
     std::vector<std::set<std::pair<double, int>>> large;
     std::vector<int> large_of(P_, -1);
-    {
-      std::vector<int> group_of(P_, -1);
-      std::vector<std::vector<int>> members;
-      for (int p = 0; p < P_; ++p) {
-        int g = 0;
-        while (g < static_cast<int>(members.size()) &&
-               !problem_.pipelines[members[g].front()].SameAs(problem_.pipelines[p])) {
-          ++g;
-        }
-        if (g == static_cast<int>(members.size())) members.emplace_back();
-        members[g].push_back(p);
+    for (const std::vector<int>& m : GroupMembers(problem_.pipelines)) {
+      if (static_cast<int>(m.size()) <= options_.scanned_group_members) {
+        offered_always.insert(offered_always.end(), m.begin(), m.end());
+        continue;
       }
-      for (const auto& m : members) {
-        if (static_cast<int>(m.size()) <= options_.scanned_group_members) {
-          offered_always.insert(offered_always.end(), m.begin(), m.end());
-          continue;
-        }
-        large.emplace_back();
-        for (int p : m) {
-          large.back().insert({0.0, p});
-          large_of[p] = static_cast<int>(large.size()) - 1;
-        }
+      large.emplace_back();
+      for (int p : m) {
+        large.back().insert({0.0, p});
+        large_of[p] = static_cast<int>(large.size()) - 1;
       }
-      std::sort(offered_always.begin(), offered_always.end());
     }
+    std::sort(offered_always.begin(), offered_always.end());
     std::vector<int> offered;
     for (int d : order) {
       offered = offered_always;

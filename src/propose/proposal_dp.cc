@@ -1,14 +1,13 @@
 #include "hydraulis/propose/proposal_dp.h"
 
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <string>
-#include <thread>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/parallel_for.h"
 #include "hydraulis/base/tolerance.h"
 
 namespace hydraulis {
@@ -79,6 +78,9 @@ ProposalDp::ProposalDp(std::vector<DpScheme> schemes, const LengthHistogram& his
     throw InvalidInput("proposal: max_table_work must be >= 1, got " +
                        std::to_string(options_.max_table_work));
   }
+  if (options_.threads < 0) {
+    throw InvalidInput("proposal: threads must be >= 0, got " + std::to_string(options_.threads));
+  }
   if (options_.max_levels < 1) {
     throw InvalidInput("proposal: max_levels must be >= 1, got " +
                        std::to_string(options_.max_levels));
@@ -128,34 +130,23 @@ ProposalDp::ProposalDp(std::vector<DpScheme> schemes, const LengthHistogram& his
 void ProposalDp::FillTable() {
   // A level's cells read only lower levels, so its bins are filled in parallel: worker w
   // takes bins w, w + W, ... (the cost grows with the bin, so interleaving evens it out)
-  // and all meet at a barrier before the next level. Every cell is computed as it would be
+  // and the level ends when all are done (ParallelFor). Every cell is computed as it would be
   // alone, so the table does not depend on the worker count.
-  if (options_.threads < 0) {
-    throw InvalidInput("proposal: threads must be >= 0, got " + std::to_string(options_.threads));
-  }
-  int workers = options_.threads > 0 ? options_.threads
-                                     : static_cast<int>(std::thread::hardware_concurrency());
   // Small tables finish before threads would start.
-  if (static_cast<std::int64_t>(levels_) * bins_ < kParallelCells) workers = 1;
-  workers = std::clamp(workers, 1, std::max(1, bins_));
+  const int workers = static_cast<std::int64_t>(levels_) * bins_ < kParallelCells
+                          ? 1
+                          : std::clamp(ResolveThreads(options_.threads), 1, std::max(1, bins_));
   std::vector<std::int64_t> evaluations(static_cast<std::size_t>(workers), 0);
-  std::barrier level_done(workers);
-  auto work = [&](int w) {
-    const Extra none;
-    for (int level = 1; level < levels_; ++level) {
+  const Extra none;
+  for (int level = 1; level < levels_; ++level) {
+    ParallelFor(workers, workers, [&](int w) {
       for (int j = 1 + w; j <= bins_; j += workers) {
         Best best{T(level - 1, j), Choice{}};
         BestOption(level, j, none, &best, &evaluations[static_cast<std::size_t>(w)]);
         T(level, j) = best.value;
         choices_[static_cast<std::size_t>(level) * row_ + j] = best.choice;
       }
-      level_done.arrive_and_wait();
-    }
-  };
-  {
-    std::vector<std::jthread> helpers;
-    for (int w = 1; w < workers; ++w) helpers.emplace_back(work, w);
-    work(0);
+    });
   }
   evaluations_ = std::accumulate(evaluations.begin(), evaluations.end(), std::int64_t{0});
 }

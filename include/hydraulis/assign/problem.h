@@ -66,6 +66,10 @@ struct PipelineGroup {
 // The groups of `pipelines`, in order of first appearance.
 std::vector<PipelineGroup> GroupPipelines(std::span<const PipelineModel> pipelines);
 
+// The same groups as the indices of their members (ascending), for code that works on the
+// pipelines themselves.
+std::vector<std::vector<int>> GroupMembers(std::span<const PipelineModel> pipelines);
+
 // The model of a pipeline of `scheme` whose documents placed whole on one cp rank cost
 // `whole`, with micro-batch capacity `capacity_tokens` and, for cp > 1, the key/value
 // exchange and memory terms of ShardCost.
