@@ -209,6 +209,27 @@ TinyCase RandomTinyCase(Rng& rng) {
   return t;
 }
 
+// Checks that `s`'s groups tile bins 0..bin in order, each held by its scheme, and use
+// s.gpus <= the cluster's GPUs; returns the slowest group's time.
+double ExpectGroupsTileBins(const TinyCase& t, const DpSolution& s, int bin) {
+  int next = 0, gpus = 0;
+  double worst = 0;
+  for (const DpGroup& g : s.groups) {
+    EXPECT_EQ(g.first_bin, next);
+    EXPECT_LE(g.first_bin, g.last_bin);
+    next = g.last_bin + 1;
+    const DpScheme& scheme = t.schemes[static_cast<std::size_t>(g.scheme)];
+    gpus += g.replicas * scheme.scheme.Gpus();
+    EXPECT_GE(scheme.capacity_tokens,
+              t.histogram.bins[static_cast<std::size_t>(g.last_bin)].longest);
+    worst = std::max(worst, g.ms);
+  }
+  EXPECT_EQ(next, bin + 1);
+  EXPECT_EQ(gpus, s.gpus);
+  EXPECT_LE(gpus, t.gpus);
+  return worst;
+}
+
 TEST(ProposalDpTest, TableEqualsExhaustiveSearchOnTinyHistograms) {
   Rng rng(7);
   int feasible = 0;
@@ -266,21 +287,8 @@ TEST(ProposalDpTest, SolveForLongestIsOptimalConsistentAndFillsIdleGpus) {
         // The groups tile bins 0..bin in order, fit the cluster, hold their documents and
         // reach the makespan (exactly without filling, at most with it).
         ASSERT_FALSE(s.groups.empty());
-        int next = 0, gpus = 0;
-        double worst = 0;
-        for (const DpGroup& g : s.groups) {
-          EXPECT_EQ(g.first_bin, next);
-          EXPECT_LE(g.first_bin, g.last_bin);
-          next = g.last_bin + 1;
-          const DpScheme& scheme = t.schemes[static_cast<std::size_t>(g.scheme)];
-          gpus += g.replicas * scheme.scheme.Gpus();
-          EXPECT_GE(scheme.capacity_tokens,
-                    t.histogram.bins[static_cast<std::size_t>(g.last_bin)].longest);
-          worst = std::max(worst, g.ms);
-        }
-        EXPECT_EQ(next, bin + 1);
-        EXPECT_EQ(gpus, s.gpus);
-        EXPECT_LE(gpus, t.gpus);
+        const int gpus = s.gpus;
+        const double worst = ExpectGroupsTileBins(t, s, bin);
         if (fill) {
           EXPECT_LE(worst, s.makespan_ms * (1 + 1e-12));
           for (const DpGroup& g : s.groups) {
@@ -371,19 +379,7 @@ TEST(ProposalDpTest, CoarseLevelsGiveValidSolutionsNoBetterThanTheExactTable) {
         }
         EXPECT_GE(s.makespan_ms, e.makespan_ms * (1 - 1e-12)) << "trial " << trial;
         if (s.groups.empty()) continue;
-        int next = 0, gpus = 0;
-        for (const DpGroup& g : s.groups) {
-          EXPECT_EQ(g.first_bin, next);
-          next = g.last_bin + 1;
-          const DpScheme& scheme = t.schemes[static_cast<std::size_t>(g.scheme)];
-          gpus += g.replicas * scheme.scheme.Gpus();
-          EXPECT_GE(scheme.capacity_tokens,
-                    t.histogram.bins[static_cast<std::size_t>(g.last_bin)].longest);
-          EXPECT_LE(g.ms, s.makespan_ms * (1 + 1e-12));
-        }
-        EXPECT_EQ(next, bin + 1);
-        EXPECT_EQ(gpus, s.gpus);
-        EXPECT_LE(gpus, t.gpus);
+        EXPECT_LE(ExpectGroupsTileBins(t, s, bin), s.makespan_ms * (1 + 1e-12));
       }
     }
   }
