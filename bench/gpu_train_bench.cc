@@ -137,9 +137,12 @@ int Run(const Args& a) {
       step_json.push_back(mb_json);
     }
     batches["steps"].push_back(step_json);
+    SynchronizeDevice(compute);  // the previous step's queued work is not this one's
     const auto start = std::chrono::steady_clock::now();
-    // One pipeline running the packed micro-batches; Step ends on a host sync.
+    // One pipeline running the packed micro-batches. Step returns after its last host read
+    // (the gradient norm), with the AdamW update still queued: the clock stops after it.
     const DistributedStepResult r = trainer.Step(PlanOf(0, {mbs}), documents);
+    SynchronizeDevice(compute);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     double tokens = 0;

@@ -3,6 +3,7 @@
 
 Usage: .venv/bin/python bench/train_memory.py HYDRAULIS_BINARY [HYDRAULIS_BINARY ...]
        [--hidden 1024 --ffn 2816 --layers 8 --heads 8 --kv-heads 4 --vocab 32000]
+       [--precision fp32|bf16] [--nproc N]
 
 Makes a random LLaMA with transformers (bf16 safetensors, save_pretrained) and a profile of
 its shape, then runs one training step (512 tokens) with each binary given, side by side,
@@ -30,6 +31,10 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="compute precision of the run (--device cpu either way)")
+    ap.add_argument("--nproc", type=int, default=1,
+                    help="ranks (data parallel; the peak is the largest rank's)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         config = LlamaConfig(hidden_size=a.hidden, intermediate_size=a.ffn,
@@ -56,8 +61,9 @@ def main():
         for binary in a.binaries:
             run = subprocess.run(
                 ["/usr/bin/time", "-v", binary, "train", "--init-from", ckpt, "--data",
-                 "build/release/demo-corpus", "--profile", profile_path, "--nproc", "1",
-                 "--steps", "1", "--tokens-per-batch", "512", "--max-len", "256"],
+                 "build/release/demo-corpus", "--profile", profile_path, "--nproc", str(a.nproc),
+                 "--device", "cpu", "--precision", a.precision,
+                 "--steps", "1", "--tokens-per-batch", str(512 * a.nproc), "--max-len", "256"],
                 capture_output=True, text=True)
             rss_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr)[1])
             loss = re.search(r"loss\s+([0-9.]+)", run.stdout)

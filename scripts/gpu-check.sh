@@ -4,8 +4,9 @@
 #   summary.txt   environment (nvidia-smi, torch, transformers), pass/fail per stage, the
 #                 throughput figures and ours/peer
 #   build.txt     the build's output (when it builds here)
-#   tests.txt     GPU tests (flash vs dense attention, bf16 vs fp32, NCCL, 2 ranks on 1 GPU),
-#                 then the runtime's CPU tests on this machine's torch
+#   tests.txt     GPU tests (flash vs dense attention, bf16 vs fp32, NCCL, 2 ranks on 1 GPU;
+#                 on cuda a GPU test that would skip fails: HYDRAULIS_REQUIRE_GPU), and with
+#                 GPU_CHECK_CPU_TESTS=1 the runtime's CPU tests on this machine's torch
 #   bench.txt     the throughput runs' output
 #   ours.json     bench/gpu_train_bench: llama-1b, 8K context, ~64K tokens/step, bf16
 #   peer-hf.json, peer-eager.json   bench/peer_train.py on the same batches
@@ -13,7 +14,9 @@
 # and the Debian packages are there; otherwise it runs binaries built elsewhere against the
 # same torch version (scripts/pack-gpu-prebuilt.sh; HYDRAULIS_PREBUILT, default
 # build/gpu-prebuilt), loading this machine's libtorch. Every stage runs even when an
-# earlier one failed; the exit status is non-zero when any failed.
+# earlier one failed; the exit status is non-zero when any failed. Each stage has its own
+# time limit (GPU_CHECK_LIMIT_<STAGE> seconds; the defaults add up to under 8 minutes on one
+# H200 from the prebuilt folder): a stage past it fails with its name and the next one runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder for the results}"
@@ -30,20 +33,32 @@ MODEL=${GPU_CHECK_MODEL:-configs/models/llama-1b.json}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 CONTEXT=${GPU_CHECK_CONTEXT:-8192}
 TOKENS=${GPU_CHECK_TOKENS:-65536}
+GTEST_FILTER=${GPU_CHECK_GTEST_FILTER:-*}
+LIMIT_BUILD=${GPU_CHECK_LIMIT_BUILD:-900}
+LIMIT_GPU_TESTS=${GPU_CHECK_LIMIT_GPU_TESTS:-150}
+LIMIT_CPU_TESTS=${GPU_CHECK_LIMIT_CPU_TESTS:-300}
+LIMIT_OURS=${GPU_CHECK_LIMIT_OURS:-100}
+LIMIT_PEER=${GPU_CHECK_LIMIT_PEER:-90}
 failed=0
-work=$(mktemp -d)  # scratch that does not come back (the batches file)
+check_start=$SECONDS
+work=$(mktemp -d)  # scratch that does not come back (the batches file, prebuilt copies)
+trap 'rm -rf "$work"' EXIT
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "[gpu-check $(date +%T)] $*" | tee -a "$summary"; }
-stage() {  # stage NAME LOG COMMAND...: runs, records pass/fail
-  local name=$1 log=$2
-  shift 2
-  local start=$SECONDS
-  echo "=== $name: $*" >> "$log"
-  if "$@" >> "$log" 2>&1; then
+stage() {  # stage NAME LIMIT_S LOG COMMAND...: runs under its time limit, records pass/fail
+  local name=$1 limit=$2 log=$3
+  shift 3
+  local start=$SECONDS status=0
+  echo "=== $name (limit $limit s): $*" >> "$log"
+  timeout --kill-after=10 "$limit" "$@" >> "$log" 2>&1 || status=$?
+  if [ $status -eq 0 ]; then
     note "PASS $name ($((SECONDS - start)) s)"
+  elif [ $status -eq 124 ] || [ $status -eq 137 ]; then
+    note "FAIL $name: past its time limit of $limit s (see $(basename "$log"))"
+    failed=1
   else
-    note "FAIL $name (exit $?, $((SECONDS - start)) s; see $(basename "$log"))"
+    note "FAIL $name (exit $status, $((SECONDS - start)) s; see $(basename "$log"))"
     failed=1
   fi
 }
@@ -61,39 +76,50 @@ torch_lib=$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch
 bin=""
 if [ -z "$prefer_prebuilt" ] && command -v cmake > /dev/null && command -v g++ > /dev/null &&
    [ -f /usr/include/nlohmann/json.hpp ] && [ -d /usr/include/gtest ]; then
-  stage "build (against $PY's torch)" "$OUT/build.txt" bash -c "
+  stage "build (against $PY's torch)" "$LIMIT_BUILD" "$OUT/build.txt" bash -c "
     cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DHYDRAULIS_PYTHON=$PY \
       -DHYDRAULIS_WERROR=OFF &&
     cmake --build build/gpu -j\$(nproc) --target gpu_test runtime_test gpu_train_bench hydraulis hydraulis-runtime"
   [ -x build/gpu/src/runtime/gpu_test ] && bin=build/gpu
 fi
 if [ -z "$bin" ] && [ -x "$PREBUILT/gpu_test" ]; then
-  note "using prebuilt binaries from $PREBUILT (built against $(cat "$PREBUILT/torch-version" 2>/dev/null))"
-  export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  mkdir -p build/gpu/src/runtime build/gpu/bench build/gpu/tools
-  cp "$PREBUILT/gpu_test" "$PREBUILT/runtime_test" build/gpu/src/runtime/
+  note "using prebuilt binaries from $PREBUILT (built against torch $(cat "$PREBUILT/torch-version" 2>/dev/null); this machine's: $("$PY" -c 'import torch; print(torch.__version__)' 2>&1))"
+  # This machine's libtorch first, then the libraries packed beside the binaries.
+  export LD_LIBRARY_PATH="$torch_lib:$(cd "$PREBUILT" && pwd)/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  bin=$work/prebuilt
+  mkdir -p "$bin/src/runtime" "$bin/bench"
+  cp "$PREBUILT/gpu_test" "$PREBUILT/runtime_test" "$bin/src/runtime/"
   # The tests read configs/ through the source path compiled into them: point it here.
   built_in=$(cat "$PREBUILT/source-dir" 2>/dev/null || true)
   if [ -n "$built_in" ] && [ ! -e "$built_in" ]; then
     mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"
   fi
-  cp "$PREBUILT/gpu_train_bench" build/gpu/bench/
-  bin=build/gpu
+  cp "$PREBUILT/gpu_train_bench" "$bin/bench/"
 fi
 if [ -z "$bin" ]; then
   note "FAIL no build: neither CMake with the Debian packages nor $PREBUILT"
   failed=1
 else
-  stage "GPU tests" "$OUT/tests.txt" "$bin/src/runtime/gpu_test"
-  stage "runtime CPU tests on this torch" "$OUT/tests.txt" "$bin/src/runtime/runtime_test"
-  stage "throughput: hydraulis" "$OUT/bench.txt" "$bin/bench/gpu_train_bench" \
+  if [ "$DEVICE" = cuda ]; then
+    # A GPU test that finds no GPU fails here instead of skipping.
+    stage "GPU tests" "$LIMIT_GPU_TESTS" "$OUT/tests.txt" env HYDRAULIS_REQUIRE_GPU=1 \
+      "$bin/src/runtime/gpu_test" --gtest_filter="$GTEST_FILTER"
+  else
+    stage "GPU tests (dry run: they skip without a GPU)" "$LIMIT_GPU_TESTS" "$OUT/tests.txt" \
+      "$bin/src/runtime/gpu_test" --gtest_filter="$GTEST_FILTER"
+  fi
+  if [ "${GPU_CHECK_CPU_TESTS:-0}" = 1 ]; then
+    stage "runtime CPU tests on this torch" "$LIMIT_CPU_TESTS" "$OUT/tests.txt" \
+      "$bin/src/runtime/runtime_test"
+  fi
+  stage "throughput: hydraulis" "$LIMIT_OURS" "$OUT/bench.txt" "$bin/bench/gpu_train_bench" \
     --model "$MODEL" --device "$DEVICE" --lengths data/wikipedia-sample-lengths.txt \
     --context "$CONTEXT" --tokens-per-step "$TOKENS" --steps "$STEPS" --warmup 3 \
     --batches-out "$work/batches.json" --json "$OUT/ours.json"
 fi
 if [ -f "$work/batches.json" ]; then
   for impl in hf eager; do
-    stage "throughput: peer ($impl)" "$OUT/bench.txt" env PYTHONUNBUFFERED=1 "$PY" \
+    stage "throughput: peer ($impl)" "$LIMIT_PEER" "$OUT/bench.txt" env PYTHONUNBUFFERED=1 "$PY" \
       bench/peer_train.py --batches "$work/batches.json" --model "$MODEL" \
       --impl "$impl" --device "$DEVICE" --warmup-steps 3 --json "$OUT/peer-$impl.json"
   done
@@ -113,5 +139,5 @@ for impl in ("hf", "eager"):
         print(f"peer {impl}: {peer['tokens_per_s']:.0f} tokens/s, MFU {peer.get('mfu')}; "
               f"ours/peer = {ours['tokens_per_s'] / peer['tokens_per_s']:.3f}")
 PYEOF
-note "done: $([ $failed -eq 0 ] && echo all stages passed || echo some stage failed)"
+note "done in $((SECONDS - check_start)) s: $([ $failed -eq 0 ] && echo all stages passed || echo some stage failed)"
 exit $failed

@@ -43,6 +43,8 @@ struct ProfileArgs {
   int nproc = 0;
   int master_port = 0;
   double timeout_s = 1800;
+  std::string device;  // empty: cuda when a GPU is visible, else cpu (as train)
+  std::string precision;
 };
 
 // What the profile is measured under, set before the process starts because OpenBLAS and
@@ -160,6 +162,8 @@ int RunProfileCommand(const ProfileArgs& a) {
                        " cannot run tp = " + std::to_string(max_tp) + " (it needs at least " +
                        std::to_string(max_tp) + " ranks)");
   }
+  // Checked before ranks start; each rank then takes the GPU its LOCAL_RANK names.
+  (void)ResolveComputeOptions(a.device, a.precision, 0, "--device", "--precision");
   const char* env_world = std::getenv("WORLD_SIZE");
   CheckProfileOptions(a.options,
                       a.nproc > 0 ? a.nproc : (env_world != nullptr ? std::atoi(env_world) : 1));
@@ -180,8 +184,11 @@ int RunProfileCommand(const ProfileArgs& a) {
                          " != --nproc " + std::to_string(a.nproc));
     }
   }
+  ProfileOptions options = a.options;
+  options.compute = ResolveComputeOptions(
+      a.device, a.precision, ParseLocalRank(std::getenv("LOCAL_RANK")), "--device", "--precision");
   const ProfileRun run =
-      RunProfile(a.options, distributed ? &*distributed : nullptr,
+      RunProfile(options, distributed ? &*distributed : nullptr,
                  [](const Scheme& scheme, std::size_t micro_batches, double seconds) {
                    fmt::print(stderr, "profiled {}: {} micro-batches in {:.0f} s\n",
                               SchemeName(scheme), micro_batches, seconds);
@@ -237,6 +244,10 @@ Command AddProfileCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->options.seed, "model initialisation, token ids and packed lengths")
       ->capture_default_str();
+  cmd->add_option("--device", a->device,
+                  "cpu or cuda (one GPU per rank: LOCAL_RANK); default: cuda when a GPU is "
+                  "visible, else cpu");
+  cmd->add_option("--precision", a->precision, "fp32 or bf16; default: bf16 on cuda, fp32 on cpu");
   cmd->add_option("--master-port", a->master_port, "rendezvous port with --nproc (0: a free one)")
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--timeout-s", a->timeout_s,

@@ -61,17 +61,7 @@ std::string EngineProfilePath() {
 }
 
 // LOCAL_RANK as torchrun and the launcher set it (0 when absent): this rank's GPU.
-int LocalRank() {
-  const char* text = std::getenv("LOCAL_RANK");
-  if (text == nullptr || *text == '\0') return 0;
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  if (*end != '\0' || value < 0 || value > 1 << 16) {
-    throw InvalidInput(std::string("environment: LOCAL_RANK: expected a GPU index, got '") + text +
-                       "'");
-  }
-  return static_cast<int>(value);
-}
+int LocalRank() { return ParseLocalRank(std::getenv("LOCAL_RANK")); }
 
 void PrintStep(const TrainingStepRecord& r) {
   fmt::print(
@@ -102,6 +92,10 @@ int Train(TrainArgs& a) {
   TrainingRun run(a.run, dist, LocalRank());
   TrainingJob& job = run.job();
   const bool chief = run.rank() == 0;
+  // Every GPU rank says which GPU it took: a node where all ranks name cuda:0 is misconfigured.
+  if (run.compute().device == DeviceKind::kCuda) {
+    fmt::print("{}\n", DeviceLine(run.compute(), run.rank(), dist.world_size));
+  }
   if (chief && run.profile_derived()) {
     fmt::print(
         "profile: derived from {} for this model's shape (no --profile; step times are "
@@ -147,7 +141,7 @@ int Train(TrainArgs& a) {
                       std::to_string(r.step) + ")");
     }
   }
-  run.trainer().world().Barrier();  // rank 0 hosts the store: no rank may still need it
+  run.trainer().control().Barrier();  // rank 0 hosts the store: no rank may still need it
   if (chief) {
     const TrainingJob::Totals& t = job.totals();
     fmt::print("done: {} document(s) cut to the context length or capacity ({} token(s) lost)",

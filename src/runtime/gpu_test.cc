@@ -1,5 +1,7 @@
 // Tests that need a CUDA GPU (scripts/gpu-check.sh runs them on one); each skips where
-// none is visible. Tolerances:
+// none is visible, unless HYDRAULIS_REQUIRE_GPU is set (the GPU check sets it): then a
+// missing GPU fails every one of them, so a check that saw no GPU cannot report a pass.
+// Tolerances:
 //  - flash vs dense attention in bf16: both round q, k, v and the output to bf16 (relative
 //    step 2^-8 = 3.9e-3) and accumulate differently; 2e-2 of the output's scale bounds a
 //    few roundings, while a wrong mask, grouping or boundary gives errors of order 1.
@@ -8,11 +10,18 @@
 //    runs from drifting apart, which the final-loss bound checks).
 //  - CUDA fp32 over Gloo (two ranks on one GPU) vs one CPU process: 1e-4, the CPU tests'
 //    1e-5 loosened for cuBLAS' different summation order and TF32-free fp32 GEMMs.
+//  - NCCL vs Gloo on the same GPU: the first step's loss (forward only, same weights, same
+//    kernels) within 1e-6; later steps within 1e-4. A CUDA embedding backward adds rows
+//    with atomics in no fixed order, so two runs' gradients differ in the last bits, and
+//    AdamW's normalised step turns a last-bit difference of a near-zero gradient into a
+//    visible one; an exact comparison would fail on a correct build.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/AutogradState.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -39,8 +48,17 @@ using test_support::Documents;
 using test_support::OnThreads;
 using test_support::RandomDocuments;
 
-#define REQUIRE_GPU()                                                     \
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU visible here"; \
+// Set (to anything but "" or "0") where a GPU must be there: the GPU check.
+bool GpuRequired() {
+  const char* v = std::getenv("HYDRAULIS_REQUIRE_GPU");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+#define REQUIRE_GPU()                                                                          \
+  if (CudaDeviceCount() == 0) {                                                                \
+    if (GpuRequired()) FAIL() << "no CUDA GPU visible here, and HYDRAULIS_REQUIRE_GPU is set"; \
+    GTEST_SKIP() << "no CUDA GPU visible here";                                                \
+  }                                                                                            \
   static_assert(true)
 
 ModelConfig Tiny() {
@@ -211,7 +229,9 @@ TEST(GpuTest, NcclRunsWithWorldSizeOne) {
   // And a training step through NCCL equals one through Gloo on the same GPU.
   const std::vector<double> nccl = TrainLosses(Cuda(Precision::kFp32), CommBackend::kNccl, 3);
   const std::vector<double> gloo = TrainLosses(Cuda(Precision::kFp32), CommBackend::kGloo, 3);
-  for (std::size_t s = 0; s < nccl.size(); ++s) EXPECT_NEAR(nccl[s], gloo[s], 1e-6 * gloo[s]);
+  for (std::size_t s = 0; s < nccl.size(); ++s) {
+    EXPECT_NEAR(nccl[s], gloo[s], (s == 0 ? 1e-6 : 1e-4) * gloo[s]) << "step " << s;
+  }
 }
 
 // Two ranks (threads) on the one GPU over Gloo with CUDA tensors (NCCL refuses two ranks on
@@ -261,6 +281,18 @@ TEST(GpuTest, TwoRanksOnOneGpuPipelineParallelMatchCpu) {
 TEST(GpuTest, TwoRankThreadsOnTheCpuMatchOneProcess) {
   ExpectTwoRanksOnOneGpuMatchCpu(2, 1, {});
   ExpectTwoRanksOnOneGpuMatchCpu(1, 2, {});
+}
+
+// Each rank thread runs its own backward passes (autograd's device threads are off for it),
+// and the test's own thread keeps autograd's default.
+TEST(GpuTest, RankThreadsRunTheirOwnBackward) {
+  std::vector<int> multithreaded(2, -1);
+  OnThreads(2, [&](int r) {
+    multithreaded[static_cast<std::size_t>(r)] =
+        c10::AutogradState::get_tls_state().get_multithreading_enabled() ? 1 : 0;
+  });
+  EXPECT_EQ(multithreaded, std::vector<int>({0, 0}));
+  EXPECT_TRUE(c10::AutogradState::get_tls_state().get_multithreading_enabled());
 }
 
 TEST(GpuTest, CudaRequestWithoutAGpuIsAClearError) {

@@ -9,10 +9,13 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/model/attention.h"
+#include "hydraulis/runtime/model/compute.h"
+#include "hydraulis/runtime/model/host_copy.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/spec/model_config.h"
@@ -63,6 +66,47 @@ TEST(AdamWOptionsTest, ZeroLearningRateIsAllowedNegativeOrNanIsNot) {
   o.lr = 1e-3;
   o.beta1 = 1.0;
   EXPECT_THROW(ValidateAdamWOptions(o), InvalidInput);
+}
+
+// torchrun's LOCAL_RANK names the GPU among those the process sees; anything else is one
+// line naming the variable or the count.
+TEST(ComputeTest, LocalRankNamesTheGpu) {
+  EXPECT_EQ(ParseLocalRank(nullptr), 0);
+  EXPECT_EQ(ParseLocalRank(""), 0);
+  EXPECT_EQ(ParseLocalRank("3"), 3);
+  for (const char* bad : {"-1", "x", "1.5", "3 ", "99999999999"}) {
+    try {
+      ParseLocalRank(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find("LOCAL_RANK"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(CheckDeviceIndex(7, 8));
+  for (const auto& [index, visible] : {std::pair{8, 8}, std::pair{0, 0}, std::pair{-1, 2}}) {
+    try {
+      CheckDeviceIndex(index, visible);
+      ADD_FAILURE() << index << " of " << visible << " accepted";
+    } catch (const InvalidInput& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("(LOCAL_RANK) is " + std::to_string(index)), std::string::npos) << what;
+      EXPECT_NE(what.find("sees " + std::to_string(visible) + " GPU"), std::string::npos) << what;
+    }
+  }
+  ComputeOptions cpu;
+  EXPECT_NO_THROW(UseDevice(cpu));  // nothing to select on the CPU
+  EXPECT_EQ(DeviceLine(cpu, 1, 4), "rank 1 of 4: cpu fp32");
+}
+
+// Host index arrays reach the CPU device as the values, in the dtype asked.
+TEST(HostCopyTest, IndicesOnTheCpuHoldTheValues) {
+  const at::Tensor longs = IndicesOn(std::vector<std::int64_t>{5, -1, 1LL << 40}, at::kCPU);
+  EXPECT_EQ(longs.scalar_type(), at::kLong);
+  EXPECT_TRUE(at::equal(longs, at::tensor(std::vector<std::int64_t>{5, -1, 1LL << 40}, at::kLong)));
+  const at::Tensor ints = IndicesOn(std::vector<std::int32_t>{0, 7, 9}, at::kCPU);
+  EXPECT_EQ(ints.scalar_type(), at::kInt);
+  EXPECT_TRUE(at::equal(ints, at::tensor(std::vector<std::int32_t>{0, 7, 9}, at::kInt)));
+  EXPECT_EQ(IndicesOn(std::vector<std::int64_t>{}, at::kCPU).numel(), 0);
 }
 
 TEST(PackedBatchTest, PacksDocumentsWithBoundaries) {

@@ -232,9 +232,9 @@ class C10dCommGroup final : public CommGroup {
 
   void Barrier() override {
     // A one-element all-reduce rather than c10d's barrier, which under NCCL guesses the
-    // device from the rank number.
-    AllReduce(at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_)),
-              c10d::ReduceOp::SUM, "barrier");
+    // device from the rank number. A host tensor, so the wait is the host's (HostWaits).
+    AllReduce(at::zeros({1}, at::TensorOptions().dtype(at::kFloat)), c10d::ReduceOp::SUM,
+              "barrier");
   }
 
   void Send(const at::Tensor& tensor, int peer, int tag) override {
@@ -315,7 +315,7 @@ class C10dCommGroup final : public CommGroup {
     void Wait() override {
       auto work = std::move(work_);
       try {
-        work->wait();
+        group_->WaitFor(*work, HostWaits(group_->device_, target_));
       } catch (const std::exception& e) {
         group_->Fail(what_, e);
       }
@@ -347,10 +347,27 @@ class C10dCommGroup final : public CommGroup {
                   std::to_string(options_.timeout.count()) + " ms): " + e.what());
   }
 
+  // Under NCCL, Work::wait() only makes the current CUDA stream wait for the collective
+  // (ProcessGroupNCCL::WorkNCCL::wait without a timeout): the host goes on at once. When the
+  // host needs the result (a host tensor staged through the GPU, a barrier), it waits
+  // itself, bounded by the timeout: WorkNCCL::wait(timeout) polls until the collective is
+  // done and, past the timeout, aborts the communicator and throws, which Fail turns into
+  // IoError. Gloo's wait() always blocks the host and honours the group's timeout.
+  static bool HostWaits(const at::Device& backend_device, const at::Tensor& target) {
+    return backend_device.is_cuda() && !target.is_cuda();
+  }
+  void WaitFor(torch_compat::Work& work, bool host) const {
+    if (host) {
+      work.wait(options_.timeout);
+    } else {
+      work.wait();
+    }
+  }
+
   template <typename Issue>
-  void Run(const std::string& what, Issue issue) {
+  void Run(const std::string& what, bool host, Issue issue) {
     try {
-      issue()->wait();
+      WaitFor(*issue(), host);
     } catch (const std::exception& e) {
       Fail(what, e);
     }
@@ -371,7 +388,7 @@ class C10dCommGroup final : public CommGroup {
     opts.reduceOp = op;
     Run(std::string("all-reduce (") + op_name + ") of " + std::to_string(tensor.numel()) +
             " elements",
-        [&] { return backend_->allreduce(tensors, opts); });
+        HostWaits(device_, tensor), [&] { return backend_->allreduce(tensors, opts); });
     Unstage(t, tensor);
   }
 

@@ -146,6 +146,8 @@ ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* d
                        std::to_string(max_block) + " (or run under torchrun)");
   }
   at::set_num_threads(1);
+  CheckComputeAvailable(options.compute);
+  UseDevice(options.compute);
 
   std::vector<std::int64_t> pool;
   try {
@@ -163,11 +165,18 @@ ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* d
   timing.warmup = options.warmup;
   timing.repeats = options.repeats;
   timing.seed = options.seed;
+  timing.compute = options.compute;
 
   ProfileRun run;
   std::unique_ptr<ProfileRanks> ranks;
   if (distributed != nullptr) {
-    ranks = std::make_unique<ProfileRanks>(*distributed, blocks);
+    // GPU ranks time their tp groups over NCCL, as training runs them.
+    DistributedOptions on_device = *distributed;
+    if (options.compute.device == DeviceKind::kCuda) {
+      on_device.backend = CommBackend::kNccl;
+      on_device.device_index = options.compute.device_index;
+    }
+    ranks = std::make_unique<ProfileRanks>(on_device, blocks);
     run.rank = ranks->rank();
     run.world_size = ranks->world_size();
   }

@@ -104,7 +104,7 @@ void CheckTiming(const StageProfileOptions& options,
 // rank of a group builds the same), packed.
 std::vector<PackedBatch> RandomBatches(const ModelConfig& config,
                                        const std::vector<std::vector<std::int64_t>>& micro_batches,
-                                       std::uint64_t seed) {
+                                       std::uint64_t seed, at::Device device) {
   Rng rng(seed ^ kTokenStream);
   const auto vocab = static_cast<std::uint64_t>(config.shape.vocab);
   std::vector<PackedBatch> batches;
@@ -124,7 +124,7 @@ std::vector<PackedBatch> RandomBatches(const ModelConfig& config,
     if (documents.empty()) {
       throw InvalidInput("profile: micro-batch " + std::to_string(j) + " has no document");
     }
-    batches.push_back(PackDocuments(documents, config.shape.vocab));
+    batches.push_back(PackDocuments(documents, config.shape.vocab, device));
   }
   return batches;
 }
@@ -141,6 +141,7 @@ std::vector<TimeSample> TimePasses(const std::vector<std::vector<std::int64_t>>&
   for (int pass = 0; pass < options.warmup; ++pass) {
     for (std::int64_t j = 0; j < n; ++j) forward_backward(static_cast<std::size_t>(j));
   }
+  SynchronizeDevice(options.compute);
   at::Tensor ms = at::zeros({n, options.repeats}, at::TensorOptions().dtype(at::kDouble));
   auto ms_of = ms.accessor<double, 2>();
   for (int pass = 0; pass < options.repeats; ++pass) {
@@ -148,6 +149,7 @@ std::vector<TimeSample> TimePasses(const std::vector<std::vector<std::int64_t>>&
       if (collective) group->Barrier();
       const auto start = std::chrono::steady_clock::now();
       forward_backward(static_cast<std::size_t>(j));
+      SynchronizeDevice(options.compute);
       const std::chrono::duration<double, std::milli> took =
           std::chrono::steady_clock::now() - start;
       ms_of[j][pass] = took.count();
@@ -170,9 +172,11 @@ std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGrou
                                      const std::vector<std::vector<std::int64_t>>& micro_batches,
                                      const StageProfileOptions& options) {
   CheckTiming(options, micro_batches);
-  const Transformer model(config, options.seed, tp_group, ProfiledStagePart(config, pp));
+  const Transformer model(config, options.seed, tp_group, ProfiledStagePart(config, pp),
+                          options.compute);
   ZeroGradients(model);  // allocated once, so every timed backward accumulates as in training
-  const std::vector<PackedBatch> batches = RandomBatches(config, micro_batches, options.seed);
+  const std::vector<PackedBatch> batches =
+      RandomBatches(config, micro_batches, options.seed, TorchDevice(options.compute));
   return TimePasses(micro_batches, options, tp_group, [&](std::size_t j) {
     const at::Tensor logits = model.ForwardStage(batches[j], at::Tensor());
     SummedTokenLoss(logits, batches[j]).sum.backward();
@@ -186,9 +190,12 @@ std::vector<TimeSample> ProfileShardedStage(
   CheckTiming(options, micro_batches);
   const int cp = cp_group.size();
   if (cp < 2) throw InvalidInput("profile: a sharded stage needs cp >= 2 ranks");
-  const Transformer model(config, options.seed, nullptr, ProfiledStagePart(config, 1));
+  const Transformer model(config, options.seed, nullptr, ProfiledStagePart(config, 1),
+                          options.compute);
   ZeroGradients(model);
-  const std::vector<PackedBatch> batches = RandomBatches(config, micro_batches, options.seed);
+  const at::Device device = TorchDevice(options.compute);
+  const std::vector<PackedBatch> batches =
+      RandomBatches(config, micro_batches, options.seed, device);
   // Every document kSharded: this rank's zigzag chunks of each, as the trainer runs them.
   std::vector<LocalTokens> tokens;
   std::vector<ContextParallelRows> rows;
@@ -197,7 +204,7 @@ std::vector<TimeSample> ProfileShardedStage(
     const LocalTokenLayout local =
         MakeLocalTokenLayout(micro_batches[j], layout, cp, cp_group.rank());
     tokens.push_back(LocalTokensOf(batches[j].tokens, local));
-    rows.push_back(MakeContextParallelRows(local, at::kCPU));
+    rows.push_back(MakeContextParallelRows(local, device));
   }
   return TimePasses(micro_batches, options, &cp_group, [&](std::size_t j) {
     const at::Tensor logits = model.ForwardStageContextParallel(tokens[j], rows[j], cp_group, {});

@@ -125,7 +125,7 @@ void TrainingJob::Save(int steps_done) {
   meta.sampler_offset = position_.offset;
   meta.seed = options_.seed;
   SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.config(),
-                 trainer_.world(), options_.keep_checkpoints);
+                 trainer_.control(), options_.keep_checkpoints);
 }
 
 TrainingStepRecord TrainingJob::RunStep() {

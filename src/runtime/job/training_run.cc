@@ -180,20 +180,7 @@ void CheckTrainingRun(const TrainingRunOptions& options, int world_size) {
 }
 
 ComputeOptions ResolveCompute(const TrainingRunOptions& o, int local_rank) {
-  ComputeOptions c = DefaultComputeOptions(local_rank);
-  if (!o.device.empty()) {
-    c.device = ParseDeviceKind(o.device, "--device");
-    c.device_index = local_rank;
-    c.precision = c.device == DeviceKind::kCuda ? Precision::kBf16 : Precision::kFp32;
-  }
-  if (!o.precision.empty()) c.precision = ParsePrecision(o.precision, "--precision");
-  try {
-    CheckComputeAvailable(c);
-  } catch (const InvalidInput& e) {
-    throw InvalidInput(std::string("--device ") + ToString(c.device) + " --precision " +
-                       ToString(c.precision) + ": " + e.what());
-  }
-  return c;
+  return ResolveComputeOptions(o.device, o.precision, local_rank, "--device", "--precision");
 }
 
 CommBackend ResolveCommBackend(const TrainingRunOptions& o, const ComputeOptions& compute) {
@@ -210,6 +197,7 @@ CommBackend ResolveCommBackend(const TrainingRunOptions& o, const ComputeOptions
 TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOptions& distributed,
                          int local_rank)
     : compute_(ResolveCompute(options, local_rank)), distributed_(distributed) {
+  UseDevice(compute_);  // before the first CUDA call: the rendezvous' NCCL groups, the model
   distributed_.timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_s * 1000));
   distributed_.device_index = compute_.device_index;

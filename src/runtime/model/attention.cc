@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/runtime/model/host_copy.h"
 
 namespace hydraulis {
 
@@ -24,7 +25,7 @@ bool UsesFlashAttention(at::Device device, at::ScalarType dtype, std::int64_t he
 
 at::Tensor CuSeqlensOnDevice(const std::vector<std::int64_t>& cu_seqlens, at::Device device) {
   std::vector<std::int32_t> cu(cu_seqlens.begin(), cu_seqlens.end());
-  return at::tensor(cu, at::kInt).to(device);
+  return IndicesOn(cu, device);
 }
 
 at::Tensor PackedCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -165,21 +166,29 @@ at::Tensor DenseVarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, 
   return at::cat(outputs, 0);
 }
 
-at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& positions, double theta) {
-  const std::int64_t dim = x.size(2);
-  const std::int64_t half = dim / 2;
+RotaryTable MakeRotaryTable(const at::Tensor& positions, std::int64_t head_dim, double theta,
+                            at::ScalarType dtype) {
+  const std::int64_t half = head_dim / 2;
   // Frequencies in double, then fp32, so they do not depend on the input's precision path.
-  at::Tensor exponents =
-      at::arange(0, half, x.options().dtype(at::kDouble)) * (2.0 / static_cast<double>(dim));
+  at::Tensor exponents = at::arange(0, half, positions.options().dtype(at::kDouble)) *
+                         (2.0 / static_cast<double>(head_dim));
   at::Tensor inv_freq = at::pow(theta, -exponents).to(at::kFloat);
   at::Tensor angles = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);
   at::Tensor full = at::cat({angles, angles}, 1).unsqueeze(1);  // [tokens, 1, dim]
-  at::Tensor cos = full.cos().to(x.scalar_type());
-  at::Tensor sin = full.sin().to(x.scalar_type());
+  return {full.cos().to(dtype), full.sin().to(dtype)};
+}
+
+at::Tensor ApplyRotary(const at::Tensor& x, const RotaryTable& table) {
+  const std::int64_t dim = x.size(2);
+  const std::int64_t half = dim / 2;
   at::Tensor x1 = x.slice(2, 0, half);
   at::Tensor x2 = x.slice(2, half, dim);
   at::Tensor rotated = at::cat({-x2, x1}, 2);
-  return x * cos + rotated * sin;
+  return x * table.cos + rotated * table.sin;
+}
+
+at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& positions, double theta) {
+  return ApplyRotary(x, MakeRotaryTable(positions, x.size(2), theta, x.scalar_type()));
 }
 
 }  // namespace hydraulis

@@ -4,9 +4,13 @@
 
 #ifdef HYDRAULIS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <cuda.h>
 #endif
 
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <string>
 
 #include "hydraulis/base/enum_names.h"
@@ -46,6 +50,27 @@ int CudaDeviceCount() {
 #endif
 }
 
+int ParseLocalRank(const char* text) {
+  if (text == nullptr || *text == '\0') return 0;
+  errno = 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || value < 0 || value > INT_MAX) {
+    throw InvalidInput("environment: LOCAL_RANK: expected a GPU index (an integer >= 0), got " +
+                       QuoteForMessage(text));
+  }
+  return static_cast<int>(value);
+}
+
+void CheckDeviceIndex(int device_index, int visible) {
+  if (device_index < 0 || device_index >= visible) {
+    throw InvalidInput("device cuda: this rank's device index (LOCAL_RANK) is " +
+                       std::to_string(device_index) + " but the process sees " +
+                       std::to_string(visible) +
+                       " GPU(s) (one rank per GPU; CUDA_VISIBLE_DEVICES limits which)");
+  }
+}
+
 ComputeOptions DefaultComputeOptions(int device_index) {
   ComputeOptions o;
   if (CudaDeviceCount() > 0) {
@@ -54,6 +79,25 @@ ComputeOptions DefaultComputeOptions(int device_index) {
     o.precision = Precision::kBf16;
   }
   return o;
+}
+
+ComputeOptions ResolveComputeOptions(const std::string& device, const std::string& precision,
+                                     int local_rank, const std::string& device_field,
+                                     const std::string& precision_field) {
+  ComputeOptions c = DefaultComputeOptions(local_rank);
+  if (!device.empty()) {
+    c.device = ParseDeviceKind(device, device_field);
+    c.device_index = local_rank;
+    c.precision = c.device == DeviceKind::kCuda ? Precision::kBf16 : Precision::kFp32;
+  }
+  if (!precision.empty()) c.precision = ParsePrecision(precision, precision_field);
+  try {
+    CheckComputeAvailable(c);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(device_field + " " + ToString(c.device) + " " + precision_field + " " +
+                       ToString(c.precision) + ": " + e.what());
+  }
+  return c;
 }
 
 void CheckComputeAvailable(const ComputeOptions& o) {
@@ -65,11 +109,7 @@ void CheckComputeAvailable(const ComputeOptions& o) {
   if (count == 0) {
     throw InvalidInput("device cuda: no CUDA GPU is visible to this process (use device cpu)");
   }
-  if (o.device_index < 0 || o.device_index >= count) {
-    throw InvalidInput("device cuda: this rank's device index (LOCAL_RANK) is " +
-                       std::to_string(o.device_index) + " but the process sees " +
-                       std::to_string(count) + " GPU(s)");
-  }
+  CheckDeviceIndex(o.device_index, count);
   if (o.precision == Precision::kBf16) {
     const cudaDeviceProp* prop =
         at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(o.device_index));
@@ -79,6 +119,23 @@ void CheckComputeAvailable(const ComputeOptions& o) {
                          std::to_string(prop->minor) + ") has no bf16 support; use precision fp32");
     }
   }
+#endif
+}
+
+void UseDevice(const ComputeOptions& o) {
+  if (o.device != DeviceKind::kCuda) return;
+#ifdef HYDRAULIS_WITH_CUDA
+  CheckDeviceIndex(o.device_index, CudaDeviceCount());
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(o.device_index));
+#else
+  throw InvalidInput("device cuda: this hydraulis was built against a PyTorch without CUDA");
+#endif
+}
+
+void SynchronizeDevice(const ComputeOptions& o) {
+  if (o.device != DeviceKind::kCuda) return;
+#ifdef HYDRAULIS_WITH_CUDA
+  c10::cuda::device_synchronize();
 #endif
 }
 
@@ -106,6 +163,23 @@ std::string Describe(const ComputeOptions& o) {
   std::string device = ToString(o.device);
   if (o.device == DeviceKind::kCuda) device.append(":").append(std::to_string(o.device_index));
   return device + " " + ToString(o.precision);
+}
+
+std::string DeviceLine(const ComputeOptions& o, int rank, int world_size) {
+  std::string line = "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ": ";
+  if (o.device != DeviceKind::kCuda) return line + Describe(o);
+  line += ToString(o.device) + ":" + std::to_string(o.device_index) + " (";
+#ifdef HYDRAULIS_WITH_CUDA
+  if (o.device_index >= 0 && o.device_index < CudaDeviceCount()) {
+    line += at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(o.device_index))->name;
+    line += "; ";
+  }
+#endif
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  line += "LOCAL_RANK " + std::to_string(o.device_index) + " of " +
+          std::to_string(CudaDeviceCount()) + " visible GPU(s)";
+  if (visible != nullptr) line += std::string(", CUDA_VISIBLE_DEVICES=") + visible;
+  return line + ") " + ToString(o.precision);
 }
 
 }  // namespace hydraulis

@@ -8,6 +8,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/model/all_gather_rows.h"
 #include "hydraulis/runtime/model/attention.h"
+#include "hydraulis/runtime/model/host_copy.h"
 
 // Why an all-gather of K/V and not a ring (TransformerEngine's p2p, zigzag ring attention):
 // it is Llama 3's choice for long-context training. It is one collective per layer that
@@ -90,9 +91,7 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
     }
     rows.cu_seqlens_k.push_back(rows.cu_seqlens_k.back() + end);
   }
-  const auto on_device = [&](const std::vector<std::int64_t>& v) {
-    return at::tensor(v, at::kLong).to(device);
-  };
+  const auto on_device = [&](const std::vector<std::int64_t>& v) { return IndicesOn(v, device); };
   if (local.has_padding()) rows.real_rows = on_device(real);
   rows.send_rows = on_device(send);
   rows.key_rows = on_device(keys);

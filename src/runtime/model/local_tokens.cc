@@ -4,6 +4,7 @@
 #include <string>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/runtime/model/host_copy.h"
 
 namespace hydraulis {
 
@@ -74,12 +75,12 @@ LocalTokens LocalTokensOf(const at::Tensor& tokens, const LocalTokenLayout& loca
   }
   const at::Device device = tokens.device();
   LocalTokens out;
-  out.source_rows = at::tensor(source, at::kLong).to(device);
-  out.positions = at::tensor(positions, at::kLong).to(device);
+  out.source_rows = IndicesOn(source, device);
+  out.positions = IndicesOn(positions, device);
   out.tokens = at::where(out.source_rows >= 0, tokens.index_select(0, out.source_rows.clamp_min(0)),
                          at::zeros({}, tokens.options()));
-  out.targets.inputs = at::tensor(inputs, at::kLong).to(device);
-  out.targets.targets = tokens.index_select(0, at::tensor(next_rows, at::kLong).to(device));
+  out.targets.inputs = IndicesOn(inputs, device);
+  out.targets.targets = tokens.index_select(0, IndicesOn(next_rows, device));
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/runtime/model/host_copy.h"
 
 namespace hydraulis {
 
@@ -24,7 +25,7 @@ PackedBatch PackDocuments(const std::vector<std::vector<std::int64_t>>& document
     }
     batch.cu_seqlens.push_back(static_cast<std::int64_t>(tokens.size()));
   }
-  batch.tokens = at::tensor(tokens, at::kLong).to(device);
+  batch.tokens = IndicesOn(tokens, device);
   return batch;
 }
 
@@ -55,7 +56,7 @@ at::Tensor PositionsInDocuments(const PackedBatch& batch) {
       positions.push_back(p);
     }
   }
-  return at::tensor(positions, at::kLong).to(batch.tokens.device());
+  return IndicesOn(positions, batch.tokens.device());
 }
 
 NextTokenTargets NextTokenTargetsOf(const PackedBatch& batch) {
@@ -68,7 +69,7 @@ NextTokenTargets NextTokenTargetsOf(const PackedBatch& batch) {
     }
   }
   NextTokenTargets t;
-  t.inputs = at::tensor(inputs, at::kLong).to(batch.tokens.device());
+  t.inputs = IndicesOn(inputs, batch.tokens.device());
   t.targets = batch.tokens.index_select(0, t.inputs + 1);
   return t;
 }

@@ -374,6 +374,9 @@ at::Tensor Transformer::RunStage(const at::Tensor& token_ids, const at::Tensor& 
   const std::int64_t heads = s.heads / tp_size();
   const std::int64_t kv_heads = s.kv_heads / tp_size();
   CommGroup* group = tp_group_ != nullptr && tp_size() > 1 ? tp_group_ : nullptr;
+  const RotaryTable rotary =
+      layers_.empty() ? RotaryTable{}
+                      : MakeRotaryTable(positions, dim, config_.rope_theta, ComputeDtype(compute_));
   auto f = [&](const at::Tensor& t) {
     return group == nullptr ? t : CopyToTensorParallel::apply(t, group);
   };
@@ -387,8 +390,8 @@ at::Tensor Transformer::RunStage(const at::Tensor& token_ids, const at::Tensor& 
     at::Tensor q = Linear(h, l.wq).view({tokens, heads, dim});
     at::Tensor k = Linear(h, l.wk).view({tokens, kv_heads, dim});
     at::Tensor v = Linear(h, l.wv).view({tokens, kv_heads, dim});
-    q = ApplyRotary(q, positions, config_.rope_theta);
-    k = ApplyRotary(k, positions, config_.rope_theta);
+    q = ApplyRotary(q, rotary);
+    k = ApplyRotary(k, rotary);
     at::Tensor attn = attend(q, k, v);
     x = x + g(Linear(attn.reshape({tokens, heads * dim}), l.wo));
     h = f(RmsNorm(x, l.mlp_norm, config_.norm_eps));

@@ -20,8 +20,21 @@ void ValidateAdamWOptions(const AdamWOptions& o) {
   check(o.weight_decay >= 0.0, "weight_decay", o.weight_decay);
 }
 
+AdamWKernel DefaultAdamWKernel(const at::Device& device) {
+  return device.is_cuda() ? AdamWKernel::kFused : AdamWKernel::kReference;
+}
+
 void AdamWUpdate(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
-                 const at::Tensor& exp_avg_sq, std::int64_t step, const AdamWOptions& o) {
+                 const at::Tensor& exp_avg_sq, std::int64_t step, const AdamWOptions& o,
+                 AdamWKernel kernel) {
+  if (kernel == AdamWKernel::kFused) {
+    // The step count as the kernel reads it (a float tensor on the parameters' device, as
+    // torch.optim keeps it for fused): set by a fill, not copied from the host.
+    const at::Tensor steps = at::full({}, static_cast<double>(step), param.options());
+    at::_fused_adamw_({param}, {grad}, {exp_avg}, {exp_avg_sq}, {}, {steps}, o.lr, o.beta1, o.beta2,
+                      o.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false);
+    return;
+  }
   // The statement order and scalar arithmetic of torch/csrc/api/src/optim/adamw.cpp, so the
   // update is bit-identical to torch::optim::AdamW's.
   at::Tensor p = param;

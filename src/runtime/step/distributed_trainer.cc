@@ -9,7 +9,6 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/context_parallel_attention.h"
-#include "hydraulis/runtime/model/gradients.h"
 #include "hydraulis/runtime/model/local_tokens.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/step/pipeline_stage.h"
@@ -124,6 +123,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
       rendezvous_(rendezvous),
       candidates_(candidates) {
   CheckComputeAvailable(compute_);
+  UseDevice(compute_);  // this thread's current GPU (a test runs ranks as threads)
   const DistributedOptions& o = rendezvous_.options();
   if (candidates_.empty()) throw InvalidInput("distributed training: no candidate strategy");
   for (std::size_t c = 0; c < candidates_.size(); ++c) {
@@ -200,6 +200,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
 DistributedTrainer::~DistributedTrainer() = default;
 
 CommGroup& DistributedTrainer::world() { return *world_; }
+CommGroup& DistributedTrainer::control() { return *control_; }
 
 CommGroup* DistributedTrainer::Group(const std::vector<int>& members) {
   auto it = groups_.find(members);
@@ -292,7 +293,6 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
   // Parameters are copied from the optimizer as forward first reads them, so the last
   // step's all-gathers overlap this step's first forward pass.
   optimizer_->BeginMaterialise(model);
-  ZeroGradients(model);
   const std::vector<MicroBatchLayout> layouts =
       PipelineLayouts(plan, compute.role.pipeline, TokenCounts(documents));
   // Gradients flow into the optimizer's buffer during backward, and each shard's

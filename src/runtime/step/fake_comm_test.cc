@@ -549,5 +549,47 @@ TEST(MixedPrecisionTest, Bf16TrainingTracksFp32OnTheCpu) {
   EXPECT_LT(apart, 0.1 * moved);
 }
 
+// On the training path (BeginStep) the optimizer's hooks take each backward pass's gradient
+// out of the parameters as autograd accumulates it: after every backward pass no parameter
+// holds a .grad and a bf16 model's fp32 main_grad is never allocated, and three steps end
+// bit for bit where steps that collect the fp32 main gradients after backward end.
+TEST(MixedPrecisionTest, TrainingPathKeepsNoGradientOfItsOwn) {
+  const ModelConfig c = Tiny();
+  ComputeOptions bf16;
+  bf16.precision = Precision::kBf16;
+  AdamWOptions adam;
+  adam.lr = 3e-3;
+  FakeCommWorld world(1);
+  auto everyone = world.Group(0, "world");
+  ShardedAdamW hooked_opt(Transformer(c, 11), *everyone, adam);
+  ShardedAdamW plain_opt(Transformer(c, 11), *everyone, adam);
+  Transformer hooked(c, 11, nullptr, {}, bf16);
+  Transformer plain(c, 11, nullptr, {}, bf16);
+  for (int s = 0; s < 3; ++s) {
+    const Documents docs = RandomDocuments(kLengths, 60 + s, static_cast<int>(c.shape.vocab));
+    std::int64_t targets = 0;
+    for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+    const std::vector<PackedBatch> mbs = {
+        PackDocuments({docs[0], docs[1], docs[2], docs[3]}, c.shape.vocab),
+        PackDocuments({docs[4], docs[5], docs[6], docs[7]}, c.shape.vocab)};
+    hooked_opt.Materialise(hooked);
+    hooked_opt.BeginStep(&hooked, 2);
+    for (const PackedBatch& mb : mbs) {
+      ForwardBackward(hooked, {mb}, targets);
+      for (const NamedParameter& p : hooked.named_parameters()) {
+        EXPECT_FALSE(p.value.grad().defined()) << p.name << " step " << s;
+        EXPECT_EQ(p.main_grad.numel(), 0) << p.name;
+      }
+    }
+    hooked_opt.Step(&hooked);
+    plain_opt.Materialise(plain);
+    ZeroGradients(plain);
+    ForwardBackward(plain, mbs, targets);
+    plain_opt.Step(&plain);
+    EXPECT_GT(plain.named_parameters()[1].main_grad.numel(), 0);  // that path keeps it
+  }
+  EXPECT_TRUE(at::equal(hooked_opt.full_parameters(), plain_opt.full_parameters()));
+}
+
 }  // namespace
 }  // namespace hydraulis

@@ -173,6 +173,10 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
   };
   std::vector<InFlight> in_flight(static_cast<std::size_t>(v));
   StageResult result;
+  // The loss stays on the device, summed in double (as the host summed it), and is read
+  // once after the schedule: a read per micro-batch would stop the host until the GPU
+  // caught up, every micro-batch.
+  at::Tensor loss_total;
   for (const StageOp& op : OneFOneBOrder(links.stage, links.pp, v)) {
     InFlight& f = in_flight[static_cast<std::size_t>(op.micro_batch)];
     if (op.forward) {
@@ -186,7 +190,12 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
         TokenLoss loss = work.loss(op.micro_batch, out);
         // Divided by the global count, so the gradients add up to those of the global mean.
         f.output = loss.sum / static_cast<double>(global_targets);
-        result.loss_sum += loss.sum.item<double>();
+        const at::Tensor sum = loss.sum.detach().to(at::kDouble);
+        if (loss_total.defined()) {
+          loss_total.add_(sum);
+        } else {
+          loss_total = sum.clone();
+        }
         result.targets += loss.tokens;
       } else {
         io.Send(out, links.next, op.micro_batch, true);
@@ -212,6 +221,7 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
     f = InFlight{};  // frees the activations of this micro-batch
   }
   if (links.pipeline != nullptr) links.pipeline->WaitSends();
+  if (loss_total.defined()) result.loss_sum = loss_total.item<double>();
   result.wait_ms = io.wait_ms();
   return result;
 }

@@ -1,10 +1,13 @@
 #include "hydraulis/runtime/step/sharded_optimizer.h"
 
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "hydraulis/base/error.h"
@@ -143,14 +146,33 @@ bool Contributes(const Transformer& model, const NamedParameter& p) {
   return p.split != TensorSplit::kReplicated || model.tp_rank() == 0;
 }
 
-// Elements per piece of the optimizer's whole-shard work (the gradient norm, the update):
-// 4 MiB of fp32, so temporaries stay small however large the shard is.
-constexpr std::int64_t kUpdateChunk = std::int64_t{1} << 20;
+// Elements per piece of the optimizer's whole-shard work with temporaries (the gradient
+// norm's double copy and square, the reference AdamW's): 4 MiB of fp32 on the CPU, so they
+// stay small however large the shard is; 64 MiB on a GPU, where each piece costs a few
+// kernel launches (a 1B-parameter shard: 60 pieces, not 1,000).
+std::int64_t WorkChunk(const at::Tensor& t) {
+  return t.is_cuda() ? std::int64_t{1} << 24 : std::int64_t{1} << 20;
+}
 
 double MsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
 }
+
+}  // namespace
+
+namespace {
+
+// Runs after autograd accumulated a backward pass's gradient (all uses of the parameter
+// summed) into the parameter's .grad: a tensor has one such hook, the optimizer's.
+class AfterAccumulation final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  explicit AfterAccumulation(std::function<void()> run) : run_(std::move(run)) {}
+  void operator()(const torch::autograd::Variable& /*tensor*/) override { run_(); }
+
+ private:
+  std::function<void()> run_;
+};
 
 }  // namespace
 
@@ -161,12 +183,16 @@ void ShardedAdamW::Attach(const Transformer& model) {
   attached_.push_back(&model);
   const auto& params = model.named_parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
-    // The hook sees the gradient of this backward pass (all uses of the parameter summed)
-    // before autograd accumulates it; it returns nothing, so the gradient is unchanged.
-    params[i].value.register_hook([this, &model, i](const at::Tensor& grad) {
-      OnGradient(model, i, grad);
-      return at::Tensor();
-    });
+    if (torch::autograd::impl::post_acc_grad_hooks(params[i].value) != nullptr) {
+      throw InternalError("ShardedAdamW: parameter '" + params[i].name +
+                          "' already has a post-accumulate hook (another optimizer?)");
+    }
+    // After accumulation rather than before, so the hook can take the gradient out of .grad:
+    // a pre-hook sees it first, but autograd then still keeps it (2 bytes per parameter in
+    // bf16, 4 in fp32) beside the fp32 reduction buffer that already holds it.
+    torch::autograd::impl::set_post_acc_grad_hooks(
+        params[i].value,
+        std::make_unique<AfterAccumulation>([this, &model, i] { OnGradient(model, i); }));
   }
 }
 
@@ -186,6 +212,8 @@ void ShardedAdamW::BeginStep(const Transformer* model, int micro_batches) {
   if (active_ != nullptr) {
     calls_.assign(active_->named_parameters().size(), 0);
     for (const NamedParameter& p : active_->named_parameters()) {
+      // A gradient left by a backward pass run outside a step would be added to this one's.
+      p.value.mutable_grad().reset();
       if (!Contributes(*active_, p)) continue;
       // The parameter's whole flat range: a tp shard covers a subset, so this may wait for
       // a bucket it does not touch, never start one too early.
@@ -197,12 +225,17 @@ void ShardedAdamW::BeginStep(const Transformer* model, int micro_batches) {
   IssueReadyBuckets();
 }
 
-void ShardedAdamW::OnGradient(const Transformer& model, std::size_t index, const at::Tensor& grad) {
-  if (&model != active_) return;
+void ShardedAdamW::OnGradient(const Transformer& model, std::size_t index) {
+  if (&model != active_) return;  // not collecting: .grad accumulates as autograd's default
   const NamedParameter& p = model.named_parameters()[index];
+  at::Tensor& grad = p.value.mutable_grad();
+  // Taken out of .grad (freed once the add is done): this pass's gradient exists only
+  // between autograd's accumulation and this hook, never a whole parameter set at once.
+  const at::Tensor taken = std::move(grad);
+  grad.reset();
   if (!Contributes(model, p)) return;
   at::NoGradGuard no_grad;
-  RegionOf(grad_, layout_, p, model.tp_size(), model.tp_rank()).add_(grad);
+  RegionOf(grad_, layout_, p, model.tp_size(), model.tp_rank()).add_(taken);
   if (++calls_[index] != micro_batches_) return;
   const auto [first, last] = BucketsOf(layout_.Find(p.full_name));
   for (int k = first; k <= last; ++k) --waiting_[static_cast<std::size_t>(k)];
@@ -266,9 +299,10 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   // Summed in double chunk by chunk: a double copy of the whole shard would cost 8 (and its
   // square another 8) bytes per parameter at the step's peak.
   const at::Tensor& shard = grad_shard_;
+  const std::int64_t chunk_numel = WorkChunk(shard);
   at::Tensor norm_sq = at::zeros({1}, shard.options().dtype(at::kDouble));
-  for (std::int64_t begin = 0; begin < shard.numel(); begin += kUpdateChunk) {
-    const at::Tensor chunk = shard.slice(0, begin, std::min(begin + kUpdateChunk, shard.numel()));
+  for (std::int64_t begin = 0; begin < shard.numel(); begin += chunk_numel) {
+    const at::Tensor chunk = shard.slice(0, begin, std::min(begin + chunk_numel, shard.numel()));
     norm_sq.add_(chunk.to(at::kDouble).square().sum());
   }
   norm_sq = norm_sq.cpu();
@@ -281,13 +315,18 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   // pieces, which the all-gathers then write back into every rank's full vector.
   const bool alone = world_.size() == 1;
   const at::Tensor master = alone ? full_ : shards_.Shard(full_, world_.rank());
-  // Chunk by chunk, so the update's temporaries stay small; the update is elementwise, so
-  // the values are the same as in one piece.
+  // The fused kernel in one call (no temporaries); the reference chunk by chunk, so its
+  // temporaries stay small. The update is elementwise: the values are the same as in one
+  // piece.
   const std::int64_t n = shards_.shard_numel;
-  for (std::int64_t begin = 0; begin < n; begin += kUpdateChunk) {
-    const std::int64_t end = std::min(begin + kUpdateChunk, n);
+  const AdamWKernel kernel = DefaultAdamWKernel(full_.device());
+  const std::int64_t piece =
+      kernel == AdamWKernel::kFused ? std::max<std::int64_t>(n, 1) : WorkChunk(full_);
+  for (std::int64_t begin = 0; begin < n; begin += piece) {
+    const std::int64_t end = std::min(begin + piece, n);
     AdamWUpdate(master.slice(0, begin, end), grad_shard_.slice(0, begin, end),
-                exp_avg_.slice(0, begin, end), exp_avg_sq_.slice(0, begin, end), steps_, options_);
+                exp_avg_.slice(0, begin, end), exp_avg_sq_.slice(0, begin, end), steps_, options_,
+                kernel);
   }
   if (!alone) {
     // In bucket order, the order the next forward pass reads them (embedding first); each

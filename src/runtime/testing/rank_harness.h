@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <arpa/inet.h>
+#include <c10/core/AutogradState.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -90,13 +91,17 @@ inline Outcome Read(const std::string& path) {
 
 // Runs body(rank) for ranks 0..n-1, each on its own thread (one intra-op thread each),
 // and rethrows the first failure: ranks as threads of one process, for the in-process
-// communicator and for c10d ranks that share one device.
+// communicator and for c10d ranks that share one device. Each thread runs its own backward
+// passes: autograd otherwise runs every CUDA node of a device on one worker thread shared
+// by the process, where one rank's backward all-reduce would wait for its peer's, queued
+// behind it on that same thread, until the timeout.
 inline void OnThreads(int n, const std::function<void(int)>& body) {
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       at::set_num_threads(1);
+      c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
       try {
         body(r);
       } catch (...) {

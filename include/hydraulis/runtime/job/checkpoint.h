@@ -25,11 +25,13 @@ namespace hydraulis {
 class CommGroup;
 
 // Saves a checkpoint of `optimizer`, which holds the weights of `model`, as step `meta.step`
-// under `dir` (created if needed): a collective over `world`. meta.json records each shard's size
-// and XXH3-64 hash and a checksum of itself. When any rank cannot write its shard (a full disk),
-// every rank throws IoError, the incomplete checkpoint is removed and `latest` still names the
-// previous one (model.json counts as rank 0's shard here). keep_last > 0 then removes all but the
-// newest keep_last complete checkpoints.
+// under `dir` (created if needed): a collective over `world` (the ranks of the optimizer's world in
+// the same order; the trainer passes its Gloo control group, so the agreement on every shard's
+// outcome and the closing barrier block the host under NCCL too). meta.json records each shard's
+// size and XXH3-64 hash and a checksum of itself. When any rank cannot write its shard (a full
+// disk), every rank throws IoError, the incomplete checkpoint is removed and `latest` still names
+// the previous one (model.json counts as rank 0's shard here). keep_last > 0 then removes all but
+// the newest keep_last complete checkpoints.
 void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAdamW& optimizer,
                     const ModelConfig& model, CommGroup& world, int keep_last = 0);
 

@@ -16,6 +16,7 @@
 
 #include "hydraulis/cost/time_fit.h"
 #include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/spec/profile.h"
 #include "hydraulis/spec/scheme.h"
 
@@ -36,6 +37,9 @@ struct ProfileOptions {
   // published profiles give it, the GPU the planner plans for.
   std::int64_t memory_bytes = 85198897152;
   std::uint64_t seed = 1;  // model initialisation, token ids and packed lengths
+  // Where each rank times its stage (its GPU: LOCAL_RANK) and in which precision; ranks on
+  // GPUs form their groups over NCCL. InvalidInput from RunProfile when it cannot run here.
+  ComputeOptions compute;
 };
 
 // The checks that need no timing, for a caller to make before starting ranks: every scheme

@@ -51,6 +51,10 @@ struct StageProfileOptions {
   int warmup = 1;          // untimed passes over all micro-batches first, >= 0
   int repeats = 3;         // timed passes over all micro-batches, >= 1; the median is kept
   std::uint64_t seed = 1;  // model initialisation and token ids (identical on every tp rank)
+  // Where the stage runs and in which precision. On a GPU the inputs are on the device
+  // before the clock starts and the device is synchronised before it starts and stops, so
+  // a sample is the GPU's time, not the host's time to queue the kernels.
+  ComputeOptions compute;
 };
 
 // Times forward (embedding, layers, head, summed token loss) and backward of every

@@ -65,4 +65,16 @@ at::Tensor DenseVarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, 
 // head_dim). positions: int64 [total_tokens]. head_dim must be even.
 at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& positions, double theta);
 
+// The cos and sin ApplyRotary multiplies by, for `positions` (int64 [total_tokens]) and heads
+// of `head_dim`: [total_tokens, 1, head_dim] in `dtype` on the positions' device. They depend
+// on the positions only, so a micro-batch makes them once and every layer's q and k read
+// them (instead of four trigonometric passes per layer).
+struct RotaryTable {
+  at::Tensor cos, sin;
+};
+RotaryTable MakeRotaryTable(const at::Tensor& positions, std::int64_t head_dim, double theta,
+                            at::ScalarType dtype);
+// ApplyRotary with a table made for x's head_dim and dtype; the same values.
+at::Tensor ApplyRotary(const at::Tensor& x, const RotaryTable& table);
+
 }  // namespace hydraulis

@@ -31,13 +31,44 @@ Precision ParsePrecision(const std::string& text, const std::string& what);
 // CUDA devices this process sees (0 when the torch build or the machine has none).
 int CudaDeviceCount();
 
+// This rank's GPU under torchrun's convention: the LOCAL_RANK variable's text (`text`;
+// nullptr or empty: 0). It indexes the GPUs the process sees, which CUDA numbers 0..n-1
+// after CUDA_VISIBLE_DEVICES, so ranks 0-7 of a node take GPUs 0-7 and a job given
+// CUDA_VISIBLE_DEVICES=4,5 puts LOCAL_RANK 1 on physical GPU 5. InvalidInput naming
+// LOCAL_RANK when the text is not a non-negative integer.
+int ParseLocalRank(const char* text);
+
+// InvalidInput when GPU `device_index` is not one of the `visible` GPUs (the one line a
+// LOCAL_RANK beyond the node's GPUs gets).
+void CheckDeviceIndex(int device_index, int visible);
+
 // The defaults a user expects: cuda and bf16 when a GPU is visible, else cpu and fp32.
 ComputeOptions DefaultComputeOptions(int device_index);
+
+// What a user's choices give on GPU `local_rank`: `device` and `precision` as texts
+// (ParseDeviceKind, ParsePrecision), either empty for its default (the device: cuda when a
+// GPU is visible, else cpu; the precision: bf16 on cuda, fp32 on cpu), checked with
+// CheckComputeAvailable. InvalidInput naming `device_field` and `precision_field` (the
+// caller's names for them).
+ComputeOptions ResolveComputeOptions(const std::string& device, const std::string& precision,
+                                     int local_rank, const std::string& device_field,
+                                     const std::string& precision_field);
 
 // InvalidInput, before any work, when the options cannot run here: cuda without a visible
 // GPU, a device_index this process does not see, bf16 on a GPU older than compute
 // capability 8.0 (no bf16 tensor cores).
 void CheckComputeAvailable(const ComputeOptions& options);
+
+// Makes the options' GPU the calling thread's current CUDA device (cudaSetDevice is per
+// host thread), so what uses the current device rather than a tensor's lands on this
+// rank's GPU: the CUDA context, NCCL's communicators and streams, the caching allocator's
+// current stream, kernels' workspaces. Every rank's thread calls it before its first CUDA
+// call; nothing on the CPU.
+void UseDevice(const ComputeOptions& options);
+
+// Returns once everything queued on the options' GPU has run (nothing to wait for on the
+// CPU): a timer around GPU work must stop after it, not when the host queued it.
+void SynchronizeDevice(const ComputeOptions& options);
 
 // The torch device and the dtype of weights and activations.
 at::Device TorchDevice(const ComputeOptions& options);
@@ -49,5 +80,9 @@ std::string TorchBuildDescription();
 
 // "cuda:0 bf16" and the like, for logs.
 std::string Describe(const ComputeOptions& options);
+
+// A rank's start-up line: "rank 3 of 8: cuda:3 (NVIDIA H200; LOCAL_RANK 3 of 8 visible
+// GPUs, CUDA_VISIBLE_DEVICES=...) bf16" on a GPU, "rank 0 of 2: cpu fp32" on the CPU.
+std::string DeviceLine(const ComputeOptions& options, int rank, int world_size);
 
 }  // namespace hydraulis

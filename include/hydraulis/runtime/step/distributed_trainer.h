@@ -104,7 +104,12 @@ class DistributedTrainer {
   ShardedAdamW& optimizer() { return *optimizer_; }
   const ModelConfig& config() const { return config_; }
   const ComputeOptions& compute() const { return compute_; }
+  // All ranks, the optimizer's group (NCCL on GPUs): its collectives order the GPU's work.
   CommGroup& world();
+  // All ranks over Gloo, for host-side agreement (checkpoint outcomes, the barrier before
+  // rank 0 closes the store): its calls return only once every rank got there, whatever
+  // the world's backend (docs/runtime.md, "GPU check").
+  CommGroup& control();
   const std::vector<Strategy>& candidates() const { return candidates_; }
 
  private:

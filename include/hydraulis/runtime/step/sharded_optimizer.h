@@ -83,8 +83,10 @@ class ShardedAdamW {
   // this step) makes those hooks add every gradient, in fp32, straight into the reduction
   // buffer and count its micro-batches: when every local parameter touching bucket k has
   // seen its last micro-batch, bucket k's reduce-scatter starts, buckets in descending
-  // order (the order backward produces them), while backward goes on. Without BeginStep,
-  // Step reads the parameters' accumulated gradients instead.
+  // order (the order backward produces them), while backward goes on. The hooks take each
+  // gradient out of the parameter's .grad as autograd accumulates it, so a collecting model
+  // holds no gradient of its own (nor needs ZeroGradients). Without BeginStep, Step reads
+  // the parameters' accumulated gradients instead.
   void Attach(const Transformer& model);
   void BeginStep(const Transformer* model, int micro_batches);
 
@@ -145,7 +147,8 @@ class ShardedAdamW {
   std::pair<int, int> BucketsOf(const FlatParameter& flat) const;
   // Starts the reduce-scatters of the ready buckets, in descending order.
   void IssueReadyBuckets();
-  void OnGradient(const Transformer& model, std::size_t index, const at::Tensor& grad);
+  // Parameter `index` of `model` has this backward pass's gradient in .grad.
+  void OnGradient(const Transformer& model, std::size_t index);
   // Waits for the parameter all-gathers of buckets [first, last] still in flight.
   void WaitGathers(int first, int last) const;
   // Waits for every parameter all-gather still in flight.
