@@ -140,6 +140,18 @@ if ! command -v nvidia-smi >/dev/null; then
   bad_flags "--device cuda --precision bf16: device cuda: no CUDA GPU is visible" --device cuda
 fi
 
+check "profile takes the same device and precision flags, checked before any rank starts"
+for args in "--device tpu|--device: expected cpu or cuda, got 'tpu'" \
+            "--device cpu --precision fp16|--precision: expected fp32 or bf16, got 'fp16'"; do
+  "$BIN" profile --model "$SRC/configs/models/tiny.json" --nproc 2 --schemes 2x1 ${args%%|*} \
+    -o "$TMP/never.json" >"$TMP/flag.out" 2>"$TMP/flag.err"
+  RC=$?
+  [[ $RC -eq 2 ]] || fail "profile ${args%%|*} exited $RC"
+  [[ $(wc -l <"$TMP/flag.err") -eq 1 ]] || fail "profile ${args%%|*}: $(head -c 600 "$TMP/flag.err")"
+  grep -q -- "${args#*|}" "$TMP/flag.err" || fail "profile ${args%%|*}: $(cat "$TMP/flag.err")"
+  [[ ! -e $TMP/never.json ]] || fail "profile ${args%%|*} wrote a profile"
+done
+
 check "bad --cp input is one clear error from the launcher"
 bad_flags "train: --cp 3 x --tp 1 x --pp 1 does not divide the 2 ranks" --cp 3
 bad_flags "train: --cp 2 and --candidates: give one" --cp 2 --candidates "$CANDS2"
