@@ -398,6 +398,53 @@ def add_train_cases(b, src, profile):
         f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 2, 3) +
                 struct.pack("<2i", 3, 2) + struct.pack("<2q", 0, 6) + struct.pack("<3q", 0, 1, 2))
     b.add("train data", "token id beyond the vocabulary", train + ["--data", prefix])
+    # Issue 25: failures that used to print once per rank plus the launcher's lines.
+    for name, extra in (("--max-len 1", ["--max-len", "1"]),
+                        ("--timeout-s 0", ["--timeout-s", "0"]),
+                        ("--log-json in a missing folder",
+                         ["--log-json", os.path.join(b.tmp, "no", "such", "log.jsonl")]),
+                        ("--log-json a folder", ["--log-json", b.tmp])):
+        b.add("train, one line per failure", name, train + extra)
+    # Every document one token long: no batch has a target token.
+    prefix = os.path.join(b.tmp, "one-token-docs")
+    with open(prefix + ".bin", "wb") as f:
+        f.write(struct.pack("<4H", 1, 2, 3, 4))
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 4, 5) +
+                struct.pack("<4i", 1, 1, 1, 1) + struct.pack("<4q", 0, 2, 4, 6) +
+                struct.pack("<5q", 0, 1, 2, 3, 4))
+    b.add("train, one line per failure", "no document has a target token",
+          train + ["--data", prefix])
+    # A checkpoint made by a real 2-rank run, then damaged: refused before any rank starts.
+    ckpt = os.path.join(b.tmp, "ckpt-good")
+    made = subprocess.run([b.bin] + train + ["--checkpoint-dir", ckpt], capture_output=True,
+                          timeout=120)
+    if made.returncode != 0:
+        raise RuntimeError("battery set-up: the checkpoint run failed: " +
+                           made.stderr.decode(errors="replace")[-400:])
+    step = sorted(d for d in os.listdir(ckpt) if d.startswith("step-"))[-1]
+
+    def damaged(name, how):
+        d = os.path.join(b.tmp, "ckpt-" + name)
+        shutil.copytree(ckpt, d)
+        shard = os.path.join(d, step, "rank-00001.bin")
+        how(shard)
+        b.add("train, one line per failure", f"--resume from a {name} shard",
+              train + ["--steps", "2", "--checkpoint-dir", d, "--resume"])
+
+    def truncate(path):
+        os.truncate(path, os.path.getsize(path) // 2)
+
+    def flip(path):
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) - 5)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0x40]))
+
+    damaged("truncated", truncate)
+    damaged("damaged", flip)
+    damaged("missing", os.remove)
     # Checkpoint directories.
     not_dir = b.file("not-a-dir", "x")
     b.add("train data", "--checkpoint-dir is a file", train + ["--checkpoint-dir", not_dir])

@@ -338,7 +338,13 @@ struct RankProcess {
   bool running = false;  // started and not yet reaped
   RankStream out{OutputStream::kStdout, {}, {}};
   RankStream err{OutputStream::kStderr, {}, {}};
+  std::string first_error;  // hold_rank_errors: the first error line it wrote
 };
+
+bool IsRankErrorLine(std::string_view line) {
+  return line.rfind("hydraulis: error: ", 0) == 0 ||
+         line.rfind("hydraulis: internal error: ", 0) == 0;
+}
 
 // One launch: owns the ranks' processes and pipes. Its destructor kills and reaps whatever still
 // runs, which only happens when an exception leaves Run.
@@ -532,6 +538,11 @@ class LocalLauncher {
 
   // Forwards one line of a rank (without its newline) as one piece, so lines never mix.
   void Emit(int rank, OutputStream kind, std::string_view line) {
+    if (options_.hold_rank_errors && kind == OutputStream::kStderr && IsRankErrorLine(line)) {
+      std::string& held = ranks_[static_cast<std::size_t>(rank)].first_error;
+      if (held.empty()) held = line;
+      return;
+    }
     std::string text;
     if (options_.prefix_output) text = "[rank " + std::to_string(rank) + "] ";
     text.append(line);
@@ -588,8 +599,11 @@ class LocalLauncher {
     result_.exit_code = exit_code;
     result_.failure = failure;
     result_.failed_rank = rank;
+    result_.rank_error = ranks_[static_cast<std::size_t>(rank)].first_error;
     int others = RunningCount();
-    Message(failure + (others > 0 ? "; stopping the other " + RankCount(others) : ""));
+    if (!options_.hold_rank_errors) {
+      Message(failure + (others > 0 ? "; stopping the other " + RankCount(others) : ""));
+    }
     BeginStop(SIGTERM);
   }
 
@@ -614,8 +628,10 @@ class LocalLauncher {
       if (p.running) late += (late.empty() ? "" : ", ") + std::to_string(p.rank);
     }
     if (late.empty()) return;
-    Message((RunningCount() == 1 ? "rank " : "ranks ") + late + " did not stop within " +
-            std::to_string(options_.grace.count()) + " ms; sending SIGKILL");
+    if (!options_.hold_rank_errors) {
+      Message((RunningCount() == 1 ? "rank " : "ranks ") + late + " did not stop within " +
+              std::to_string(options_.grace.count()) + " ms; sending SIGKILL");
+    }
     SignalRunning(SIGKILL);
   }
 
@@ -738,13 +754,14 @@ constexpr char kLaunchedEnv[] = "HYDRAULIS_LAUNCHED";
 
 bool IsLaunchedRank() { return std::getenv(kLaunchedEnv) != nullptr; }
 
-int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port) {
+int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port, bool verbose) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n > 0 && !argv.empty()) argv[0] = std::string(exe, static_cast<std::size_t>(n));
   LaunchOptions options;
   options.nproc = nproc;
   options.master_port = master_port;
+  options.hold_rank_errors = !verbose;
   setenv(kLaunchedEnv, "1", 1);
   // As torchrun does: ranks sharing this machine's cores should not each start a thread per
   // core (libtorch and OpenBLAS size their pools from these when they load).
@@ -755,7 +772,11 @@ int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port) {
   const LaunchResult result = LaunchLocal(argv, options);
   unsetenv(kLaunchedEnv);
   if (result.exit_code != 0) {
-    std::fprintf(stderr, "hydraulis: the job failed: %s\n", result.failure.c_str());
+    if (!verbose && !result.rank_error.empty()) {
+      std::fprintf(stderr, "%s\n", result.rank_error.c_str());
+    } else {
+      std::fprintf(stderr, "hydraulis: the job failed: %s\n", result.failure.c_str());
+    }
   }
   return result.exit_code;
 }

@@ -32,6 +32,12 @@ struct LaunchOptions {
   std::chrono::milliseconds grace = std::chrono::seconds(5);
   // Put "[rank 3] " before each forwarded line.
   bool prefix_output = true;
+  // One line per failure instead of one per rank: a rank's error line (stderr, starting with
+  // "hydraulis: error: " or "hydraulis: internal error: ") is held instead of forwarded, the
+  // first failed rank's is returned in LaunchResult::rank_error for the caller to print, and
+  // the launcher's own messages about stopping the other ranks are not written. Every other
+  // line is forwarded as usual. False: everything is forwarded (--verbose).
+  bool hold_rank_errors = false;
   // Where forwarded lines and the launcher's messages go; empty writes them to this process's
   // file descriptors 1 and 2 (one write per line, so lines of different ranks never mix).
   OutputSink output;
@@ -49,6 +55,9 @@ struct LaunchResult {
   int failed_rank = -1;
   // The MASTER_PORT the ranks were given (the picked one when options.master_port was 0).
   int master_port = 0;
+  // With hold_rank_errors: the error line the first failed rank wrote (without its newline
+  // or a prefix), empty when it wrote none (killed by a signal, exited without one).
+  std::string rank_error;
 };
 
 // Starts `argv` (program looked up in PATH, then its arguments) options.nproc times, each in its
@@ -82,8 +91,11 @@ bool IsLaunchedRank();
 
 // Re-runs this process's command line `argv` (argv[0] is replaced by this executable) as
 // `nproc` local ranks marked as launched, reports a failure on stderr, and returns the exit
-// code of the job (0 when every rank succeeded).
-int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port);
+// code of the job (0 when every rank succeeded). A failure is one line: the first failed
+// rank's own error line when it wrote one (the cause; the same message from other ranks and
+// their consequences are dropped), else the launcher's ("rank 1 was killed by signal 9 (SIGKILL)").
+// `verbose` forwards every rank's lines and the launcher's messages instead.
+int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port, bool verbose = false);
 
 // An environment variable and the value a restarted process gets.
 struct EnvironmentSetting {

@@ -96,6 +96,47 @@ std::size_t OpenFdCount() {
   return n;
 }
 
+// A job whose ranks all fail on the same input: held, the cause is returned once (the first
+// failed rank's own line, exit status its), no rank's error line and no launcher message
+// is forwarded, and other lines still are; not held, every line is forwarded as before.
+TEST(LaunchLocalTest, HeldRankErrorsGiveOneLinePerFailure) {
+  const std::vector<std::string> argv =
+      Sh("echo \"progress $RANK\"; echo \"hydraulis: error: --max-len 1: no target\" >&2; "
+         "echo \"warning $RANK\" >&2; exit 2");
+  Capture held;
+  LaunchOptions options = Options(3, held);
+  options.hold_rank_errors = true;
+  const LaunchResult r = LaunchLocal(argv, options);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.rank_error, "hydraulis: error: --max-len 1: no target");
+  EXPECT_TRUE(held.messages.empty()) << held.messages.front();
+  for (const std::string& line : held.err) {
+    EXPECT_EQ(line.find("hydraulis: error"), std::string::npos) << line;
+  }
+  EXPECT_FALSE(held.err.empty());  // the other stderr lines were forwarded
+  EXPECT_FALSE(held.out.empty());
+
+  Capture all;
+  const LaunchResult plain = LaunchLocal(argv, Options(3, all));
+  EXPECT_EQ(plain.exit_code, 2);
+  EXPECT_TRUE(plain.rank_error.empty());
+  EXPECT_FALSE(all.messages.empty());
+  EXPECT_GE(std::count_if(all.err.begin(), all.err.end(),
+                          [](const std::string& l) {
+                            return l.find("hydraulis: error") != std::string::npos;
+                          }),
+            1);
+
+  // A rank that fails without an error line (a signal) leaves the cause to the launcher.
+  Capture killed;
+  LaunchOptions kill_options = Options(2, killed);
+  kill_options.hold_rank_errors = true;
+  const LaunchResult k = LaunchLocal(Sh("kill -KILL $$"), kill_options);
+  EXPECT_EQ(k.exit_code, 128 + SIGKILL);
+  EXPECT_TRUE(k.rank_error.empty());
+  EXPECT_NE(k.failure.find("(SIGKILL)"), std::string::npos) << k.failure;
+}
+
 TEST(LaunchLocalTest, EveryRankSeesTheTorchrunEnvironment) {
   Capture capture;
   LaunchResult result = LaunchLocal(
@@ -218,6 +259,21 @@ TEST(LaunchLocalTest, RankIgnoringSigtermIsKilledAfterGrace) {
   ASSERT_EQ(capture.messages.size(), 2u);
   EXPECT_EQ(capture.messages[1], "hydraulis: rank 1 did not stop within 300 ms; sending SIGKILL\n");
   ExpectGone(PrintedPids(capture.out));
+  ExpectNoChildren();
+
+  // Holding rank errors silences that message, never the SIGKILL.
+  Capture quiet;
+  options.output = quiet.Sink();
+  options.hold_rank_errors = true;
+  start = Clock::now();
+  result = LaunchLocal(
+      Sh("if [ \"$RANK\" = 0 ]; then sleep 0.5; exit 1; fi; trap '' TERM; echo \"pid $$\"; "
+         "sleep 30"),
+      options);
+  EXPECT_LT(SecondsSince(start), 5.0);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_TRUE(quiet.messages.empty());
+  ExpectGone(PrintedPids(quiet.out));
   ExpectNoChildren();
 }
 

@@ -1,6 +1,12 @@
 #include "output_paths.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
 
 #include "hydraulis/base/error.h"
 
@@ -27,6 +33,29 @@ void RefuseOutputOverInput(const FlagPath& output, std::initializer_list<FlagPat
                          " is the same file as " + input.flag + " " + QuoteForMessage(input.path) +
                          "; refusing to overwrite an input: write the output elsewhere");
     }
+  }
+}
+
+void RequireWritableFile(const FlagPath& output) {
+  if (output.path.empty()) return;
+  const std::string where = output.flag + " " + QuoteForMessage(output.path) + ": ";
+  struct stat st {};
+  if (::stat(output.path.c_str(), &st) == 0) {
+    // Devices and pipes are fine (/dev/stdout, a FIFO a log reader holds): only a folder is not.
+    if (S_ISDIR(st.st_mode)) throw InvalidInput(where + "is a folder, not a file");
+    if (::access(output.path.c_str(), W_OK) != 0) {
+      throw InvalidInput(where + "cannot be written: " + std::strerror(errno));
+    }
+    return;
+  }
+  std::string folder = std::filesystem::path(output.path).parent_path().string();
+  if (folder.empty()) folder = ".";
+  if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw InvalidInput(where + "its folder " + QuoteForMessage(folder) + " does not exist");
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw InvalidInput(where + "its folder " + QuoteForMessage(folder) +
+                       " cannot be written: " + std::strerror(errno));
   }
 }
 

@@ -22,4 +22,10 @@ CLI::Validator NonEmptyPath();
 // does not exist yet, "-" (standard output) and absent paths are never a match.
 void RefuseOutputOverInput(const FlagPath& output, std::initializer_list<FlagPath> inputs);
 
+// InvalidInput naming the flag unless `output.path` can be written: an existing file (not a
+// folder; a device or pipe is fine) this process may write, or a new file in an existing
+// folder it may write. Checked before a
+// job starts ranks, so a log path that cannot be written is one line, not one per rank.
+void RequireWritableFile(const FlagPath& output);
+
 }  // namespace hydraulis::tools

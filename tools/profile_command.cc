@@ -43,7 +43,8 @@ struct ProfileArgs {
   int nproc = 0;
   int master_port = 0;
   double timeout_s = 1800;
-  std::string device;  // empty: cuda when a GPU is visible, else cpu (as train)
+  bool verbose = false;  // --nproc: every rank's lines, not one per failure
+  std::string device;    // empty: cuda when a GPU is visible, else cpu (as train)
   std::string precision;
 };
 
@@ -170,7 +171,7 @@ int RunProfileCommand(const ProfileArgs& a) {
   if (a.nproc > 0 && !IsLaunchedRank()) {
     // The ranks inherit it.
     for (const EnvironmentSetting& e : kTimingEnvironment) setenv(e.name, e.value, 1);
-    return LaunchSelf(CommandLine(), a.nproc, a.master_port);
+    return LaunchSelf(CommandLine(), a.nproc, a.master_port, a.verbose);
   }
   if (!HasTimingEnvironment()) RestartWithTimingEnvironment();
   RequireFolderOf(a.output, "--output");
@@ -244,6 +245,9 @@ Command AddProfileCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->options.seed, "model initialisation, token ids and packed lengths")
       ->capture_default_str();
+  cmd->add_flag("--verbose", a->verbose,
+                "with --nproc: forward every rank's error lines and the launcher's messages "
+                "(default: a failed job prints its cause once)");
   cmd->add_option("--device", a->device,
                   "cpu or cuda (one GPU per rank: LOCAL_RANK); default: cuda when a GPU is "
                   "visible, else cpu");

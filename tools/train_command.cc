@@ -19,6 +19,7 @@
 #include "hydraulis/runtime/job/training_run.h"
 #include "launcher.h"
 #include "number_flags.h"
+#include "output_paths.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -32,6 +33,7 @@ struct TrainArgs {
   // Fault injection for the launcher tests: this rank exits with status 3 before this step.
   int fail_rank = -1;
   int fail_step = 0;
+  bool verbose = false;  // --nproc: every rank's lines and the launcher's, not one per failure
 };
 
 // The build directory this executable lives in (build/<preset>, above its tools/), or ""
@@ -81,8 +83,9 @@ int Train(TrainArgs& a) {
   if (a.run.profile.empty()) a.run.engine_profile = EngineProfilePath();
   if (a.nproc > 0 && !IsLaunchedRank()) {
     // One clear line from the launcher, not one per rank: the checks every rank would fail.
+    RequireWritableFile({"--log-json", a.log_json});
     CheckTrainingRun(a.run, a.nproc);
-    return LaunchSelf(CommandLine(), a.nproc, a.master_port);
+    return LaunchSelf(CommandLine(), a.nproc, a.master_port, a.verbose);
   }
   const DistributedOptions dist = DistributedOptionsFromEnvironment();
   if (a.nproc > 0 && dist.world_size != a.nproc) {
@@ -221,6 +224,9 @@ Command AddTrainCommand(CLI::App& app) {
                   "started during backward (as Megatron's flag)")
       ->check(PositiveNumber())
       ->capture_default_str();
+  cmd->add_flag("--verbose", a->verbose,
+                "with --nproc: forward every rank's error lines and the launcher's messages "
+                "(default: a failed job prints its cause once)");
   cmd->add_option("--master-port", a->master_port, "rendezvous port with --nproc (0: a free one)")
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--timeout-s", a->run.timeout_s,

@@ -155,13 +155,29 @@ void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAd
                               static_cast<std::int64_t>(mine.hash)},
                              at::kLong),
                   gathered);
-  for (int r = 0; r < world.size(); ++r) {
-    if (gathered[3 * r].item<std::int64_t>() != 0) continue;
-    if (world.rank() == 0) fs::remove_all(step_dir, ec);  // an incomplete checkpoint
-    throw IoError("checkpoint " + step_dir + ": " +
-                  (r == world.rank() ? mine.error
-                                     : "rank " + std::to_string(r) + " could not write its shard") +
-                  "; the previous checkpoint stays the newest");
+  const bool all_written = [&] {
+    for (int r = 0; r < world.size(); ++r) {
+      if (gathered[3 * r].item<std::int64_t>() == 0) return false;
+    }
+    return true;
+  }();
+  if (!all_written) {
+    // Every rank learns the first failed rank's own message, so whichever rank reports the
+    // failure (a launcher shows the first rank to exit) names its cause ("No space left on
+    // device"), not "rank 0 could not write".
+    constexpr std::int64_t kMessageBytes = 512;
+    at::Tensor message = at::zeros({kMessageBytes}, at::kByte);
+    std::memcpy(message.data_ptr(), mine.error.data(),
+                std::min<std::size_t>(mine.error.size(), kMessageBytes - 1));
+    at::Tensor messages = at::empty({kMessageBytes * world.size()}, at::kByte);
+    world.AllGather(message, messages);
+    for (int r = 0; r < world.size(); ++r) {
+      if (gathered[3 * r].item<std::int64_t>() != 0) continue;
+      if (world.rank() == 0) fs::remove_all(step_dir, ec);  // an incomplete checkpoint
+      const char* text = reinterpret_cast<const char*>(messages.data_ptr()) + kMessageBytes * r;
+      throw IoError("checkpoint " + step_dir + ": rank " + std::to_string(r) + ": " + text +
+                    "; the previous checkpoint stays the newest");
+    }
   }
   if (world.rank() == 0) {
     meta.world_size = world.size();
@@ -226,63 +242,98 @@ std::optional<ModelConfig> CheckpointModel(const std::string& path) {
   return ParseModelConfig(ReadFileText(model_path), model_path);
 }
 
-CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) {
+namespace {
+
+// A checkpoint's meta.json and the shard layout it records; InvalidInput naming the file.
+struct OpenedCheckpoint {
+  CheckpointMetaFile meta_file;
+  OptimizerShardLayout layout;
+};
+OpenedCheckpoint OpenCheckpoint(const std::string& path) {
   const std::string meta_path = path + "/meta.json";
-  const CheckpointMetaFile meta_file =
+  CheckpointMetaFile meta_file =
       ParseCheckpointMeta(ReadFileText(meta_path), meta_path, fs::path(path).filename().string());
   const CheckpointMeta& meta = meta_file.meta;
+  try {
+    OptimizerShardLayout layout =
+        MakeOptimizerShardLayout(meta.parameters, meta.world_size, meta.bucket_elements);
+    return {std::move(meta_file), std::move(layout)};
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(meta_path + ": " + e.what());
+  }
+}
+
+// Opens shard `r` of checkpoint `path`, checks its size and checksum against meta.json and
+// its header against the layout, and leaves `in` at its first tensor. `steps` is the step
+// count of the shards read before (-1: none); returns this shard's.
+std::int64_t OpenShard(const std::string& path, int r, const OpenedCheckpoint& c,
+                       std::int64_t steps, std::ifstream& in) {
+  const CheckpointMetaFile& meta_file = c.meta_file;
+  const CheckpointMeta& meta = meta_file.meta;
+  const std::string shard_path = ShardPath(path, r);
+  in.open(shard_path, std::ios::binary);
+  if (!in) throw InvalidInput(shard_path + ": cannot open (checkpoint shard missing)");
+  if (meta_file.verified()) {
+    const ShardRecord& record = meta_file.shards[static_cast<std::size_t>(r)];
+    std::error_code ec;
+    const auto bytes = static_cast<std::int64_t>(fs::file_size(shard_path, ec));
+    if (bytes != record.bytes) {
+      throw InvalidInput(shard_path + ": " + std::to_string(bytes) + " bytes, meta.json recorded " +
+                         std::to_string(record.bytes) + " (truncated or damaged shard)");
+    }
+    if (HexDigest(HashFile(shard_path)) != record.xxh3_64) {
+      throw InvalidInput(shard_path + ": checksum mismatch (damaged shard)");
+    }
+  }
+  char magic[sizeof(kMagic)];
+  ShardHeader h{};
+  in.read(magic, sizeof(magic));
+  in.read(reinterpret_cast<char*>(&h), sizeof(h));
+  if (!in || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    throw InvalidInput(shard_path + ": not a hydraulis checkpoint shard (bad header)");
+  }
+  if (h.world_size != meta.world_size || h.rank != r || h.parameters != meta.parameters ||
+      h.shard_numel != c.layout.shard_numel || (steps >= 0 && h.steps != steps) || h.steps < 0 ||
+      h.steps > meta.step) {
+    throw InvalidInput(shard_path +
+                       ": header does not match meta.json (world_size, rank, parameters, "
+                       "shard size or steps)");
+  }
+  return h.steps;
+}
+
+}  // namespace
+
+void VerifyCheckpoint(const std::string& path) {
+  const OpenedCheckpoint c = OpenCheckpoint(path);
+  std::int64_t steps = -1;
+  for (int r = 0; r < c.meta_file.meta.world_size; ++r) {
+    std::ifstream in;
+    steps = OpenShard(path, r, c, steps, in);
+  }
+}
+
+CheckpointMeta LoadCheckpoint(const std::string& path, ShardedAdamW& optimizer) {
+  const OpenedCheckpoint c = OpenCheckpoint(path);
+  const CheckpointMeta& meta = c.meta_file.meta;
+  const OptimizerShardLayout& layout = c.layout;
   if (meta.parameters != optimizer.layout().numel) {
-    throw InvalidInput(meta_path + ": parameters: the checkpoint holds " +
+    throw InvalidInput(path + "/meta.json: parameters: the checkpoint holds " +
                        std::to_string(meta.parameters) + " parameters, this model has " +
                        std::to_string(optimizer.layout().numel) + " (another model config?)");
   }
-  const OptimizerShardLayout layout = [&] {
-    try {
-      return MakeOptimizerShardLayout(meta.parameters, meta.world_size, meta.bucket_elements);
-    } catch (const InvalidInput& e) {
-      throw InvalidInput(meta_path + ": " + e.what());
-    }
-  }();
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
   std::vector<at::Tensor> master, exp_avg, exp_avg_sq;
   std::int64_t steps = -1;
   for (int r = 0; r < meta.world_size; ++r) {
     const std::string shard_path = ShardPath(path, r);
-    std::ifstream in(shard_path, std::ios::binary);
-    if (!in) throw InvalidInput(shard_path + ": cannot open (checkpoint shard missing)");
-    if (meta_file.verified()) {
-      const ShardRecord& record = meta_file.shards[static_cast<std::size_t>(r)];
-      std::error_code ec;
-      const auto bytes = static_cast<std::int64_t>(fs::file_size(shard_path, ec));
-      if (bytes != record.bytes) {
-        throw InvalidInput(shard_path + ": " + std::to_string(bytes) +
-                           " bytes, meta.json recorded " + std::to_string(record.bytes) +
-                           " (truncated or damaged shard)");
-      }
-      if (HexDigest(HashFile(shard_path)) != record.xxh3_64) {
-        throw InvalidInput(shard_path + ": checksum mismatch (damaged shard)");
-      }
-    }
-    char magic[sizeof(kMagic)];
-    ShardHeader h{};
-    in.read(magic, sizeof(magic));
-    in.read(reinterpret_cast<char*>(&h), sizeof(h));
-    if (!in || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
-      throw InvalidInput(shard_path + ": not a hydraulis checkpoint shard (bad header)");
-    }
-    if (h.world_size != meta.world_size || h.rank != r || h.parameters != meta.parameters ||
-        h.shard_numel != layout.shard_numel || (steps >= 0 && h.steps != steps) || h.steps < 0 ||
-        h.steps > meta.step) {
-      throw InvalidInput(shard_path +
-                         ": header does not match meta.json (world_size, rank, parameters, "
-                         "shard size or steps)");
-    }
-    steps = h.steps;
+    std::ifstream in;
+    steps = OpenShard(path, r, c, steps, in);
     for (std::vector<at::Tensor>* out : {&master, &exp_avg, &exp_avg_sq}) {
-      at::Tensor t = at::empty({h.shard_numel}, fp32);
-      in.read(
-          reinterpret_cast<char*>(t.data_ptr<float>()),
-          static_cast<std::streamsize>(h.shard_numel * static_cast<std::int64_t>(sizeof(float))));
+      at::Tensor t = at::empty({layout.shard_numel}, fp32);
+      in.read(reinterpret_cast<char*>(t.data_ptr<float>()),
+              static_cast<std::streamsize>(layout.shard_numel *
+                                           static_cast<std::int64_t>(sizeof(float))));
       if (!in) throw InvalidInput(shard_path + ": truncated");
       out->push_back(t);
     }

@@ -65,9 +65,13 @@ Profile ProfileOf(const ModelConfig& model, const ProfileOptions& options, int w
     const Scheme& scheme = options.schemes[i];
     const TimeModel& m = fits[i].model;
     if (m.a_ms_per_token2 == 0 && m.b_ms_per_token == 0) {
-      throw Error("profile: the fit of " + SchemeName(scheme) +
-                  " has a = b = 0 (time does not grow with tokens); rerun with more --repeats "
-                  "or a larger --max-len");
+      // The user's choice of samples, not a fault of the run: what to change, with the values.
+      throw InvalidInput("profile: the fit of " + SchemeName(scheme) +
+                         " has a = b = 0: its measured times do not grow with tokens, so the "
+                         "samples were too short or too noisy to fit; rerun with a larger "
+                         "--max-len (now " +
+                         std::to_string(options.max_len) + ") or more --repeats (now " +
+                         std::to_string(options.repeats) + "); no profile was written");
     }
     profile.schemes.push_back({scheme, m.a_ms_per_token2, m.b_ms_per_token, m.c_ms});
     profile.schemes.back().kv_ms_per_token = kv_ms_per_token[i];

@@ -79,7 +79,7 @@ std::optional<std::string> TrainingJob::Resume() {
   return path;
 }
 
-void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume) {
+void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume, bool verify_shards) {
   if (checkpoint_dir.empty()) return;
   namespace fs = std::filesystem;
   const std::string flag = "checkpoint directory " + checkpoint_dir + ": ";
@@ -94,12 +94,16 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume) {
     throw InvalidInput(flag + "not writable: " + std::strerror(errno));
   }
   if (resume) {
-    // A damaged `latest` or meta.json is refused here, once; the shards are verified by
-    // every rank as it loads them.
+    // A damaged `latest` or meta.json is refused here, once; the shards too when asked (a
+    // launcher, before any rank starts), else by every rank as it loads them.
     if (const auto latest = LatestCheckpoint(checkpoint_dir)) {
-      const std::string meta_path = *latest + "/meta.json";
-      ParseCheckpointMeta(ReadFileText(meta_path), meta_path,
-                          fs::path(*latest).filename().string());
+      if (verify_shards) {
+        VerifyCheckpoint(*latest);
+      } else {
+        const std::string meta_path = *latest + "/meta.json";
+        ParseCheckpointMeta(ReadFileText(meta_path), meta_path,
+                            fs::path(*latest).filename().string());
+      }
     }
     return;
   }

@@ -111,7 +111,13 @@ struct TrainingInputs {
   bool profile_derived = false;        // no --profile: DeriveProfile from kEngineProfile
   std::string derived_cp_scheme;       // --cp's scheme, derived from <1, tp, 1>; else ""
 
-  TrainingInputs(const TrainingRunOptions& o, int world_size) {
+  // `in_launcher`: checked once before ranks start, so the checkpoint's shards too.
+  TrainingInputs(const TrainingRunOptions& o, int world_size, bool in_launcher = false) {
+    if (o.max_len < 2) {
+      throw InvalidInput("--max-len " + std::to_string(o.max_len) +
+                         ": every document would be cut to fewer than 2 tokens, which leaves no "
+                         "next-token target to train on; give at least 2");
+    }
     if (!o.candidates.empty() && o.cp != 1) {
       // A candidates file names each scheme's cp itself.
       throw InvalidInput("train: --cp " + std::to_string(o.cp) +
@@ -123,7 +129,7 @@ struct TrainingInputs {
     if (o.resume && o.job.checkpoint_dir.empty()) {
       throw InvalidInput("train: --resume needs --checkpoint-dir");
     }
-    CheckCheckpointDir(o.job.checkpoint_dir, o.resume);
+    CheckCheckpointDir(o.job.checkpoint_dir, o.resume, in_launcher);
     const std::string model_source = o.init_from.empty() ? o.model : o.init_from + "/config.json";
     if (!o.init_from.empty()) {
       init = std::make_unique<HfCheckpoint>(o.init_from);
@@ -172,7 +178,7 @@ struct TrainingInputs {
 
 void CheckTrainingRun(const TrainingRunOptions& options, int world_size) {
   ResolveCommBackend(options, ResolveCompute(options, 0));
-  const TrainingInputs in(options, world_size);
+  const TrainingInputs in(options, world_size, /*in_launcher=*/true);
   // Both check the candidates against the profile and the budget against the data.
   const Planner planner(in.profile, in.candidates, in.planner);
   const BatchSampler sampler(in.lengths,

@@ -48,6 +48,12 @@ std::optional<ModelConfig> CheckpointModel(const std::string& path);
 // start from scratch) or names something that is not a complete checkpoint.
 std::optional<std::string> LatestCheckpoint(const std::string& dir);
 
+// Checks the checkpoint directory `path` as LoadCheckpoint does before reading tensors:
+// meta.json, then every shard present, of the recorded size and checksum, with a header that
+// matches. For a launcher, before any rank starts: InvalidInput naming the file as
+// LoadCheckpoint would. Reads every shard once (the checksum).
+void VerifyCheckpoint(const std::string& path);
+
 // Loads the checkpoint directory `path` (as LatestCheckpoint returns) into `optimizer` and
 // returns its meta. Not a collective: every rank reads every shard. InvalidInput naming the
 // file on a missing, truncated, damaged (checksum) or inconsistent shard, an edited

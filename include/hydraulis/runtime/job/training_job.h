@@ -115,8 +115,9 @@ class TrainingJob {
 // it when missing. InvalidInput when it is not a directory, cannot be created or written;
 // when `resume`, when its `latest` or the newest meta.json is damaged; when not `resume`,
 // when it already holds checkpoints (a run that does not resume must not overwrite
-// another run's).
-void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume);
+// another run's). `verify_shards`: when resuming, also every shard of the newest checkpoint
+// (VerifyCheckpoint), as a launcher does once before starting ranks.
+void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume, bool verify_shards = false);
 
 // One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
 // documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,

@@ -66,7 +66,8 @@ struct TrainingRunOptions {
 
 // Checks everything a rank would check before meeting its peers, for a job of `world_size`
 // ranks: the launcher runs it before starting any, so an input error is one line, not one
-// per rank. InvalidInput naming the flag, file or value.
+// per rank; it also verifies every shard of the checkpoint a --resume would load (ranks check
+// only meta.json up front). InvalidInput naming the flag, file or value.
 void CheckTrainingRun(const TrainingRunOptions& options, int world_size);
 
 // --device and --precision with their defaults (local_rank: this rank's GPU), checked
