@@ -113,7 +113,10 @@ def _per_doc_sdpa(q, k, v, bounds, scale):
     for a, b in zip(bounds[:-1], bounds[1:]):
         qd, kd, vd = (t[a:b].transpose(0, 1) for t in (q, k, v))
         kd, vd = kd.repeat_interleave(g, 0), vd.repeat_interleave(g, 0)
-        outs.append(F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, scale=scale).transpose(0, 1))
+        # [1, heads, len, dim]: 4-d inputs take PyTorch's CPU flash kernel (3-d ones the math
+        # path, which materialises the scores), as transformers' own SDPA attention passes them.
+        outs.append(F.scaled_dot_product_attention(qd[None], kd[None], vd[None], is_causal=True,
+                                                   scale=scale)[0].transpose(0, 1))
     return torch.cat(outs, 0)
 
 

@@ -405,6 +405,12 @@ def add_train_cases(b, src, profile):
                          ["--log-json", os.path.join(b.tmp, "no", "such", "log.jsonl")]),
                         ("--log-json a folder", ["--log-json", b.tmp])):
         b.add("train, one line per failure", name, train + extra)
+    # A model whose training state alone is terabytes: refused by size, not by an allocator.
+    huge = json.load(open(model))
+    huge.update(name="huge", hidden=4096, heads=32, kv_heads=8, ffn=11008, vocab=60000000)
+    b.add("train, one line per failure", "a model of terabytes",
+          ["train", "--nproc", "2", "--model", b.file("huge.json", json.dumps(huge)), "--steps", "1",
+           "--timeout-s", "20"])
     # Every document one token long: no batch has a target token.
     prefix = os.path.join(b.tmp, "one-token-docs")
     with open(prefix + ".bin", "wb") as f:

@@ -1,7 +1,10 @@
 #include "hydraulis/runtime/job/training_run.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "hydraulis/base/enum_names.h"
@@ -176,9 +179,45 @@ struct TrainingInputs {
   }
 };
 
+namespace {
+
+std::string Bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) {
+    bytes /= 1024;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f %s", bytes, units[u]);
+  return text;
+}
+
+}  // namespace
+
+void CheckTrainingStateFits(const ModelConfig& model, int world_size,
+                            const ComputeOptions& compute) {
+  const double parameters = static_cast<double>(MakeFlatLayout(model).numel);
+  const double needed = parameters * (8.0 + 8.0 / std::max(1, world_size));
+  const double have = static_cast<double>(DeviceMemoryBytes(compute));
+  if (needed > have) {
+    throw InvalidInput(
+        "the model (" + std::to_string(static_cast<std::int64_t>(parameters)) +
+        " parameters) needs at least " + Bytes(needed) +
+        " per rank for its training state (fp32 master weights and gradient buffer on every "
+        "rank, AdamW's moments over " +
+        std::to_string(world_size) + " rank(s)); " +
+        (compute.device == DeviceKind::kCuda ? "GPU " + std::to_string(compute.device_index)
+                                             : std::string("this machine")) +
+        " has " + Bytes(have));
+  }
+}
+
 void CheckTrainingRun(const TrainingRunOptions& options, int world_size) {
-  ResolveCommBackend(options, ResolveCompute(options, 0));
+  const ComputeOptions compute = ResolveCompute(options, 0);
+  ResolveCommBackend(options, compute);
   const TrainingInputs in(options, world_size, /*in_launcher=*/true);
+  CheckTrainingStateFits(in.model, world_size, compute);
   // Both check the candidates against the profile and the budget against the data.
   const Planner planner(in.profile, in.candidates, in.planner);
   const BatchSampler sampler(in.lengths,
@@ -209,6 +248,7 @@ TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOpt
   distributed_.device_index = compute_.device_index;
   distributed_.backend = ResolveCommBackend(options, compute_);
   inputs_ = std::make_unique<TrainingInputs>(options, distributed_.world_size);
+  CheckTrainingStateFits(inputs_->model, distributed_.world_size, compute_);
   planner_ = std::make_unique<Planner>(inputs_->profile, inputs_->candidates, inputs_->planner);
   sampler_ = std::make_unique<BatchSampler>(
       inputs_->lengths,

@@ -32,7 +32,7 @@ at::Tensor PackedCausalAttention(const at::Tensor& q, const at::Tensor& k, const
                                  const std::vector<std::int64_t>& cu_seqlens,
                                  const at::Tensor& cu_seqlens_device) {
   if (!UsesFlashAttention(q.device(), q.scalar_type(), q.size(-1)) || cu_seqlens.size() < 2) {
-    return DenseCausalAttention(q, k, v, cu_seqlens);
+    return SdpaCausalAttention(q, k, v, cu_seqlens);
   }
   std::int64_t max_len = 0;
   for (std::size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
@@ -47,6 +47,34 @@ at::Tensor PackedCausalAttention(const at::Tensor& q, const at::Tensor& k, const
                                                   cu, cu, max_len, max_len, /*dropout_p=*/0.0,
                                                   /*is_causal=*/true,
                                                   /*return_debug_mask=*/false));
+}
+
+at::Tensor SdpaCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const std::vector<std::int64_t>& cu_seqlens) {
+  const std::int64_t heads = q.size(1);
+  const std::int64_t group = heads / k.size(1);
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(cu_seqlens.size());
+  for (std::size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
+    const std::int64_t begin = cu_seqlens[d];
+    const std::int64_t end = cu_seqlens[d + 1];
+    at::Tensor qd = q.slice(0, begin, end).transpose(0, 1);  // [heads, len, dim]
+    at::Tensor kd = k.slice(0, begin, end).transpose(0, 1);  // [kv_heads, len, dim]
+    at::Tensor vd = v.slice(0, begin, end).transpose(0, 1);
+    if (group > 1) {
+      kd = kd.repeat_interleave(group, 0);
+      vd = vd.repeat_interleave(group, 0);
+    }
+    // [1, heads, len, dim]: the CPU flash kernel takes 4-d inputs only (3-d ones go to the
+    // math path, which materialises the scores and a mask).
+    outputs.push_back(at::scaled_dot_product_attention(qd.unsqueeze(0), kd.unsqueeze(0),
+                                                       vd.unsqueeze(0), /*attn_mask=*/{},
+                                                       /*dropout_p=*/0.0, /*is_causal=*/true)
+                          .squeeze(0)
+                          .transpose(0, 1));
+  }
+  if (outputs.empty()) return at::empty({0, heads, q.size(2)}, q.options());
+  return at::cat(outputs, 0);
 }
 
 at::Tensor DenseCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -8,6 +8,8 @@
 #include <cuda.h>
 #endif
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -130,6 +132,20 @@ void UseDevice(const ComputeOptions& o) {
 #else
   throw InvalidInput("device cuda: this hydraulis was built against a PyTorch without CUDA");
 #endif
+}
+
+std::int64_t DeviceMemoryBytes(const ComputeOptions& o) {
+#ifdef HYDRAULIS_WITH_CUDA
+  if (o.device == DeviceKind::kCuda) {
+    CheckDeviceIndex(o.device_index, CudaDeviceCount());
+    return static_cast<std::int64_t>(
+        at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(o.device_index))
+            ->totalGlobalMem);
+  }
+#endif
+  (void)o;
+  return static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
 }
 
 void SynchronizeDevice(const ComputeOptions& o) {

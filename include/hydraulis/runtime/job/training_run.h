@@ -70,6 +70,14 @@ struct TrainingRunOptions {
 // only meta.json up front). InvalidInput naming the flag, file or value.
 void CheckTrainingRun(const TrainingRunOptions& options, int world_size);
 
+// InvalidInput, before anything is allocated, when the training state a rank must hold
+// whatever the strategy (the fp32 master weights and the fp32 gradient buffer, 8 bytes per
+// parameter on every rank, and its share of AdamW's two fp32 moments, 8 bytes per parameter
+// over the ranks) exceeds the memory of the device it trains on: "the model needs 1.0 TiB
+// per rank ...; this machine has 24.0 GiB", instead of an allocator's failure.
+void CheckTrainingStateFits(const ModelConfig& model, int world_size,
+                            const ComputeOptions& compute);
+
 // --device and --precision with their defaults (local_rank: this rank's GPU), checked
 // against this machine.
 ComputeOptions ResolveCompute(const TrainingRunOptions& options, int local_rank);

@@ -19,7 +19,7 @@ namespace hydraulis {
 // On a CUDA device in bf16 or fp16 with head_dim a multiple of 8 up to 256, this is one
 // call of ATen's variable-length flash attention over the whole packed batch (cumulative
 // sequence lengths, causal, grouped-query heads natively; no per-document loop, no
-// padding); elsewhere (the CPU, fp32) it is DenseCausalAttention, the reference.
+// padding); elsewhere (the CPU, fp32) it is SdpaCausalAttention, document by document.
 // `cu_seqlens_device`, when defined, is cu_seqlens as int32 on q's device (made once per
 // micro-batch by the caller, not once per layer).
 at::Tensor PackedCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -50,6 +50,14 @@ bool UsesFlashAttention(at::Device device, at::ScalarType dtype, std::int64_t he
 
 // cu_seqlens as an int32 tensor on `device`, the form the flash kernel reads.
 at::Tensor CuSeqlensOnDevice(const std::vector<std::int64_t>& cu_seqlens, at::Device device);
+
+// Document by document through ATen's scaled_dot_product_attention (causal, no mask), whose
+// CPU kernel is a flash-style blocked one: no [heads, len, len] score matrix is
+// materialised, and the blocks above the diagonal are skipped. Key/value heads are repeated
+// for grouped queries first (the CPU kernel takes equal head counts). DenseCausalAttention's
+// values to rounding.
+at::Tensor SdpaCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const std::vector<std::int64_t>& cu_seqlens);
 
 // The reference: dense softmax attention document by document, in q's dtype and device.
 at::Tensor DenseCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <string>
 
 namespace hydraulis {
@@ -65,6 +66,10 @@ void CheckComputeAvailable(const ComputeOptions& options);
 // current stream, kernels' workspaces. Every rank's thread calls it before its first CUDA
 // call; nothing on the CPU.
 void UseDevice(const ComputeOptions& options);
+
+// Bytes of memory the options' device has: the GPU's total memory, or this machine's
+// physical memory on the CPU.
+std::int64_t DeviceMemoryBytes(const ComputeOptions& options);
 
 // Returns once everything queued on the options' GPU has run (nothing to wait for on the
 // CPU): a timer around GPU work must stop after it, not when the host queued it.
