@@ -49,8 +49,14 @@ at::Tensor PackedCausalAttention(const at::Tensor& q, const at::Tensor& k, const
                                                   /*return_debug_mask=*/false));
 }
 
-at::Tensor SdpaCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const std::vector<std::int64_t>& cu_seqlens) {
+namespace {
+
+// Document by document over cu_seqlens: attend(q, k, v) of each document, heads first
+// ([heads, len, dim], key/value heads repeated for grouped queries), its result [heads, len,
+// dim] put back token-first and concatenated.
+template <typename Attend>
+at::Tensor PerDocument(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const std::vector<std::int64_t>& cu_seqlens, const Attend& attend) {
   const std::int64_t heads = q.size(1);
   const std::int64_t group = heads / k.size(1);
   std::vector<at::Tensor> outputs;
@@ -65,44 +71,38 @@ at::Tensor SdpaCausalAttention(const at::Tensor& q, const at::Tensor& k, const a
       kd = kd.repeat_interleave(group, 0);
       vd = vd.repeat_interleave(group, 0);
     }
-    // [1, heads, len, dim]: the CPU flash kernel takes 4-d inputs only (3-d ones go to the
-    // math path, which materialises the scores and a mask).
-    outputs.push_back(at::scaled_dot_product_attention(qd.unsqueeze(0), kd.unsqueeze(0),
-                                                       vd.unsqueeze(0), /*attn_mask=*/{},
-                                                       /*dropout_p=*/0.0, /*is_causal=*/true)
-                          .squeeze(0)
-                          .transpose(0, 1));
+    outputs.push_back(attend(qd, kd, vd).transpose(0, 1));
   }
   if (outputs.empty()) return at::empty({0, heads, q.size(2)}, q.options());
   return at::cat(outputs, 0);
 }
 
+}  // namespace
+
+at::Tensor SdpaCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const std::vector<std::int64_t>& cu_seqlens) {
+  return PerDocument(
+      q, k, v, cu_seqlens, [](const at::Tensor& qd, const at::Tensor& kd, const at::Tensor& vd) {
+        // [1, heads, len, dim]: the CPU flash kernel takes 4-d inputs only
+        // (3-d ones go to the math path, which materialises the scores).
+        return at::scaled_dot_product_attention(qd.unsqueeze(0), kd.unsqueeze(0), vd.unsqueeze(0),
+                                                /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                /*is_causal=*/true)
+            .squeeze(0);
+      });
+}
+
 at::Tensor DenseCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const std::vector<std::int64_t>& cu_seqlens) {
-  const std::int64_t heads = q.size(1);
-  const std::int64_t group = heads / k.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
-  std::vector<at::Tensor> outputs;
-  outputs.reserve(cu_seqlens.size());
-  for (std::size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
-    const std::int64_t begin = cu_seqlens[d];
-    const std::int64_t end = cu_seqlens[d + 1];
-    const std::int64_t len = end - begin;
-    at::Tensor qd = q.slice(0, begin, end).transpose(0, 1);  // [heads, len, dim]
-    at::Tensor kd = k.slice(0, begin, end).transpose(0, 1);  // [kv_heads, len, dim]
-    at::Tensor vd = v.slice(0, begin, end).transpose(0, 1);
-    if (group > 1) {
-      kd = kd.repeat_interleave(group, 0);
-      vd = vd.repeat_interleave(group, 0);
-    }
-    at::Tensor scores = at::matmul(qd, kd.transpose(1, 2)) * scale;  // [heads, len, len]
-    at::Tensor future = at::ones({len, len}, q.options().dtype(at::kBool)).triu(1);
-    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-    at::Tensor out = at::matmul(at::softmax(scores, -1), vd);  // [heads, len, dim]
-    outputs.push_back(out.transpose(0, 1));
-  }
-  if (outputs.empty()) return at::empty({0, heads, q.size(2)}, q.options());
-  return at::cat(outputs, 0);
+  return PerDocument(
+      q, k, v, cu_seqlens, [&](const at::Tensor& qd, const at::Tensor& kd, const at::Tensor& vd) {
+        const std::int64_t len = qd.size(1);
+        at::Tensor scores = at::matmul(qd, kd.transpose(1, 2)) * scale;  // [heads, len, len]
+        at::Tensor future = at::ones({len, len}, q.options().dtype(at::kBool)).triu(1);
+        scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+        return at::matmul(at::softmax(scores, -1), vd);  // [heads, len, dim]
+      });
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "hydraulis/base/error.h"
@@ -497,6 +498,18 @@ TEST(FakeCommTest, OverlappedReductionEqualsThePlainOne) {
   EXPECT_TRUE(at::equal(overlapped[0], overlapped[1]));
 }
 
+// A step of the mixed-precision tests: random documents of kLengths drawn with `seed`, as
+// two micro-batches of four, and the step's target count.
+std::pair<std::vector<PackedBatch>, std::int64_t> TwoMicroBatchStep(const ModelConfig& c,
+                                                                    int seed) {
+  const Documents docs = RandomDocuments(kLengths, seed, static_cast<int>(c.shape.vocab));
+  std::int64_t targets = 0;
+  for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
+  return {{PackDocuments({docs[0], docs[1], docs[2], docs[3]}, c.shape.vocab),
+           PackDocuments({docs[4], docs[5], docs[6], docs[7]}, c.shape.vocab)},
+          targets};
+}
+
 // bf16 compute with fp32 main gradients and fp32 optimizer state tracks fp32 training: the
 // per-step losses agree to bf16 accuracy (8 mantissa bits: relative 2^-8 per rounding,
 // accumulated through 2 layers), and the micro-batch gradients are accumulated in fp32.
@@ -516,12 +529,7 @@ TEST(MixedPrecisionTest, Bf16TrainingTracksFp32OnTheCpu) {
   ASSERT_TRUE(bf16_model.named_parameters()[0].main_grad.defined());
   double worst = 0.0;
   for (int s = 0; s < 10; ++s) {
-    const Documents docs = RandomDocuments(kLengths, 40 + s, static_cast<int>(c.shape.vocab));
-    std::int64_t targets = 0;
-    for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
-    const std::vector<PackedBatch> mbs = {
-        PackDocuments({docs[0], docs[1], docs[2], docs[3]}, c.shape.vocab),
-        PackDocuments({docs[4], docs[5], docs[6], docs[7]}, c.shape.vocab)};
+    const auto [mbs, targets] = TwoMicroBatchStep(c, 40 + s);
     double losses[2];
     int i = 0;
     for (auto [model, opt] :
@@ -566,12 +574,7 @@ TEST(MixedPrecisionTest, TrainingPathKeepsNoGradientOfItsOwn) {
   Transformer hooked(c, 11, nullptr, {}, bf16);
   Transformer plain(c, 11, nullptr, {}, bf16);
   for (int s = 0; s < 3; ++s) {
-    const Documents docs = RandomDocuments(kLengths, 60 + s, static_cast<int>(c.shape.vocab));
-    std::int64_t targets = 0;
-    for (const auto& d : docs) targets += static_cast<std::int64_t>(d.size()) - 1;
-    const std::vector<PackedBatch> mbs = {
-        PackDocuments({docs[0], docs[1], docs[2], docs[3]}, c.shape.vocab),
-        PackDocuments({docs[4], docs[5], docs[6], docs[7]}, c.shape.vocab)};
+    const auto [mbs, targets] = TwoMicroBatchStep(c, 60 + s);
     hooked_opt.Materialise(hooked);
     hooked_opt.BeginStep(&hooked, 2);
     for (const PackedBatch& mb : mbs) {
