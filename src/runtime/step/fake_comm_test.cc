@@ -510,21 +510,36 @@ std::pair<std::vector<PackedBatch>, std::int64_t> TwoMicroBatchStep(const ModelC
           targets};
 }
 
+// Two single-rank optimizers from the same initial weights (AdamW, lr 3e-3) and bf16
+// compute options: the mixed-precision tests train each a different way and compare.
+struct TwoOptimizers {
+  ModelConfig c = Tiny();
+  ComputeOptions bf16 = [] {
+    ComputeOptions o;
+    o.precision = Precision::kBf16;
+    return o;
+  }();
+  AdamWOptions adam = [] {
+    AdamWOptions o;
+    o.lr = 3e-3;
+    return o;
+  }();
+  FakeCommWorld world{1};
+  std::unique_ptr<CommGroup> everyone = world.Group(0, "world");
+  ShardedAdamW first{Transformer(c, 11), *everyone, adam};
+  ShardedAdamW second{Transformer(c, 11), *everyone, adam};
+};
+
 // bf16 compute with fp32 main gradients and fp32 optimizer state tracks fp32 training: the
 // per-step losses agree to bf16 accuracy (8 mantissa bits: relative 2^-8 per rounding,
 // accumulated through 2 layers), and the micro-batch gradients are accumulated in fp32.
 TEST(MixedPrecisionTest, Bf16TrainingTracksFp32OnTheCpu) {
-  const ModelConfig c = Tiny();
-  ComputeOptions bf16;
-  bf16.precision = Precision::kBf16;
-  AdamWOptions adam;
-  adam.lr = 3e-3;
-  FakeCommWorld world(1);
-  auto everyone = world.Group(0, "world");
-  ShardedAdamW fp32_opt(Transformer(c, 11), *everyone, adam);
-  ShardedAdamW bf16_opt(Transformer(c, 11), *everyone, adam);
+  TwoOptimizers t;
+  const ModelConfig& c = t.c;
+  ShardedAdamW& fp32_opt = t.first;
+  ShardedAdamW& bf16_opt = t.second;
   Transformer fp32_model(c, 11);
-  Transformer bf16_model(c, 11, nullptr, {}, bf16);
+  Transformer bf16_model(c, 11, nullptr, {}, t.bf16);
   ASSERT_EQ(bf16_model.parameters()[0].scalar_type(), at::kBFloat16);
   ASSERT_TRUE(bf16_model.named_parameters()[0].main_grad.defined());
   double worst = 0.0;
@@ -550,7 +565,8 @@ TEST(MixedPrecisionTest, Bf16TrainingTracksFp32OnTheCpu) {
   EXPECT_LT(worst, 2e-2);
   // The master weights moved together: fp32 training and bf16 training differ by far less
   // than the distance either moved from the initial weights.
-  const at::Tensor initial = ShardedAdamW(Transformer(c, 11), *everyone, adam).full_parameters();
+  const at::Tensor initial =
+      ShardedAdamW(Transformer(c, 11), *t.everyone, t.adam).full_parameters();
   const double moved = (fp32_opt.full_parameters() - initial).norm().item<double>();
   const double apart =
       (bf16_opt.full_parameters() - fp32_opt.full_parameters()).norm().item<double>();
@@ -562,17 +578,12 @@ TEST(MixedPrecisionTest, Bf16TrainingTracksFp32OnTheCpu) {
 // holds a .grad and a bf16 model's fp32 main_grad is never allocated, and three steps end
 // bit for bit where steps that collect the fp32 main gradients after backward end.
 TEST(MixedPrecisionTest, TrainingPathKeepsNoGradientOfItsOwn) {
-  const ModelConfig c = Tiny();
-  ComputeOptions bf16;
-  bf16.precision = Precision::kBf16;
-  AdamWOptions adam;
-  adam.lr = 3e-3;
-  FakeCommWorld world(1);
-  auto everyone = world.Group(0, "world");
-  ShardedAdamW hooked_opt(Transformer(c, 11), *everyone, adam);
-  ShardedAdamW plain_opt(Transformer(c, 11), *everyone, adam);
-  Transformer hooked(c, 11, nullptr, {}, bf16);
-  Transformer plain(c, 11, nullptr, {}, bf16);
+  TwoOptimizers t;
+  const ModelConfig& c = t.c;
+  ShardedAdamW& hooked_opt = t.first;
+  ShardedAdamW& plain_opt = t.second;
+  Transformer hooked(c, 11, nullptr, {}, t.bf16);
+  Transformer plain(c, 11, nullptr, {}, t.bf16);
   for (int s = 0; s < 3; ++s) {
     const auto [mbs, targets] = TwoMicroBatchStep(c, 60 + s);
     hooked_opt.Materialise(hooked);
