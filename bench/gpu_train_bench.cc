@@ -154,6 +154,17 @@ int Run(const Args& a) {
                      {"tokens", tokens},
                      {"micro_batches", mbs.size()},
                      {"step_ms", seconds * 1e3},
+                     {"phases_ms",
+                      {{"check", r.check_ms},
+                       {"pack", r.pack_ms},
+                       {"materialise", r.materialise_ms},
+                       {"forward", r.forward_ms},
+                       {"backward", r.backward_ms},
+                       {"grad_collect", r.grad_collect_ms},
+                       {"grad_reduce_wait", r.grad_reduce_wait_ms},
+                       {"update", r.update_ms},
+                       {"pipeline_wait", r.wait_ms},
+                       {"step", r.step_ms}}},
                      {"flops", flops}});
     std::printf("step %3d%s  loss %.4f  tokens %6.0f  micro-batches %2zu  %8.1f ms\n", step,
                 step < a.warmup ? " (warmup)" : "", r.loss, tokens, mbs.size(), seconds * 1e3);

@@ -247,6 +247,13 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["grad_buckets_overlapped"] = r.result.grad_buckets_overlapped;
   j["grad_reduce_wait_ms"] = r.result.grad_reduce_wait_ms;
   j["param_gather_wait_ms"] = r.result.param_gather_wait_ms;
+  j["check_ms"] = r.result.check_ms;
+  j["pack_ms"] = r.result.pack_ms;
+  j["materialise_ms"] = r.result.materialise_ms;
+  j["forward_ms"] = r.result.forward_ms;
+  j["backward_ms"] = r.result.backward_ms;
+  j["grad_collect_ms"] = r.result.grad_collect_ms;
+  j["update_ms"] = r.result.update_ms;
   j["micro_batches"] = r.micro_batches;
   j["truncated"] = r.truncated;
   j["truncated_tokens"] = r.truncated_tokens;

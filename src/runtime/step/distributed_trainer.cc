@@ -1,11 +1,13 @@
 #include "hydraulis/runtime/step/distributed_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
 
 #include "hydraulis/assign/micro_batch_layout.h"
 #include "hydraulis/assign/plan_checker.h"
+#include "hydraulis/base/elapsed.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/context_parallel_attention.h"
@@ -18,9 +20,6 @@ namespace hydraulis {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 class Fnv1a {
  public:
@@ -285,6 +284,7 @@ void DistributedTrainer::AgreeOnStep(const Plan& plan,
 StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
                                             const std::vector<std::vector<std::int64_t>>& documents,
                                             std::int64_t global_targets) {
+  pack_ms_ = finish_materialise_ms_ = 0;
   if (compute.model == nullptr) {
     optimizer_->BeginStep(nullptr, 0);
     return {};
@@ -298,6 +298,7 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
   // Gradients flow into the optimizer's buffer during backward, and each shard's
   // reduction starts as soon as it is final.
   optimizer_->BeginStep(&model, static_cast<int>(layouts.size()));
+  const auto pack_start = Clock::now();
   std::vector<PackedBatch> micro_batches;
   for (const MicroBatchLayout& layout : layouts) {
     std::vector<std::vector<std::int64_t>> docs;
@@ -310,6 +311,7 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
       throw InternalError("step: a packed micro-batch differs from its layout");
     }
   }
+  pack_ms_ = MsSince(pack_start);
   StageResult stage;
   if (compute.cp_group == nullptr) {
     stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
@@ -321,7 +323,9 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
                               compute.cp, compute.role.cp_rank, TorchDevice(compute_)),
         *compute.cp_group, compute.links, global_targets);
   }
+  const auto finish_start = Clock::now();
   optimizer_->FinishMaterialise(model);
+  finish_materialise_ms_ = MsSince(finish_start);
   return stage;
 }
 
@@ -369,6 +373,7 @@ DistributedStepResult DistributedTrainer::Step(
   const auto start = Clock::now();
   const StepCounts counts = CheckStep(plan, documents);
   AgreeOnStep(plan, documents);
+  const double check_ms = MsSince(start);
 
   DistributedStepResult result;
   Compute& compute = ComputeFor(plan.strategy_index);
@@ -383,6 +388,18 @@ DistributedStepResult DistributedTrainer::Step(
   ReduceAndUpdate(compute, stage, counts.targets, counts.tokens, result);
   result.sync_ms = MsSince(sync_start);
   result.step_ms = MsSince(start);
+  const ShardedAdamW::OverlapStats& stats = optimizer_->overlap_stats();
+  result.check_ms = check_ms;
+  result.pack_ms = pack_ms_;
+  result.materialise_ms = stats.materialise_ms;
+  result.grad_collect_ms = stats.grad_collect_ms;
+  result.update_ms = stats.update_ms;
+  // Forward fetches parameters as it reaches them and backward runs the gradient hooks:
+  // each is reported without them (what FinishMaterialise copied after forward is not in
+  // forward's time).
+  result.forward_ms =
+      std::max(0.0, stage.forward_ms - (stats.materialise_ms - finish_materialise_ms_));
+  result.backward_ms = std::max(0.0, stage.backward_ms - stats.grad_collect_ms);
   return result;
 }
 

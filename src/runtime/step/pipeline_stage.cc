@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "hydraulis/base/elapsed.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 
@@ -184,6 +185,7 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
         f.input = io.Take(op.micro_batch, true);
         f.input.requires_grad_(true);
       }
+      const auto forward_start = std::chrono::steady_clock::now();
       at::Tensor out = work.forward(op.micro_batch, f.input);
       result.tokens += work.tokens(op.micro_batch);
       if (last) {
@@ -197,18 +199,23 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
           loss_total = sum.clone();
         }
         result.targets += loss.tokens;
+        result.forward_ms += MsSince(forward_start);
       } else {
+        result.forward_ms += MsSince(forward_start);
         io.Send(out, links.next, op.micro_batch, true);
         f.output = out;
         post_grads_until(op.micro_batch == v - 1 ? v - 1 : op.micro_batch - warmup);
       }
       continue;
     }
+    const at::Tensor upstream = last ? at::Tensor() : io.Take(op.micro_batch, false);
+    const auto backward_start = std::chrono::steady_clock::now();
     if (last) {
       f.output.backward();
     } else {
-      f.output.backward(io.Take(op.micro_batch, false));
+      f.output.backward(upstream);
     }
+    result.backward_ms += MsSince(backward_start);
     // No AccumulateMainGradients here: the distributed trainer's optimizer collects every
     // backward pass's gradients itself, in fp32 (ShardedAdamW::BeginStep).
     if (!first) {

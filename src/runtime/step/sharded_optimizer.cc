@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "hydraulis/base/elapsed.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 
@@ -128,6 +129,7 @@ void ShardedAdamW::FinishMaterialise(Transformer& model) {
 }
 
 void ShardedAdamW::MaterialiseThrough(const Transformer& model, std::size_t end) {
+  const ElapsedInto timed(stats_.materialise_ms);
   at::NoGradGuard no_grad;
   const auto& params = model.named_parameters();
   for (; materialised_ < std::min(end, params.size()); ++materialised_) {
@@ -152,11 +154,6 @@ bool Contributes(const Transformer& model, const NamedParameter& p) {
 // kernel launches (a 1B-parameter shard: 60 pieces, not 1,000).
 std::int64_t WorkChunk(const at::Tensor& t) {
   return t.is_cuda() ? std::int64_t{1} << 24 : std::int64_t{1} << 20;
-}
-
-double MsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
 }
 
 }  // namespace
@@ -227,6 +224,7 @@ void ShardedAdamW::BeginStep(const Transformer* model, int micro_batches) {
 
 void ShardedAdamW::OnGradient(const Transformer& model, std::size_t index) {
   if (&model != active_) return;  // not collecting: .grad accumulates as autograd's default
+  const ElapsedInto timed(stats_.grad_collect_ms);
   const NamedParameter& p = model.named_parameters()[index];
   at::Tensor& grad = p.value.mutable_grad();
   // Taken out of .grad (freed once the add is done): this pass's gradient exists only
@@ -294,6 +292,7 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   for (auto& work : pending_) work->Wait();
   stats_.reduce_wait_ms = MsSince(wait_start);
   pending_.clear();
+  const ElapsedInto timed(stats_.update_ms);
   // This rank's pieces of the sum are in grad_shard_. One small collective gives every rank
   // the global norm, so all of them decide alike.
   // Summed in double chunk by chunk: a double copy of the whole shard would cost 8 (and its

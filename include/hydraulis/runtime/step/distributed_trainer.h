@@ -71,6 +71,20 @@ struct DistributedStepResult {
   // How long this step waited for the previous step's parameter all-gathers, which run
   // while the step begins and are waited for per bucket as forward first reads it.
   double param_gather_wait_ms = 0;
+  // Where this rank's step time went (host time; on a GPU the time to queue the work):
+  // checking the plan and agreeing on it with the other ranks, packing the micro-batches,
+  // materialising the compute parameters (gather waits included), forward and backward
+  // (each without the materialisation or gradient hooks inside them, and without receive
+  // waits), the gradient hooks (collecting into the reduction buffer), and the optimizer's
+  // own work (norm, AdamW, starting the all-gathers). What step_ms holds beyond these and
+  // wait_ms, grad_reduce_wait_ms is bookkeeping (loss sums, timers).
+  double check_ms = 0;
+  double pack_ms = 0;
+  double materialise_ms = 0;
+  double forward_ms = 0;
+  double backward_ms = 0;
+  double grad_collect_ms = 0;
+  double update_ms = 0;
 };
 
 class DistributedTrainer {
@@ -140,6 +154,9 @@ class DistributedTrainer {
   std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups_;
   std::vector<std::unique_ptr<Compute>> computes_;  // per candidate, built at construction
   std::unique_ptr<ShardedAdamW> optimizer_;
+  // The current step's packing and post-forward materialisation times (ComputeStep).
+  double pack_ms_ = 0;
+  double finish_materialise_ms_ = 0;
 };
 
 }  // namespace hydraulis

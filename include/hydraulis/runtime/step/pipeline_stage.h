@@ -45,6 +45,11 @@ struct StageResult {
   std::int64_t targets = 0;  // targets the loss covers (last stage only)
   std::int64_t tokens = 0;   // tokens of the micro-batches run (a cp rank: its real tokens)
   double wait_ms = 0;        // time blocked in receives (pipeline bubbles + transfer)
+  // Host time in forward (the model and the loss; sends and receives not included) and in
+  // backward (autograd, with what runs inside it: the optimizer's gradient hooks, a tp
+  // group's all-reduces). On a GPU the time to queue the work, not to run it.
+  double forward_ms = 0;
+  double backward_ms = 0;
 };
 
 // Runs forward and backward of `micro_batches` on `model` (this rank's stage), adding

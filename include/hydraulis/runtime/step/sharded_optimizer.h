@@ -115,6 +115,13 @@ class ShardedAdamW {
     int buckets_started_in_backward = 0;
     double reduce_wait_ms = 0;
     double param_gather_wait_ms = 0;
+    // Host time materialising the compute parameters (the fetches in forward and the rest
+    // after it, gather waits included), in the gradient hooks (adding each gradient into the
+    // buffer, starting reduce-scatters), and in Step's own work: the gradient norm, the
+    // AdamW update and starting the all-gathers.
+    double materialise_ms = 0;
+    double grad_collect_ms = 0;
+    double update_ms = 0;
   };
   const OverlapStats& overlap_stats() const { return stats_; }
 
