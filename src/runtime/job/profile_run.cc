@@ -52,8 +52,23 @@ std::vector<int> TensorParallelDegrees(const std::vector<Scheme>& schemes) {
   return {tps.begin(), tps.end()};
 }
 
-// The profile of `fits` (one per scheme) on `world_size` ranks. Error when a fit does not
-// grow with tokens.
+}  // namespace
+
+void RequireGrowingFit(const Scheme& scheme, const TimeModel& fit, const ProfileOptions& options) {
+  if (fit.a_ms_per_token2 != 0 || fit.b_ms_per_token != 0) return;
+  // The user's choice of samples, not a fault of the run: what to change, with the values.
+  throw InvalidInput("profile: the fit of " + SchemeName(scheme) +
+                     " has a = b = 0: its measured times do not grow with tokens, so the "
+                     "samples were too short or too noisy to fit; rerun with a larger "
+                     "--max-len (now " +
+                     std::to_string(options.max_len) + ") or more --repeats (now " +
+                     std::to_string(options.repeats) + "); no profile was written");
+}
+
+namespace {
+
+// The profile of `fits` (one per scheme) on `world_size` ranks. InvalidInput when a fit does
+// not grow with tokens (RequireGrowingFit).
 Profile ProfileOf(const ModelConfig& model, const ProfileOptions& options, int world_size,
                   const std::vector<TimeFit>& fits, const std::vector<double>& kv_ms_per_token) {
   Profile profile;
@@ -64,15 +79,7 @@ Profile ProfileOf(const ModelConfig& model, const ProfileOptions& options, int w
   for (std::size_t i = 0; i < options.schemes.size(); ++i) {
     const Scheme& scheme = options.schemes[i];
     const TimeModel& m = fits[i].model;
-    if (m.a_ms_per_token2 == 0 && m.b_ms_per_token == 0) {
-      // The user's choice of samples, not a fault of the run: what to change, with the values.
-      throw InvalidInput("profile: the fit of " + SchemeName(scheme) +
-                         " has a = b = 0: its measured times do not grow with tokens, so the "
-                         "samples were too short or too noisy to fit; rerun with a larger "
-                         "--max-len (now " +
-                         std::to_string(options.max_len) + ") or more --repeats (now " +
-                         std::to_string(options.repeats) + "); no profile was written");
-    }
+    RequireGrowingFit(scheme, m, options);
     profile.schemes.push_back({scheme, m.a_ms_per_token2, m.b_ms_per_token, m.c_ms});
     profile.schemes.back().kv_ms_per_token = kv_ms_per_token[i];
     int& u = profile.utilization_tokens_by_tp[scheme.tp];

@@ -60,6 +60,30 @@ TEST(ProfileRunTest, OneRankProfileOfOneSchemeIsComplete) {
   EXPECT_GT(samples[0]["samples"][0]["fitted_ms"].get<double>(), 0);
 }
 
+// A fit whose time does not grow with tokens (too short or too few samples) is refused with
+// what to change, the flags and their values; a fit that grows passes.
+TEST(ProfileRunTest, AFlatFitNamesWhatToChange) {
+  ProfileOptions options;
+  options.max_len = 64;
+  options.repeats = 1;
+  Scheme scheme;
+  scheme.tp = 2;
+  TimeModel flat;
+  flat.c_ms = 3.0;
+  try {
+    RequireGrowingFit(scheme, flat, options);
+    ADD_FAILURE() << "a flat fit was accepted";
+  } catch (const InvalidInput& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--max-len (now 64)"), std::string::npos) << what;
+    EXPECT_NE(what.find("--repeats (now 1)"), std::string::npos) << what;
+    EXPECT_NE(what.find(SchemeName(scheme)), std::string::npos) << what;
+  }
+  TimeModel growing = flat;
+  growing.b_ms_per_token = 1e-3;
+  EXPECT_NO_THROW(RequireGrowingFit(scheme, growing, options));
+}
+
 TEST(ProfileRunTest, WhatCannotBeProfiledIsRefusedBeforeTiming) {
   ProfileOptions o = TinyOptions();
   o.schemes = {Scheme{1, 2, 1}};

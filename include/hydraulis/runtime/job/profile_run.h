@@ -50,6 +50,11 @@ struct ProfileOptions {
 // (--schemes, --memory-bytes) otherwise.
 void CheckProfileOptions(const ProfileOptions& options, int ranks);
 
+// InvalidInput when `fit` of `scheme` does not grow with tokens (a = b = 0: the samples
+// were too short or too few to time), naming --max-len and --repeats with their values in
+// `options` so the user knows what to change; no profile is written then.
+void RequireGrowingFit(const Scheme& scheme, const TimeModel& fit, const ProfileOptions& options);
+
 // What a profile run measured.
 struct ProfileRun {
   int rank = 0;  // this process's rank in the run, and the run's ranks
