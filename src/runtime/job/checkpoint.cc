@@ -155,13 +155,11 @@ void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAd
                               static_cast<std::int64_t>(mine.hash)},
                              at::kLong),
                   gathered);
-  const bool all_written = [&] {
-    for (int r = 0; r < world.size(); ++r) {
-      if (gathered[3 * r].item<std::int64_t>() == 0) return false;
-    }
-    return true;
-  }();
-  if (!all_written) {
+  int failed = -1;  // the first rank whose shard was not written
+  for (int r = world.size() - 1; r >= 0; --r) {
+    if (gathered[3 * r].item<std::int64_t>() == 0) failed = r;
+  }
+  if (failed >= 0) {
     // Every rank learns the first failed rank's own message, so whichever rank reports the
     // failure (a launcher shows the first rank to exit) names its cause ("No space left on
     // device"), not "rank 0 could not write".
@@ -171,13 +169,10 @@ void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAd
                 std::min<std::size_t>(mine.error.size(), kMessageBytes - 1));
     at::Tensor messages = at::empty({kMessageBytes * world.size()}, at::kByte);
     world.AllGather(message, messages);
-    for (int r = 0; r < world.size(); ++r) {
-      if (gathered[3 * r].item<std::int64_t>() != 0) continue;
-      if (world.rank() == 0) fs::remove_all(step_dir, ec);  // an incomplete checkpoint
-      const char* text = reinterpret_cast<const char*>(messages.data_ptr()) + kMessageBytes * r;
-      throw IoError("checkpoint " + step_dir + ": rank " + std::to_string(r) + ": " + text +
-                    "; the previous checkpoint stays the newest");
-    }
+    if (world.rank() == 0) fs::remove_all(step_dir, ec);  // an incomplete checkpoint
+    const char* text = reinterpret_cast<const char*>(messages.data_ptr()) + kMessageBytes * failed;
+    throw IoError("checkpoint " + step_dir + ": rank " + std::to_string(failed) + ": " + text +
+                  "; the previous checkpoint stays the newest");
   }
   if (world.rank() == 0) {
     meta.world_size = world.size();

@@ -283,8 +283,8 @@ void DistributedTrainer::AgreeOnStep(const Plan& plan,
 // optimizer's step), its gradients flowing into the optimizer's buffers during backward.
 StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
                                             const std::vector<std::vector<std::int64_t>>& documents,
-                                            std::int64_t global_targets) {
-  pack_ms_ = finish_materialise_ms_ = 0;
+                                            std::int64_t global_targets,
+                                            DistributedStepResult& result) {
   if (compute.model == nullptr) {
     optimizer_->BeginStep(nullptr, 0);
     return {};
@@ -311,7 +311,7 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
       throw InternalError("step: a packed micro-batch differs from its layout");
     }
   }
-  pack_ms_ = MsSince(pack_start);
+  result.pack_ms = MsSince(pack_start);
   StageResult stage;
   if (compute.cp_group == nullptr) {
     stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
@@ -325,7 +325,15 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
   }
   const auto finish_start = Clock::now();
   optimizer_->FinishMaterialise(model);
-  finish_materialise_ms_ = MsSince(finish_start);
+  const double finish_ms = MsSince(finish_start);
+  // Forward fetches parameters as it reaches them and backward runs the gradient hooks:
+  // each is reported without them (what FinishMaterialise copied after forward is not in
+  // forward's time).
+  const ShardedAdamW::OverlapStats& stats = optimizer_->overlap_stats();
+  result.materialise_ms = stats.materialise_ms;
+  result.grad_collect_ms = stats.grad_collect_ms;
+  result.forward_ms = std::max(0.0, stage.forward_ms - (stats.materialise_ms - finish_ms));
+  result.backward_ms = std::max(0.0, stage.backward_ms - stats.grad_collect_ms);
   return stage;
 }
 
@@ -379,7 +387,7 @@ DistributedStepResult DistributedTrainer::Step(
   Compute& compute = ComputeFor(plan.strategy_index);
   result.pipeline = compute.role.pipeline;
   const auto compute_start = Clock::now();
-  const StageResult stage = ComputeStep(compute, plan, documents, counts.targets);
+  const StageResult stage = ComputeStep(compute, plan, documents, counts.targets, result);
   result.pipeline_tokens = stage.tokens;
   result.wait_ms = stage.wait_ms;
   result.compute_ms = MsSince(compute_start);
@@ -388,18 +396,8 @@ DistributedStepResult DistributedTrainer::Step(
   ReduceAndUpdate(compute, stage, counts.targets, counts.tokens, result);
   result.sync_ms = MsSince(sync_start);
   result.step_ms = MsSince(start);
-  const ShardedAdamW::OverlapStats& stats = optimizer_->overlap_stats();
   result.check_ms = check_ms;
-  result.pack_ms = pack_ms_;
-  result.materialise_ms = stats.materialise_ms;
-  result.grad_collect_ms = stats.grad_collect_ms;
-  result.update_ms = stats.update_ms;
-  // Forward fetches parameters as it reaches them and backward runs the gradient hooks:
-  // each is reported without them (what FinishMaterialise copied after forward is not in
-  // forward's time).
-  result.forward_ms =
-      std::max(0.0, stage.forward_ms - (stats.materialise_ms - finish_materialise_ms_));
-  result.backward_ms = std::max(0.0, stage.backward_ms - stats.grad_collect_ms);
+  result.update_ms = optimizer_->overlap_stats().update_ms;
   return result;
 }
 

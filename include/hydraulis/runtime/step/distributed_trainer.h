@@ -138,9 +138,10 @@ class DistributedTrainer {
   StepCounts CheckStep(const Plan& plan,
                        const std::vector<std::vector<std::int64_t>>& documents) const;
   void AgreeOnStep(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents);
+  // Also fills result's compute phases (pack, materialise, forward, backward, hooks).
   StageResult ComputeStep(Compute& compute, const Plan& plan,
                           const std::vector<std::vector<std::int64_t>>& documents,
-                          std::int64_t global_targets);
+                          std::int64_t global_targets, DistributedStepResult& result);
   void ReduceAndUpdate(Compute& compute, const StageResult& stage, std::int64_t global_targets,
                        std::int64_t batch_tokens, DistributedStepResult& result);
 
@@ -154,9 +155,6 @@ class DistributedTrainer {
   std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups_;
   std::vector<std::unique_ptr<Compute>> computes_;  // per candidate, built at construction
   std::unique_ptr<ShardedAdamW> optimizer_;
-  // The current step's packing and post-forward materialisation times (ComputeStep).
-  double pack_ms_ = 0;
-  double finish_materialise_ms_ = 0;
 };
 
 }  // namespace hydraulis
