@@ -3,6 +3,13 @@
 // (bench/peer_train.py runs the same ones for the side-by-side comparison) and a JSON
 // result with tokens/s and MFU. docs/benchmarks.md, "GPU training throughput".
 //
+// Data parallel: started by a launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT (`torchrun --no-python --nproc-per-node 2 gpu_train_bench ...`), it trains one
+// single-GPU pipeline per rank (dp = WORLD_SIZE). A step's micro-batches go to the ranks by
+// tokens, largest first to the least-loaded rank; the batches file records which rank ran
+// each one (`rank_of`), so bench/peer_train.py --impl ddp splits them the same way. Rank 0
+// times the step and writes the outputs.
+//
 // FLOPs of a step (the MFU numerator): 6 * N_matmul * T + 6 * layers * hidden * sum(s^2)
 // over the step's documents, where N_matmul counts the weights of every matrix product (the
 // layers' projections and the output head, not the embedding lookup) and T the tokens; the
@@ -13,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -70,6 +78,28 @@ std::vector<std::vector<int>> PackMicroBatches(const std::vector<std::int64_t>& 
   return bins;
 }
 
+// Rank of each micro-batch: largest first to the rank with the fewest tokens so far (ties to
+// the lower rank), so data-parallel ranks get even work and every rank gets one when there
+// are at least as many micro-batches as ranks.
+std::vector<int> SpreadOverRanks(const std::vector<std::vector<int>>& mbs,
+                                 const std::vector<std::int64_t>& lengths, int ranks) {
+  std::vector<std::int64_t> size(mbs.size(), 0);
+  for (std::size_t m = 0; m < mbs.size(); ++m)
+    for (int d : mbs[m]) size[m] += lengths[static_cast<std::size_t>(d)];
+  std::vector<std::size_t> order(mbs.size());
+  for (std::size_t m = 0; m < order.size(); ++m) order[m] = m;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return size[a] > size[b]; });
+  std::vector<std::int64_t> load(static_cast<std::size_t>(ranks), 0);
+  std::vector<int> rank_of(mbs.size(), 0);
+  for (std::size_t m : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    rank_of[m] = static_cast<int>(least);
+    load[static_cast<std::size_t>(least)] += size[m];
+  }
+  return rank_of;
+}
+
 double StepFlops(const ModelConfig& c, const std::vector<std::int64_t>& lengths) {
   const ModelSpec& s = c.shape;
   const double h = static_cast<double>(s.hidden), dim = static_cast<double>(c.head_dim());
@@ -88,12 +118,10 @@ double StepFlops(const ModelConfig& c, const std::vector<std::int64_t>& lengths)
 
 int Run(const Args& a) {
   const ModelConfig config = LoadModelConfig(a.model);
-  ComputeOptions compute;
-  compute.device = ParseDeviceKind(a.device, "--device");
-  compute.precision = a.precision.empty() ? (compute.device == DeviceKind::kCuda ? Precision::kBf16
-                                                                                 : Precision::kFp32)
-                                          : ParsePrecision(a.precision, "--precision");
-  CheckComputeAvailable(compute);
+  const ComputeOptions compute =
+      ResolveComputeOptions(a.device, a.precision, ParseLocalRank(std::getenv("LOCAL_RANK")),
+                            "--device", "--precision");
+  UseDevice(compute);  // before the first CUDA call: the rendezvous' NCCL groups, the model
   const std::vector<std::int64_t> dataset = ReadLengths(a.lengths);
   SamplerOptions sampling;
   sampling.tokens_per_batch = a.tokens_per_step;
@@ -103,16 +131,23 @@ int Run(const Args& a) {
 
   DistributedOptions dist;
   dist.master_port = a.port;
+  if (std::getenv("WORLD_SIZE") != nullptr) dist = DistributedOptionsFromEnvironment();
+  if (compute.device == DeviceKind::kCuda) dist.backend = CommBackend::kNccl;
+  dist.device_index = compute.device_index;
+  const int dp = dist.world_size;
+  const bool lead = dist.rank == 0;
   Rendezvous rendezvous(dist);
-  Strategy single;
-  single.pipelines.push_back(Scheme{});
+  Strategy data_parallel;
+  data_parallel.pipelines.assign(static_cast<std::size_t>(dp), Scheme{});
   AdamWOptions adam;
   adam.lr = 1e-4;
-  DistributedTrainer trainer(config, a.seed, adam, rendezvous, {single}, compute);
+  DistributedTrainer trainer(config, a.seed, adam, rendezvous, {data_parallel}, compute);
 
   nlohmann::json batches = {{"format", "hydraulis-batches-v1"},
                             {"vocab", config.shape.vocab},
-                            {"steps", nlohmann::json::array()}};
+                            {"dp", dp},
+                            {"steps", nlohmann::json::array()},
+                            {"rank_of", nlohmann::json::array()}};
   nlohmann::json steps = nlohmann::json::array();
   double timed_s = 0, timed_tokens = 0, timed_flops = 0;
   for (int step = 0; step < a.warmup + a.steps; ++step) {
@@ -137,11 +172,24 @@ int Run(const Args& a) {
       step_json.push_back(mb_json);
     }
     batches["steps"].push_back(step_json);
+    const std::vector<int> rank_of = SpreadOverRanks(mbs, batch.lengths, dp);
+    batches["rank_of"].push_back(rank_of);
+    std::vector<MicroBatches> per_rank(static_cast<std::size_t>(dp));
+    for (std::size_t m = 0; m < mbs.size(); ++m)
+      per_rank[static_cast<std::size_t>(rank_of[m])].push_back(mbs[m]);
+    for (int r = 0; r < dp; ++r) {
+      if (per_rank[static_cast<std::size_t>(r)].empty()) {
+        throw InvalidInput("step " + std::to_string(step) + " packs " +
+                           std::to_string(mbs.size()) + " micro-batches for " +
+                           std::to_string(dp) +
+                           " data-parallel ranks; raise --tokens-per-step or lower --context");
+      }
+    }
     SynchronizeDevice(compute);  // the previous step's queued work is not this one's
     const auto start = std::chrono::steady_clock::now();
     // One pipeline running the packed micro-batches. Step returns after its last host read
     // (the gradient norm), with the AdamW update still queued: the clock stops after it.
-    const DistributedStepResult r = trainer.Step(PlanOf(0, {mbs}), documents);
+    const DistributedStepResult r = trainer.Step(PlanOf(0, per_rank), documents);
     SynchronizeDevice(compute);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -166,9 +214,11 @@ int Run(const Args& a) {
                        {"pipeline_wait", r.wait_ms},
                        {"step", r.step_ms}}},
                      {"flops", flops}});
-    std::printf("step %3d%s  loss %.4f  tokens %6.0f  micro-batches %2zu  %8.1f ms\n", step,
-                step < a.warmup ? " (warmup)" : "", r.loss, tokens, mbs.size(), seconds * 1e3);
-    std::fflush(stdout);
+    if (lead) {
+      std::printf("step %3d%s  loss %.4f  tokens %6.0f  micro-batches %2zu  %8.1f ms\n", step,
+                  step < a.warmup ? " (warmup)" : "", r.loss, tokens, mbs.size(), seconds * 1e3);
+      std::fflush(stdout);
+    }
     if (step >= a.warmup) {
       timed_s += seconds;
       timed_tokens += tokens;
@@ -180,6 +230,7 @@ int Run(const Args& a) {
       {"impl", "hydraulis"},
       {"device", Describe(compute)},
       {"model", a.model},
+      {"dp", dp},
       {"torch", TorchBuildDescription()},
       {"steps_timed", a.steps},
       {"tokens", timed_tokens},
@@ -189,14 +240,14 @@ int Run(const Args& a) {
       {"mfu",
        cuda ? nlohmann::json(timed_flops / timed_s / (a.peak_tflops * 1e12)) : nlohmann::json()},
       {"steps", steps}};
-  std::printf("hydraulis: %.0f tokens/s, %.1f TFLOP/s%s\n", timed_tokens / timed_s,
+  if (lead) std::printf("hydraulis: %.0f tokens/s, %.1f TFLOP/s%s\n", timed_tokens / timed_s,
               timed_flops / timed_s / 1e12,
               cuda ? (", MFU " +
                       std::to_string(timed_flops / timed_s / (a.peak_tflops * 1e12) * 100) + " %")
                          .c_str()
                    : "");
-  if (!a.batches_out.empty()) std::ofstream(a.batches_out) << batches.dump() << '\n';
-  if (!a.json_out.empty()) std::ofstream(a.json_out) << result.dump(1) << '\n';
+  if (lead && !a.batches_out.empty()) std::ofstream(a.batches_out) << batches.dump() << '\n';
+  if (lead && !a.json_out.empty()) std::ofstream(a.json_out) << result.dump(1) << '\n';
   trainer.world().Barrier();
   return 0;
 }

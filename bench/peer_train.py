@@ -16,6 +16,14 @@ the step's micro-batches, then one AdamW step (lr 1e-4, betas (0.9, 0.95), eps 1
               `cu_seq_lens_q/k`, `max_length_q/k` kwargs transformers forwards to attention
               functions, or from a module-level context where a version does not forward them.
 --impl eager: a plain nn.Module LLaMA with the same shapes and the same attention call.
+--impl ddp:   the eager model in torch.nn.parallel.DistributedDataParallel (default options:
+              25 MiB buckets, the all-reduce overlapped with backward), started by torchrun
+              (`torchrun --nproc-per-node 2 bench/peer_train.py --impl ddp ...`; Gloo on CPU,
+              NCCL on CUDA). Each rank trains the micro-batches the batches file gives it
+              (`rank_of`, written by a data-parallel gpu_train_bench run), under no_sync() but
+              the last, with its loss scaled by world_size / the step's global target count
+              so DDP's averaged gradient is the one-process gradient; the step's loss is
+              all-reduced for the report. Rank 0 times and reports.
 Attention: CUDA -> torch.nn.attention.varlen.varlen_attn (else aten._flash_attention_forward),
 GQA passed natively (a start-up self-check against SDPA falls back to expanded K/V);
 CPU -> per-document F.scaled_dot_product_attention(is_causal=True) (correctness path).
@@ -33,17 +41,27 @@ FLOPs per step (documented model count, the same for both impls):
   (Attention: QK^T and PV cost 2*2*s^2*hidden per layer forward, halved by causality, x3 for
   forward+backward.) MFU = achieved FLOP/s / (--peak-tflops * 1e12); null on CPU.
 
+Batches file: {"format": "hydraulis-batches-v1", "vocab": V, "steps": [[[len, ...], ...], ...],
+and optionally "dp": N and "rank_of": [[rank of each micro-batch] per step]} (absent: dp 1).
+
 --check-parity: builds hf and eager from one seed on CPU fp32 (matrices rescaled to std
 --parity-init-std so outputs are far from uniform; eager loads the HF state_dict), checks the
 packed per-document loss sums against transformers' own `labels=` loss on unpacked documents
 (its eager attention), trains 3 steps with each, and exits 1 unless every check agrees within
 1e-5 relative.
+--check-ddp-parity (with --impl ddp under torchrun, CPU): every rank trains 3 steps with DDP
+and, beside it, a one-process eager copy from the same weights on all of each step's
+micro-batches; exits 1 unless every step's loss and every final parameter agree within 1e-5
+relative.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import inspect
 import json
+import os
 import sys
 import time
 from itertools import accumulate
@@ -66,7 +84,13 @@ def load_batches(path):
         for mb in step:
             if not mb or any(int(n) < 1 for n in mb):
                 sys.exit(f"{path}: empty micro-batch or non-positive document length")
-    return int(d["vocab"]), d["steps"]
+    dp = int(d.get("dp", 1))
+    rank_of = d.get("rank_of") or [[0] * len(st) for st in d["steps"]]
+    if len(rank_of) != len(d["steps"]) or any(
+            len(r) != len(st) or any(not 0 <= int(x) < dp for x in r)
+            for r, st in zip(rank_of, d["steps"])):
+        sys.exit(f"{path}: rank_of does not give every micro-batch a rank in [0, dp = {dp})")
+    return int(d["vocab"]), d["steps"], dp, rank_of
 
 
 class Pack:
@@ -303,25 +327,42 @@ def hf_forward_fn(model):
 
 
 # ----------------------------------------------------------------------------- training
-def train(forward, params, packs, device, warmup, log=False):
-    """Runs every step; returns (per-step losses, per-step seconds)."""
+def backward_step(forward, step, total, device, ddp=None):
+    """Forward and backward of one step's micro-batches (this rank's, with `ddp`), gradients
+    accumulated; returns the summed loss (this rank's part of the step's mean)."""
+    cuda = device.type == "cuda"
+    world = torch.distributed.get_world_size() if ddp is not None else 1
+    acc = torch.zeros((), device=device)
+    for i, pk in enumerate(step):
+        # DDP all-reduces (averaging) only in the step's last backward.
+        sync = ddp is None or i == len(step) - 1
+        with contextlib.nullcontext() if sync else ddp.no_sync():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+                logits = forward(pk)
+            loss = F.cross_entropy(logits.float(), pk.labels, ignore_index=-100,
+                                   reduction="sum") / total
+            (loss * world if ddp is not None else loss).backward()
+        acc += loss.detach()
+        del logits, loss
+    return acc
+
+
+def train(forward, params, packs, device, warmup, log=False, totals=None, ddp=None):
+    """Runs every step; returns (per-step losses, per-step seconds). With `ddp` (the
+    DistributedDataParallel module `forward` is), `packs` are this rank's micro-batches and
+    `totals` each step's target count over all ranks."""
     cuda = device.type == "cuda"
     opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0,
                             **({"fused": True} if cuda else {}))
     losses, secs = [], []
     for s, step in enumerate(packs):
-        total = max(1, sum(pk.targets for pk in step))
+        total = max(1, totals[s] if totals is not None else sum(pk.targets for pk in step))
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        acc = torch.zeros((), device=device)
-        for pk in step:
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-                logits = forward(pk)
-            loss = F.cross_entropy(logits.float(), pk.labels, ignore_index=-100, reduction="sum") / total
-            loss.backward()
-            acc += loss.detach()
-            del logits, loss
+        acc = backward_step(forward, step, total, device, ddp)
+        if ddp is not None:
+            torch.distributed.all_reduce(acc)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if cuda:
@@ -376,16 +417,88 @@ def check_parity(c, vocab, steps, seed, init_std=0.1):
     return {"parity_ok": ok, "loss_hf": lh, "loss_eager": le, "transformers": hf_fwd.version}
 
 
+def init_ddp(device):
+    """Joins the torchrun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); returns (rank, world)."""
+    if "WORLD_SIZE" not in os.environ:
+        sys.exit("--impl ddp runs under torchrun: torchrun --nproc-per-node N bench/peer_train.py ...")
+    if device.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+
+def rank_packs(steps, rank_of, rank, vocab, device):
+    """This rank's micro-batches of every step (ids keep their global micro-batch index) and
+    each step's target count over all ranks."""
+    packs = [[Pack(l, s, m, vocab, device) for m, l in enumerate(st) if rank_of[s][m] == rank]
+             for s, st in enumerate(steps)]
+    for s, p in enumerate(packs):
+        if not p:
+            sys.exit(f"step {s} gives rank {rank} no micro-batch; DDP needs one per rank")
+    totals = [sum(sum(mb) - len(mb) for mb in st) for st in steps]
+    return packs, totals
+
+
+def check_ddp_parity(c, vocab, steps, dp, rank_of, seed, init_std=0.1):
+    dev = torch.device("cpu")
+    rank, world = init_ddp(dev)
+    if dp != world:
+        sys.exit(f"the batches were split for dp = {dp}; this job has {world} ranks")
+    steps, rank_of = steps[:3], rank_of[:3]
+    torch.manual_seed(seed)
+    single = EagerLlama(c)
+    with torch.no_grad():  # wider than the 0.02 init: near-uniform outputs would hide errors
+        for w in single.parameters():
+            if w.dim() == 2:
+                w.mul_(init_std / 0.02)
+    model = copy.deepcopy(single)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    packs, totals = rank_packs(steps, rank_of, rank, vocab, dev)
+    all_packs = [[Pack(l, s, m, vocab, dev) for m, l in enumerate(st)] for s, st in enumerate(steps)]
+    # The first step's gradient itself: AdamW's update hardly changes when every gradient is
+    # scaled alike, so the losses alone would not show a wrong scale.
+    backward_step(ddp, packs[0], totals[0], dev, ddp)
+    backward_step(single, all_packs[0], totals[0], dev)
+    grad_err = max(((p.grad - q.grad).abs().max() / q.grad.abs().max()).item()
+                   for p, q in zip(model.parameters(), single.parameters()))
+    ok = grad_err < 1e-5
+    if rank == 0:
+        print(f"step 0 gradient: largest relative difference {grad_err:.2e}")
+    for m in (model, single):
+        m.zero_grad(set_to_none=True)
+    ld, _ = train(ddp, ddp.parameters(), packs, dev, 0, totals=totals, ddp=ddp)
+    ls, _ = train(single, single.parameters(), all_packs, dev, 0)
+    for s, (a, b) in enumerate(zip(ld, ls)):
+        rel = abs(a - b) / abs(b)
+        ok &= rel < 1e-5
+        if rank == 0:
+            print(f"step {s}: loss ddp ({world} ranks) {a:.8f} one process {b:.8f} rel {rel:.2e}")
+    worst = max(((p - q).abs().max() / q.abs().max()).item()
+                for p, q in zip(model.parameters(), single.parameters()))
+    ok &= worst < 1e-5
+    if rank == 0:
+        print(f"parameters after {len(steps)} steps: largest relative difference {worst:.2e}")
+    flag = torch.tensor([0 if ok else 1])
+    torch.distributed.all_reduce(flag)
+    ok = flag.item() == 0
+    if rank == 0:
+        print("DDP PARITY OK" if ok else "DDP PARITY FAILED")
+    torch.distributed.destroy_process_group()
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batches", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--impl", choices=["hf", "eager"], default="hf")
+    ap.add_argument("--impl", choices=["hf", "eager", "ddp"], default="hf")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--warmup-steps", type=int, default=2)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--init-seed", type=int, default=0)
     ap.add_argument("--check-parity", action="store_true", help="CPU fp32 hf vs eager check, then exit")
+    ap.add_argument("--check-ddp-parity", action="store_true",
+                    help="CPU fp32 DDP (under torchrun) vs one-process eager check, then exit")
     ap.add_argument("--parity-init-std", type=float, default=0.1,
                     help="weight std for --check-parity (0.02 leaves the tiny model near-uniform)")
     ap.add_argument("--json")
@@ -393,9 +506,12 @@ def main():
     args = ap.parse_args()
     with open(args.model) as f:
         c = json.load(f)
-    vocab, steps = load_batches(args.batches)
+    vocab, steps, dp, rank_of = load_batches(args.batches)
     if vocab != c["vocab"]:
         sys.exit(f"batches vocab {vocab} != model vocab {c['vocab']}")
+    if args.check_ddp_parity:
+        ok = check_ddp_parity(c, vocab, steps, dp, rank_of, args.init_seed, args.parity_init_std)
+        sys.exit(0 if ok else 1)
     if args.check_parity:
         res = check_parity(c, vocab, steps, args.init_seed, args.parity_init_std)
         if args.json:
@@ -409,6 +525,11 @@ def main():
     dev = torch.device(args.device)
     if dev.type == "cuda":
         selfcheck_varlen(c, dev)
+    rank, world, ddp, totals = 0, 1, None, None
+    if args.impl == "ddp":
+        rank, world = init_ddp(dev)
+        if dp != world:
+            sys.exit(f"{args.batches} was split for dp = {dp}; this job has {world} ranks")
     torch.manual_seed(args.init_seed)
     if args.impl == "hf":
         model = build_hf(c).to(dev)
@@ -418,17 +539,26 @@ def main():
         model, tf_version = EagerLlama(c).to(dev), None
         forward = model
     model.train()
-    packs = [[Pack(l, s, m, vocab, dev) for m, l in enumerate(st)] for s, st in enumerate(steps)]
+    if args.impl == "ddp":
+        forward = ddp = torch.nn.parallel.DistributedDataParallel(model)
+        packs, totals = rank_packs(steps, rank_of, rank, vocab, dev)
+    else:
+        packs = [[Pack(l, s, m, vocab, dev) for m, l in enumerate(st)] for s, st in enumerate(steps)]
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    losses, secs = train(forward, model.parameters(), packs, dev, args.warmup_steps, args.verbose)
+    losses, secs = train(forward, model.parameters(), packs, dev, args.warmup_steps,
+                         args.verbose and rank == 0, totals, ddp)
+    if ddp is not None:
+        torch.distributed.destroy_process_group()
+        if rank != 0:
+            return
     w = args.warmup_steps
     flops = [step_flops(c, [n for mb in st for n in mb]) for st in steps[w:]]
     tokens = sum(n for st in steps[w:] for mb in st for n in mb)
     seconds = sum(secs[w:])
     cuda = dev.type == "cuda"
     res = {
-        "impl": args.impl, "device": args.device, "model": c.get("name", args.model),
+        "impl": args.impl, "dp": world, "device": args.device, "model": c.get("name", args.model),
         "steps_timed": len(steps) - w, "warmup_steps": w, "tokens": tokens, "seconds": seconds,
         "tokens_per_s": tokens / seconds, "step_ms": [1e3 * t for t in secs[w:]],
         "loss": losses, "flops_per_step": flops,

@@ -3,7 +3,7 @@
 
 Usage: .venv/bin/python bench/runtime_overhead.py [--bench build/release/bench/gpu_train_bench]
        [--models tiny,small] [--rounds 3] [--steps tiny=30,small=3] [--warmup 1] [--context 2048]
-       [--tokens-per-step 8192] [--report FILE]
+       [--tokens-per-step 8192] [--dp 1|N] [--report FILE]
 
 For each model: bench/gpu_train_bench (ours: the distributed trainer on one CPU rank, fp32)
 writes the packed batches of real Wikipedia lengths it trained on; then every round runs
@@ -13,6 +13,14 @@ the machine hit all three alike. Each run's tokens/s is over its timed steps (af
 `--warmup`); the table gives each implementation's median and the median over rounds of
 ours / peer, the figure issue 26 sets goals on (>= 1.05x). Peak resident memory of each run
 (GNU time) is recorded beside it. Run from the repository root on a quiet machine.
+
+--dp N (N > 1): data parallelism against PyTorch DDP instead. Ours runs as N ranks under
+torchrun (one single-GPU pipeline per rank; the step's micro-batches spread over the ranks by
+tokens) and writes which rank ran each micro-batch; the peer is the eager model in
+DistributedDataParallel (Gloo) on the same N ranks, each rank training the same micro-batches
+(bench/peer_train.py --impl ddp). Both launch through `python -m torch.distributed.run
+--standalone`, so both get torchrun's environment (OMP_NUM_THREADS=1 per rank). Peak RSS is
+then the largest single process's (GNU time's figure for a process tree), i.e. one rank's.
 """
 import argparse
 import json
@@ -46,10 +54,17 @@ def main():
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--tokens-per-step", type=int, default=8192)
     ap.add_argument("--lengths", default="data/wikipedia-sample-lengths.txt")
+    ap.add_argument("--dp", type=int, default=1, help="data-parallel ranks; > 1 compares with DDP")
     ap.add_argument("--report")
     a = ap.parse_args()
-    lines = ["| model | parameters | ours tokens/s | eager tokens/s | hf tokens/s | ours / eager | "
-             "ours / hf | peak RSS MiB ours / eager / hf |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    peers = ["eager", "hf"] if a.dp == 1 else ["ddp"]
+    launch = [] if a.dp == 1 else [a.python, "-m", "torch.distributed.run", "--standalone",
+                                    "--nproc-per-node", str(a.dp)]
+    lines = ["| model | parameters | dp | ours tokens/s | " +
+             " | ".join(f"{p} tokens/s" for p in peers) + " | " +
+             " | ".join(f"ours / {p}" for p in peers) +
+             f" | peak RSS MiB ours / {' / '.join(peers)} |",
+             "|---|---:|---:|---:|" + "---:|" * (2 * len(peers) + 1)]
     with tempfile.TemporaryDirectory() as tmp:
         steps_of = dict((k, int(v)) for k, v in (kv.split("=") for kv in a.steps.split(",")))
         for model in a.models.split(","):
@@ -59,7 +74,7 @@ def main():
             out = os.path.join(tmp, "run.json")
 
             def ours():
-                text, rss = timed([a.bench, "--model", config, "--device", "cpu", "--precision",
+                text, rss = timed(launch + (["--no-python"] if launch else []) + [a.bench, "--model", config, "--device", "cpu", "--precision",
                                    "fp32", "--lengths", a.lengths, "--context", str(a.context),
                                    "--tokens-per-step", str(a.tokens_per_step), "--steps",
                                    str(steps), "--warmup", str(a.warmup), "--batches-out",
@@ -68,18 +83,18 @@ def main():
                     return json.load(f)["tokens_per_s"], rss
 
             def peer(impl):
-                text, rss = timed([a.python, "bench/peer_train.py", "--batches", batches, "--model",
+                text, rss = timed((launch or [a.python]) + ["bench/peer_train.py", "--batches", batches, "--model",
                                    config, "--impl", impl, "--device", "cpu", "--warmup-steps",
                                    str(a.warmup), "--json", out])
                 with open(out) as f:
                     return json.load(f)["tokens_per_s"], rss
 
-            runs = {"ours": [], "eager": [], "hf": []}
-            rss = {"ours": 0, "eager": 0, "hf": 0}
+            order = ["ours"] + peers
+            runs = {k: [] for k in order}
+            rss = {k: 0 for k in order}
             ours()  # writes the batches the peers read (and warms the caches)
-            order = ["ours", "eager", "hf"]
             for r in range(a.rounds):
-                for name in order[r % 3:] + order[:r % 3]:
+                for name in order[r % len(order):] + order[:r % len(order)]:
                     tps, peak = ours() if name == "ours" else peer(name)
                     runs[name].append(tps)
                     rss[name] = max(rss[name], peak)
@@ -87,17 +102,17 @@ def main():
                           flush=True)
             med = {k: statistics.median(v) for k, v in runs.items()}
             ratio = {p: statistics.median(o / q for o, q in zip(runs["ours"], runs[p]))
-                     for p in ("eager", "hf")}
+                     for p in peers}
             with open(config) as f:
                 c = json.load(f)
             hd = c["hidden"] // c["heads"]
             params = c["layers"] * (2 * c["hidden"] * c["hidden"] + 2 * c["hidden"] * c["kv_heads"] * hd
                                     + 3 * c["hidden"] * c["ffn"] + 2 * c["hidden"]) + c["hidden"] + \
                 c["vocab"] * c["hidden"] * (1 if c["tie_embeddings"] else 2)
-            lines.append(f"| {model} | {params / 1e6:.1f}M | {med['ours']:.0f} | {med['eager']:.0f} | "
-                         f"{med['hf']:.0f} | {ratio['eager']:.3f} | {ratio['hf']:.3f} | "
-                         f"{rss['ours'] / 2**20:.0f} / {rss['eager'] / 2**20:.0f} / "
-                         f"{rss['hf'] / 2**20:.0f} |")
+            lines.append(f"| {model} | {params / 1e6:.1f}M | {a.dp} | {med['ours']:.0f} | " +
+                         " | ".join(f"{med[p]:.0f}" for p in peers) + " | " +
+                         " | ".join(f"{ratio[p]:.3f}" for p in peers) + " | " +
+                         " / ".join(f"{rss[k] / 2**20:.0f}" for k in order) + " |")
     print("\n".join(lines))
     if a.report:
         with open(a.report, "w") as f:
