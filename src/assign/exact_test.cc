@@ -418,5 +418,38 @@ TEST(ExactTest, ContextParallelPipelinesMatchBruteForceAndKeepTheBound) {
   EXPECT_LE(worst_gap, 0.2);
 }
 
+// Two cp pipelines of different widths beside a cp = 1 one: three groups, so the bound's LP
+// goes through Clp with units that move with the step time (a document a rank cannot finish
+// whole within it must be sharded and pays its exchange). The bound stays below the optimum.
+TEST(ExactTest, BoundWithThreeGroupsAndTwoCpWidthsStaysBelowTheOptimum) {
+  int tighter_than_mean = 0;
+  for (std::uint64_t seed = 1; seed <= 80; ++seed) {
+    Rng rng(seed);
+    AssignProblem p;
+    const std::int64_t rank_capacity = 200 + static_cast<std::int64_t>(rng.Below(200));
+    // A large quadratic term, so placing a long document whole can cost more than a step.
+    const double a = 5e-3 * rng.Uniform(), b = 0.5 + rng.Uniform(), c = 20.0 * rng.Uniform();
+    for (int cp : {2, 4}) {
+      p.pipelines.push_back(MakePipelineModel({cp, 1, 1}, {a, b, c}, cp * rank_capacity,
+                                              0.3 * b * rng.Uniform(), 0.05 * rng.Uniform()));
+    }
+    p.pipelines.push_back(Pipe(1, a, b, c, rank_capacity, 1));
+    const int n = 2 + static_cast<int>(rng.Below(3));
+    for (int d = 0; d < n; ++d) {
+      const std::int64_t s = Lengths().Draw(rng) / 4;
+      p.lengths.push_back(std::clamp<std::int64_t>(s, 1, p.pipelines[0].capacity_tokens));
+    }
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const ExactResult r = SolveExact(p);
+    EXPECT_NEAR(r.optimal_ms, BruteForceMs(p), 1e-9 * std::max(1.0, r.optimal_ms));
+    const LowerBound lb = ComputeLowerBound(p);
+    EXPECT_LE(lb.ms, r.optimal_ms * (1 + 1e-9));
+    if (lb.fractional_ms > lb.longest_doc_ms * (1 + 1e-9)) ++tighter_than_mean;
+  }
+  std::printf("[ exact    ] three groups with two cp widths: the LP bound above the longest "
+              "document on %d of 80 instances\n",
+              tighter_than_mean);
+}
+
 }  // namespace
 }  // namespace hydraulis

@@ -71,6 +71,32 @@ bool Eligible(const PipelineModel& p, std::int64_t s, double theta) {
   return s <= p.capacity_tokens && p.scheme.pp * (p.DocumentFloorMs(s) + p.time.c_ms) <= theta;
 }
 
+// cp > 1: whether a document of length s on `p` must be sharded in any plan with step time
+// <= theta, so its key/value exchange is part of its work: no rank can hold it whole, or a
+// micro-batch holding it whole on one rank takes that rank longer than theta through the pp
+// stages (the rank's stage time is at least the document's whole time plus c).
+bool MustShard(const PipelineModel& p, std::int64_t s, double theta) {
+  if (p.scheme.cp == 1) return false;
+  if (static_cast<double>(s) > p.shard.rank_capacity_tokens) return true;
+  return p.scheme.pp * (p.shard.whole.DocumentMs(s) + p.time.c_ms) > theta;
+}
+
+// The step time above which a document of length s may run whole on one rank of `p` (cp >
+// 1 and it fits a rank's memory): below it, MustShard holds and its work includes the
+// exchange. +infinity when it can never run whole; 0 when cp = 1.
+double WholeThresholdMs(const PipelineModel& p, std::int64_t s) {
+  if (p.scheme.cp == 1) return 0;
+  if (static_cast<double>(s) > p.shard.rank_capacity_tokens) return kInf;
+  return p.scheme.pp * (p.shard.whole.DocumentMs(s) + p.time.c_ms);
+}
+
+// A document's least share of its stage's work at step time theta: DocumentWorkMs's, with
+// the exchange also charged where theta forbids placing the document whole.
+double WorkMs(const PipelineModel& p, std::int64_t s, double theta) {
+  const double work = p.time.DocumentMs(s);
+  return MustShard(p, s, theta) ? work + p.shard.kv_ms_per_token * static_cast<double>(s) : work;
+}
+
 // Per document of length s, its work on a pipeline of the group when it also pays its
 // token share of the per-micro-batch constant (v >= tokens / capacity).
 // A document whose own critical path pp*(w + c) on a pipeline exceeds theta cannot run
@@ -81,13 +107,13 @@ double Unit(const Group& g, std::int64_t s, double theta) {
   // pp > 1: the pipeline's time is at least kappa times its document work (see
   // RelaxationTable); the micro-batch constant is inside that bound.
   if (p.scheme.pp > 1) {
-    return g.charge_c ? p.DocumentWorkMs(s) + p.time.c_ms * static_cast<double>(s) /
-                                                  static_cast<double>(p.capacity_tokens)
-                      : g.kappa * p.DocumentWorkMs(s);
+    return g.charge_c ? WorkMs(p, s, theta) + p.time.c_ms * static_cast<double>(s) /
+                                                   static_cast<double>(p.capacity_tokens)
+                      : g.kappa * WorkMs(p, s, theta);
   }
   const double per_token =
       g.c_per_token > 0 ? g.c_per_token : 1.0 / static_cast<double>(p.capacity_tokens);
-  return g.scale * (p.DocumentWorkMs(s) + p.time.c_ms * static_cast<double>(s) * per_token);
+  return g.scale * (WorkMs(p, s, theta) + p.time.c_ms * static_cast<double>(s) * per_token);
 }
 
 // LP duality: for any weights mu_g >= 0, T >= sum_i min_g mu_g u_ig / sum_g m_g mu_g,
@@ -328,6 +354,13 @@ class WarmLp {
         rows.push_back(D + g), cols.push_back(col), vals.push_back(u);
         col_lb.push_back(0.0), col_ub.push_back(docs[i].second), obj.push_back(0.0);
         critical_.push_back(m.scheme.pp * (m.DocumentFloorMs(len) + m.time.c_ms));
+        // cp > 1: below the threshold the document must be sharded, and its unit includes
+        // the exchange (pp = 1 units only: the relaxed pp > 1 units keep the plain work).
+        const double whole = WholeThresholdMs(m, len);
+        if (m.scheme.pp == 1 && m.scheme.cp > 1 && whole > 0 && whole < kInf) {
+          theta_aware_.push_back(
+              {col, D + g, whole, u, u + m.shard.kv_ms_per_token * static_cast<double>(len)});
+        }
         ++col;
       }
     }
@@ -351,6 +384,13 @@ class WarmLp {
     for (int c = 0; c < t_col_; ++c) {
       lp_.setColumnUpper(c, critical_[c] <= theta ? ub_[c] : 0.0);
     }
+    for (auto& t : theta_aware_) {
+      const bool whole = t.threshold <= theta;
+      if (whole != t.whole_now) {
+        lp_.modifyCoefficient(t.row, t.col, whole ? t.whole_unit : t.sharded_unit);
+        t.whole_now = whole;
+      }
+    }
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       lp_.modifyCoefficient(D + static_cast<int>(g), t_col_, -groups_[g].count / groups_[g].kappa);
     }
@@ -368,6 +408,15 @@ class WarmLp {
   ClpSimplex lp_;
   std::vector<double> critical_, ub_;
   int t_col_ = 0;
+  // cp > 1, pp = 1 columns whose unit moves with theta (MustShard). The LP is loaded with
+  // the whole-placement units (whole_now); a stale unit only makes the prices less good,
+  // never the bound invalid, since DualValue evaluates them exactly.
+  struct ThetaAwareColumn {
+    int col = 0, row = 0;
+    double threshold = 0, whole_unit = 0, sharded_unit = 0;
+    bool whole_now = true;
+  };
+  std::vector<ThetaAwareColumn> theta_aware_;
 };
 
 // ComputeLowerBound's phases, over the batch's distinct lengths and its groups of identical
@@ -445,6 +494,9 @@ class LowerBoundSearch {
         if (s > g.model.capacity_tokens) continue;
         const double t = g.model.scheme.pp * (g.model.DocumentFloorMs(s) + g.model.time.c_ms);
         if (t > lb_.longest_doc_ms) thresholds.push_back(t);
+        // cp > 1: where the document may start to run whole (its unit drops the exchange).
+        const double whole = WholeThresholdMs(g.model, s);
+        if (whole > lb_.longest_doc_ms && whole < kInf) thresholds.push_back(whole);
       }
     }
     std::sort(thresholds.begin(), thresholds.end());
