@@ -38,8 +38,11 @@ class Solver {
   }
 
  private:
+  // A document's share of its pipeline's work: for cp > 1 with the exchange of a document no
+  // rank can hold whole, which a sharded long document pays on every rank (without it the
+  // estimate sees a wide cp pipeline as nearly free and overloads it).
   double Work(int p, int d) const {
-    return problem_.pipelines[p].time.DocumentMs(problem_.lengths[static_cast<std::size_t>(d)]);
+    return problem_.pipelines[p].DocumentWorkMs(problem_.lengths[static_cast<std::size_t>(d)]);
   }
   bool Fits(int p, int d) const {
     return problem_.lengths[static_cast<std::size_t>(d)] <= problem_.pipelines[p].capacity_tokens;
