@@ -131,6 +131,10 @@ def build(b):
         "binary": "\x00\x01\x02\xff", "json null": "[null]", "json bool": "[true]",
         "json empty": "[]", "spaces inside": "1 2\n", "plus sign": "+5\n",
         "json beyond a double": "[1e400]", "json huge negative": "[-1e309]",
+        # Too large for int64 (issue 25): refused as too long, never wrapped negative.
+        "json 2^63": "[9223372036854775808]", "json 2^64 - 1": "[18446744073709551615]",
+        "json 2^64": "[18446744073709551616]", "json 1e30": "[1e30]",
+        "20 digits": "99999999999999999999\n",
     }
     for name, text in bad_lengths.items():
         path = b.file("bad-lengths.txt", text)
@@ -148,6 +152,8 @@ def build(b):
         "array line": "[5]\n", "deep": "{\"length\": 5, \"x\": " + "[" * 5000 + "\n",
         "truncated": "{\"length\": 5}\n{\"length\": ", "huge": "{\"length\": 1e300}\n",
         "beyond a double": "{\"length\": 5, \"x\": 1e400}\n",
+        "length 2^63": "{\"length\": 9223372036854775808}\n",
+        "length 2^64": "{\"length\": 18446744073709551616}\n",
     }
     for name, text in bad_jsonl.items():
         path = b.file("bad.jsonl", text)
@@ -183,6 +189,18 @@ def build(b):
         p = b.file(f"overflow-{label}.json", text.replace("{", "{\"x\": 1e400, ", 1))
         b.add(f"{label} values", "a number beyond a double",
               [x if x != path else p for x in plan] + ["--lengths", lengths])
+        # Integers too large for their type (issue 25): 2^63 used to wrap to a negative.
+        int_paths = ([("model", "layers"), ("model", "hidden"), ("schemes", 0, "tp")]
+                     if label == "profile" else
+                     [("gpus",), ("strategies", 0, "pipelines", 0, "count"),
+                      ("optimizer_layout", "dp")])
+        for path_ in int_paths:
+            for value_name, value in (("2^63", 2**63), ("2^64", 2**64), ("1e30", 1e30)):
+                mutated = json.loads(text)
+                set_path(mutated, path_, value)
+                p = b.file(f"big-{label}.json", json.dumps(mutated))
+                b.add(f"{label} values", f"{'.'.join(map(str, path_))} = {value_name}",
+                      [x if x != path else p for x in plan] + ["--lengths", lengths])
         dup = text.replace("{", "{\"format\": \"x\", ", 1)
         p = b.file(f"dup-{label}.json", dup)
         b.add(f"{label} values", "duplicate key",
@@ -207,6 +225,9 @@ def build(b):
         "strategy not an object": lambda j: j.update(strategy=3),
         "no name": lambda j: j["strategy"].pop("name"),
         "negative planning": lambda j: j.update(planning_ms=-2.0),
+        "tokens 2^63": lambda j: j.update(num_tokens=2**63),
+        "documents 2^64": lambda j: j.update(num_documents=2**64),
+        "tokens 1e30": lambda j: j.update(num_tokens=1e30),
         "array line": None, "truncated line": None, "empty file": None,
         "number beyond a double": None,
     }
@@ -411,6 +432,20 @@ def add_train_cases(b, src, profile):
     b.add("train, one line per failure", "a model of terabytes",
           ["train", "--nproc", "2", "--model", b.file("huge.json", json.dumps(huge)), "--steps", "1",
            "--timeout-s", "20"])
+    # Models too large for the machine or for their types (issue 25): refused by size or at
+    # parse time, before anything is allocated; eval counts the weights alone.
+    deep = dict(json.load(open(model)), name="deep", layers=2**31 - 1)
+    wide = dict(json.load(open(model)), name="wide", hidden=2**30, heads=2**20, kv_heads=2**20,
+                ffn=2**30, vocab=2**30)
+    for name, config in (("a model of terabytes", huge), ("2^31 - 1 layers", deep),
+                         ("a parameter count past int64", wide),
+                         ("vocab 2^63", dict(json.load(open(model)), vocab=2**63)),
+                         ("hidden 1e30", dict(json.load(open(model)), hidden=1e30))):
+        path = b.file("big-model.json", json.dumps(config))
+        b.add("model size", f"eval {name}", ["eval", "--model", path, "--data",
+                                              prefix_with_ids(b, [1, 2, 3])])
+        b.add("model size", f"train {name}",
+              ["train", "--nproc", "2", "--model", path, "--steps", "1", "--timeout-s", "20"])
     # Every document one token long: no batch has a target token.
     prefix = os.path.join(b.tmp, "one-token-docs")
     with open(prefix + ".bin", "wb") as f:
@@ -536,6 +571,8 @@ def add_hf_cases(b, data):
             "model.safetensors.index.json": json.dumps(
                 {"weight_map": {t: "../x.safetensors" for t, _ in tensors}}).encode()}),
         "no weights file": checkpoint("none", files={}),
+        "vocab_size 2^64": checkpoint("bigvocab", cfg={**config, "vocab_size": 2**64}),
+        "num_hidden_layers 1e30": checkpoint("biglayers", cfg={**config, "num_hidden_layers": 1e30}),
     }
     for name, d in cases.items():
         b.add("Hugging Face checkpoints", name,

@@ -1,5 +1,6 @@
 #include "hydraulis/base/json_text.h"
 
+#include <cmath>
 #include <set>
 #include <vector>
 
@@ -64,6 +65,46 @@ std::string JsonForMessage(const nlohmann::json& value) {
   const std::string text = value.dump();
   if (text.size() <= 60) return text;
   return text.substr(0, 60) + "...(" + std::to_string(text.size()) + " bytes)";
+}
+
+JsonIntegerCheck CheckJsonInteger(const nlohmann::json& value, std::int64_t min_value,
+                                  std::int64_t max_value, std::int64_t* out) {
+  if (value.is_number_unsigned()) {
+    // Any value above INT64_MAX lands here, and no int64 conversion happens before the
+    // comparison (max_value < 0 makes every unsigned value too large).
+    const std::uint64_t u = value.get<std::uint64_t>();
+    if (max_value < 0 || u > static_cast<std::uint64_t>(max_value)) {
+      return JsonIntegerCheck::kAboveMax;
+    }
+    if (min_value > 0 && u < static_cast<std::uint64_t>(min_value)) {
+      return JsonIntegerCheck::kBelowMin;
+    }
+    *out = static_cast<std::int64_t>(u);
+    return JsonIntegerCheck::kInRange;
+  }
+  if (value.is_number_integer()) {
+    const std::int64_t i = value.get<std::int64_t>();
+    if (i > max_value) return JsonIntegerCheck::kAboveMax;
+    if (i < min_value) return JsonIntegerCheck::kBelowMin;
+    *out = i;
+    return JsonIntegerCheck::kInRange;
+  }
+  if (!value.is_number_float()) return JsonIntegerCheck::kNotAnInteger;
+  // ParseJson rejects numbers beyond a double, so x is finite. long double holds every
+  // int64 exactly where it is wider than double (x86-64), so the bounds compare exactly.
+  const double x = value.get<double>();
+  if (static_cast<long double>(x) > static_cast<long double>(max_value)) {
+    return JsonIntegerCheck::kAboveMax;
+  }
+  if (static_cast<long double>(x) < static_cast<long double>(min_value)) {
+    return JsonIntegerCheck::kBelowMin;
+  }
+  // Past 2^53 a double no longer holds every integer: 1e16 written as a float may not be
+  // the integer the user meant.
+  constexpr double kExactIntegers = 9e15;
+  if (std::floor(x) != x || std::abs(x) >= kExactIntegers) return JsonIntegerCheck::kNotAnInteger;
+  *out = static_cast<std::int64_t>(x);
+  return JsonIntegerCheck::kInRange;
 }
 
 }  // namespace hydraulis

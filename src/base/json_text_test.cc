@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
+#include <utility>
 
 #include "hydraulis/base/error.h"
 
@@ -16,6 +19,39 @@ std::string ErrorOf(const std::string& text) {
     return e.what();
   }
   return "";
+}
+
+// Every integer spelling nlohmann can hand a reader, against the range of the type it goes
+// into: no value is converted (and so wrapped) before it is known to fit.
+TEST(JsonTextTest, CheckJsonIntegerComparesBeforeConverting) {
+  const auto check = [](const char* text, std::int64_t lo, std::int64_t hi) {
+    std::int64_t out = -7;
+    const JsonIntegerCheck result = CheckJsonInteger(ParseJson(text, "x.json"), lo, hi, &out);
+    return std::pair{result, out};
+  };
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  using C = JsonIntegerCheck;
+  EXPECT_EQ(check("5", 1, 10), std::pair(C::kInRange, std::int64_t{5}));
+  EXPECT_EQ(check("5.0", 1, 10), std::pair(C::kInRange, std::int64_t{5}));
+  EXPECT_EQ(check("9223372036854775807", 0, kMax), std::pair(C::kInRange, kMax));
+  EXPECT_EQ(check("-9223372036854775808", kMin, 0), std::pair(C::kInRange, kMin));
+  for (const char* huge : {"9223372036854775808", "18446744073709551615", "18446744073709551616",
+                           "1e30", "9223372036854775808.0"}) {
+    EXPECT_EQ(check(huge, 0, kMax).first, C::kAboveMax) << huge;
+    EXPECT_EQ(check(huge, kMin, kMax).first, C::kAboveMax) << huge;
+  }
+  EXPECT_EQ(check("11", 1, 10).first, C::kAboveMax);
+  EXPECT_EQ(check("10.5", 1, 10).first, C::kAboveMax);
+  EXPECT_EQ(check("4294967296", 0, 2147483647).first, C::kAboveMax);
+  EXPECT_EQ(check("5", -10, -1).first, C::kAboveMax);
+  EXPECT_EQ(check("0", 1, 10).first, C::kBelowMin);
+  EXPECT_EQ(check("-1e19", kMin, kMax).first, C::kBelowMin);
+  EXPECT_EQ(check("-1e30", 0, 10).first, C::kBelowMin);
+  EXPECT_EQ(check("3", 5, kMax).first, C::kBelowMin);  // an unsigned below a positive min
+  for (const char* other : {"2.5", "\"7\"", "null", "true", "[1]", "{}", "1e16"}) {
+    EXPECT_EQ(check(other, kMin, kMax), std::pair(C::kNotAnInteger, std::int64_t{-7})) << other;
+  }
 }
 
 TEST(JsonTextTest, ParsesOrdinaryDocuments) {

@@ -111,6 +111,25 @@ TEST(CheckpointMetaTest, RejectsInconsistentFields) {
             std::string::npos);
 }
 
+// Counts past int64 are refused as too large, naming the field: 2^64 - 1 used to wrap to -1
+// ("must be >= 0").
+TEST(CheckpointMetaTest, CountsBeyondInt64NameTheField) {
+  const auto error = [](const std::string& offset, const std::string& world_size) {
+    return test_support::InvalidInputMessage([&] {
+      ParseCheckpointMeta(R"({"format": "hydraulis.checkpoint/1", "step": 3, "sampler": )"
+                          R"({"epoch": 0, "offset": )" +
+                              offset + R"(}, "seed": 7, "world_size": )" + world_size +
+                              R"(, "parameters": 10})",
+                          "m.json", "step-00000003");
+    });
+  };
+  EXPECT_EQ(error("18446744073709551615", "4"),
+            "m.json: sampler.offset: must be <= 9223372036854775807, got 18446744073709551615");
+  EXPECT_EQ(error("1e30", "4"),
+            "m.json: sampler.offset: must be <= 9223372036854775807, got 1e+30");
+  EXPECT_EQ(error("9", "4294967297"), "m.json: world_size: must be <= 2147483647, got 4294967297");
+}
+
 TEST(CheckpointMetaTest, ReadsTheFormatWithoutChecksumsUnverified) {
   const std::string text =
       R"({"format": "hydraulis.checkpoint/1", "step": 3, "sampler": {"epoch": 0, "offset": 9},

@@ -57,6 +57,26 @@ TEST(ParseLengthsTest, LengthsOverTheMaximumNameTheLineAndValue) {
             "a length must be at most 4294967296 tokens (2^32), got 1099511627776");
 }
 
+// A length too large even for int64 is "too long", naming where and the value as written:
+// unsigned JSON integers past INT64_MAX used to wrap to negatives ("must be an integer >= 1,
+// got 9223372036854775808"), and 20 digits on a line read as malformed.
+TEST(ParseLengthsTest, LengthsBeyondInt64AreTooLongNotMalformed) {
+  for (const char* text : {"[9223372036854775808]", "[18446744073709551615]",
+                           "[18446744073709551616]", "[1e30]", "[4294967297.0]"}) {
+    ExpectParseError(text,
+                     "docs.txt: [0]: a length must be at most 4294967296 tokens (2^32), got ");
+  }
+  ExpectParseError("[1, 9223372036854775808]", "got 9223372036854775808");
+  ExpectParseError("5\n99999999999999999999\n",
+                   "docs.txt:2: a length must be at most 4294967296 tokens (2^32), got "
+                   "'99999999999999999999'");
+  // Still malformed, not too long: a negative beyond int64, a fraction, a negative.
+  ExpectParseError("-99999999999999999999\n", "docs.txt:1: a length must be an integer >= 1");
+  ExpectParseError("[-9223372036854775809]", "a length must be an integer >= 1");
+  ExpectParseError("[2.5]", "a length must be an integer >= 1, got 2.5");
+  EXPECT_EQ(ParseLengths("[3.0]", "a.json"), (Lengths{3}));
+}
+
 TEST(ParseLengthsTest, SkipsBlankLinesAndComments) {
   const std::string text =
       "# token lengths\n"

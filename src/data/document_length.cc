@@ -3,8 +3,12 @@
 namespace hydraulis {
 
 std::string DocumentTooLongMessage(std::int64_t tokens) {
+  return DocumentTooLongMessage(std::to_string(tokens));
+}
+
+std::string DocumentTooLongMessage(const std::string& shown) {
   return "a length must be at most " + std::to_string(kMaxDocumentTokens) + " tokens (2^32), got " +
-         std::to_string(tokens);
+         shown;
 }
 
 }  // namespace hydraulis

@@ -1,7 +1,6 @@
 #include "hydraulis/data/json_lines.h"
 
 #include <cstdint>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "ascii_text.h"
@@ -18,22 +17,23 @@ using data_internal::Trim;
 std::string TypeName(const nlohmann::json& j) { return j.type_name(); }
 
 // The value of an integer length field; InvalidInput (via `fail`) for anything that is not
-// an integer in [min_len, INT64_MAX].
+// an integer in [min_len, kMaxDocumentTokens], checked before any int64 conversion (an
+// unsigned 2^63 would wrap negative, 1e30 does not fit).
 template <typename Fail>
 std::int64_t LengthValue(const nlohmann::json& v, std::int64_t min_len, Fail fail) {
-  if (!v.is_number_integer() ||
-      (v.is_number_unsigned() &&
-       v.get<std::uint64_t>() >
-           static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))) {
-    fail("a length must be an integer >= " + std::to_string(min_len) + ", got " +
-         JsonForMessage(v));
+  std::int64_t len = 0;
+  switch (CheckJsonInteger(v, min_len, kMaxDocumentTokens, &len)) {
+    case JsonIntegerCheck::kInRange:
+      return len;
+    case JsonIntegerCheck::kAboveMax:
+      fail(DocumentTooLongMessage(JsonForMessage(v)));
+      break;
+    case JsonIntegerCheck::kBelowMin:
+    case JsonIntegerCheck::kNotAnInteger:
+      break;
   }
-  const auto len = v.get<std::int64_t>();
-  if (len < min_len) {
-    fail("a length must be an integer >= " + std::to_string(min_len) + ", got " +
-         JsonForMessage(v));
-  }
-  return len;
+  fail("a length must be an integer >= " + std::to_string(min_len) + ", got " + JsonForMessage(v));
+  return 0;  // not reached: fail throws
 }
 
 }  // namespace

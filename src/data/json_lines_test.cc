@@ -115,6 +115,13 @@ TEST(JsonLinesTest, ErrorsNameTheLineAndField) {
   ExpectError("{\"length\": -4}", plain, "got -4");
   ExpectError("{\"length\": null}", plain, "got null");
   ExpectError("{\"length\": true}", plain, "got true");
+  // Beyond int64 (unsigned, or beyond uint64 and so a double): too long, never wrapped.
+  for (const char* huge_length :
+       {"9223372036854775808", "18446744073709551615", "18446744073709551616", "1e30"}) {
+    ExpectError(std::string("{\"length\": ") + huge_length + "}", plain,
+                "d.jsonl:1: field 'length': a length must be at most 4294967296 tokens (2^32), "
+                "got ");
+  }
   ExpectError("{\"length\": 18446744073709551615}", plain, "got 18446744073709551615");
   ExpectError("{\"length\": 1}\n{\"length\": 9223372036854775807}", plain,
               "d.jsonl:2: field 'length': a length must be at most 4294967296 tokens (2^32), got "

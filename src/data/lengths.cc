@@ -17,15 +17,20 @@ std::vector<std::int64_t> ParseLengths(const std::string& text, const std::strin
   if (first != std::string::npos && text[first] == '[') {
     const nlohmann::json j = ParseJson(text, source);
     for (std::size_t i = 0; i < j.size(); ++i) {
-      if (!j[i].is_number_integer() || j[i].get<std::int64_t>() < 1) {
-        throw InvalidInput(source + ": [" + std::to_string(i) +
-                           "]: a length must be an integer >= 1, got " + JsonForMessage(j[i]));
+      const std::string where = source + ": [" + std::to_string(i) + "]: ";
+      std::int64_t v = 0;
+      switch (CheckJsonInteger(j[i], 1, kMaxDocumentTokens, &v)) {
+        case JsonIntegerCheck::kInRange:
+          break;
+        case JsonIntegerCheck::kAboveMax:
+          // 2^63 or 1e30 included: checked before any int64 conversion could wrap it.
+          throw InvalidInput(where + DocumentTooLongMessage(JsonForMessage(j[i])));
+        case JsonIntegerCheck::kBelowMin:
+        case JsonIntegerCheck::kNotAnInteger:
+          throw InvalidInput(where + "a length must be an integer >= 1, got " +
+                             JsonForMessage(j[i]));
       }
-      if (j[i].get<std::int64_t>() > kMaxDocumentTokens) {
-        throw InvalidInput(source + ": [" + std::to_string(i) +
-                           "]: " + DocumentTooLongMessage(j[i].get<std::int64_t>()));
-      }
-      out.push_back(j[i].get<std::int64_t>());
+      out.push_back(v);
     }
   } else {
     std::size_t line_no = 0, pos = 0;
@@ -43,6 +48,12 @@ std::vector<std::int64_t> ParseLengths(const std::string& text, const std::strin
       if (!line.empty() && line[0] != '#') {
         std::int64_t v = 0;
         auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
+        if (ec == std::errc::result_out_of_range && ptr == line.data() + line.size() &&
+            line[0] != '-') {
+          // Digits beyond int64: too long, not malformed.
+          throw InvalidInput(source + ":" + std::to_string(line_no) + ": " +
+                             DocumentTooLongMessage(QuoteForMessage(line)));
+        }
         if (ec != std::errc() || ptr != line.data() + line.size() || v < 1) {
           throw InvalidInput(source + ":" + std::to_string(line_no) +
                              ": a length must be an integer >= 1, got " + QuoteForMessage(line));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/runtime/job/training_run.h"
 #include "hydraulis/runtime/model/attention.h"
 #include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/model/host_copy.h"
@@ -210,6 +211,34 @@ TEST(ModelTest, TiedHeadSharesTheEmbedding) {
   EXPECT_EQ(tied.named_parameters().back().name, "final_norm");
   PackedBatch b = PackDocuments(RandomDocuments({4, 3}, 4, c.shape.vocab), c.shape.vocab);
   EXPECT_EQ(tied.Forward(b).size(1), c.shape.vocab);
+}
+
+TEST(ModelTest, ParameterCountIsWhatFullParametersHoldWithoutWrapping) {
+  for (const bool tied : {false, true}) {
+    ModelConfig c = Tiny();
+    c.tie_embeddings = tied;
+    std::int64_t held = 0;
+    for (const FullParameter& p : FullParameters(c)) {
+      std::int64_t n = 1;
+      for (const std::int64_t d : p.shape) n *= d;
+      held += n;
+    }
+    EXPECT_EQ(ParameterCount(c), static_cast<double>(held)) << "tied " << tied;
+  }
+  // Sizes of 2^30: 2^64 + 2^32 + 2^30 parameters, which an int64 count wraps to 5368709120
+  // (train used to report that many, 60 GiB, for this model).
+  ModelConfig wide = Tiny();
+  wide.shape.hidden = wide.shape.ffn = wide.shape.vocab = 1 << 30;
+  wide.shape.heads = wide.shape.kv_heads = 1 << 20;
+  EXPECT_EQ(ParameterCount(wide), 0x1p64 + 0x1p32 + 0x1p30);
+  try {
+    CheckTrainingStateFits(wide, 2, ComputeOptions{});
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("the model (1.84e+19 parameters) needs at least "),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(LossTest, SummedTokenLossMatchesHandComputation) {

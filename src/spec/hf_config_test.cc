@@ -55,6 +55,16 @@ std::string With(const std::string& from, const std::string& to) {
   return text.replace(at, from.size(), to);
 }
 
+// Sizes too large for their int, in Hugging Face's names: refused as too large.
+TEST(HfConfigTest, SizesBeyondAnIntNameTheField) {
+  EXPECT_EQ(ErrorOf(With("\"vocab_size\": 256", "\"vocab_size\": 18446744073709551615")),
+            "config.json: vocab_size: must be <= 2147483647, got 18446744073709551615");
+  EXPECT_EQ(ErrorOf(With("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1e30")),
+            "config.json: num_hidden_layers: must be <= 2147483647, got 1e+30");
+  EXPECT_EQ(ErrorOf(With("\"head_dim\": 16", "\"head_dim\": 9223372036854775808")),
+            "config.json: head_dim: must be <= 2147483647, got 9223372036854775808");
+}
+
 TEST(HfConfigTest, ReadsTransformersLlamaConfig) {
   const ModelConfig c = ParseHfConfig(kTinyLlama, "config.json");
   EXPECT_EQ(c.shape.hidden, 64);

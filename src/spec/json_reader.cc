@@ -45,20 +45,17 @@ std::int64_t JsonObjectReader::Int(const std::string& key, std::int64_t min_valu
                                    std::int64_t max_value) {
   const auto& v = Get(key);
   std::int64_t x = 0;
-  if (v.is_number_integer()) {
-    x = v.get<std::int64_t>();
-  } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
-             std::abs(v.get<double>()) < 9e15) {
-    x = static_cast<std::int64_t>(v.get<double>());
-  } else {
-    Fail(key, "expected an integer, got " + JsonForMessage(v));
+  switch (CheckJsonInteger(v, min_value, max_value, &x)) {
+    case JsonIntegerCheck::kInRange:
+      return x;
+    case JsonIntegerCheck::kAboveMax:
+      Fail(key, "must be <= " + std::to_string(max_value) + ", got " + JsonForMessage(v));
+    case JsonIntegerCheck::kBelowMin:
+      Fail(key, "must be >= " + std::to_string(min_value) + ", got " + JsonForMessage(v));
+    case JsonIntegerCheck::kNotAnInteger:
+      break;
   }
-  if (x < min_value)
-    Fail(key, "must be >= " + std::to_string(min_value) + ", got " + JsonForMessage(v));
-  if (x > max_value) {
-    Fail(key, "must be <= " + std::to_string(max_value) + ", got " + JsonForMessage(v));
-  }
-  return x;
+  Fail(key, "expected an integer, got " + JsonForMessage(v));
 }
 
 std::int64_t JsonObjectReader::IntOr(const std::string& key, std::int64_t fallback,

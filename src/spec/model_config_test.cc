@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+
+#include "hydraulis/base/error.h"
 
 namespace hydraulis {
 namespace {
@@ -45,6 +49,29 @@ TEST(ModelConfigJsonTest, WeightLayoutDifferenceNamesTheFirstField) {
   b = a;
   b.tie_embeddings = false;
   EXPECT_EQ(WeightLayoutDifference(a, b), "tie_embeddings: true vs false");
+}
+
+// A size too large for its int is refused at parse time naming the file and the field, as
+// too large: 2^63 used to wrap to -2^63 ("must be >= 1") and 1e30 read as "not an integer".
+TEST(ModelConfigJsonTest, SizesBeyondAnIntNameTheField) {
+  const std::string json = ModelConfigToJson(Example());
+  for (const auto& [field, value] :
+       {std::pair{"vocab", "9223372036854775808"}, std::pair{"hidden", "18446744073709551616"},
+        std::pair{"layers", "1e30"}, std::pair{"ffn", "2147483648"}}) {
+    nlohmann::json doc = nlohmann::json::parse(json);
+    std::string text = doc.dump();
+    const std::string from = "\"" + std::string(field) + "\":" + doc[field].dump();
+    text.replace(text.find(from), from.size(), "\"" + std::string(field) + "\":" + value);
+    try {
+      ParseModelConfig(text, "m.json");
+      ADD_FAILURE() << field << " = " << value << ": no error";
+    } catch (const InvalidInput& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(
+                    "m.json: " + std::string(field) + ": must be <= 2147483647, got ", 0),
+                0u)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

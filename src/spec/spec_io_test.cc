@@ -526,6 +526,15 @@ TEST(SpecIoTest, ProfileValidationErrors) {
       {"optimizer share above one", [](Json& j) { j["memory"]["optimizer_share"] = 1.5; },
        "memory.optimizer_share", "<= 1"},
       {"huge tp", [](Json& j) { j["schemes"][0]["tp"] = 1 << 21; }, "schemes[0].tp", "must be <="},
+      // Too large for any integer type the reader converts to: refused as too large, not
+      // wrapped (2^63 used to read as -2^63: "must be >= 1") nor called "not an integer".
+      {"layers 2^63", [](Json& j) { j["model"]["layers"] = std::uint64_t{1} << 63; },
+       "model.layers", "must be <= 2147483647, got 9223372036854775808"},
+      {"hidden 2^64 - 1", [](Json& j) { j["model"]["hidden"] = ~std::uint64_t{0}; }, "model.hidden",
+       "must be <= 2147483647, got 18446744073709551615"},
+      {"tp 1e30", [](Json& j) { j["schemes"][0]["tp"] = 1e30; }, "schemes[0].tp", "must be <= "},
+      {"layers -1e30", [](Json& j) { j["model"]["layers"] = -1e30; }, "model.layers",
+       "must be >= 1"},
       // Wrong types.
       {"layers as string", [](Json& j) { j["model"]["layers"] = "60"; }, "model.layers",
        "expected an integer"},
@@ -649,6 +658,11 @@ TEST(SpecIoTest, CandidateValidationErrors) {
       {"zero layout dp", [](Json& j) { j["optimizer_layout"]["dp"] = 0; }, "optimizer_layout.dp",
        "got 0"},
       {"huge gpus", [](Json& j) { j["gpus"] = 1 << 21; }, "gpus", "must be <="},
+      {"gpus 2^63", [](Json& j) { j["gpus"] = std::uint64_t{1} << 63; }, "gpus",
+       "must be <= 1048576, got 9223372036854775808"},
+      {"count 2^64 as a double",
+       [](Json& j) { j["strategies"][0]["pipelines"][0]["count"] = 0x1p64; },
+       "strategies[0].pipelines[0].count", "must be <= "},
       // Wrong types.
       {"gpus as string", [](Json& j) { j["gpus"] = "64"; }, "gpus", "expected an integer"},
       {"tp fractional", [](Json& j) { j["strategies"][2]["pipelines"][1]["tp"] = 8.5; },

@@ -16,5 +16,8 @@ inline constexpr std::int64_t kMaxDocumentTokens = std::int64_t{1} << 32;
 // The rule's message for `tokens` > kMaxDocumentTokens, which callers prefix with where the
 // length was read: "a length must be at most 4294967296 tokens (2^32), got <tokens>".
 std::string DocumentTooLongMessage(std::int64_t tokens);
+// The same for a length shown as written (`shown`), when it is too large even for int64
+// (2^63, 1e30, 99999999999999999999) and so never became a number.
+std::string DocumentTooLongMessage(const std::string& shown);
 
 }  // namespace hydraulis

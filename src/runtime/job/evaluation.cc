@@ -12,6 +12,7 @@
 #include "hydraulis/checkpoint/safetensors.h"
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/model/hf_weights.h"
+#include "hydraulis/runtime/model/memory_fit.h"
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/spec/model_config.h"
@@ -47,6 +48,14 @@ void WriteLogits(const std::string& path, const at::Tensor& logits, const Packed
 
 }  // namespace
 
+void CheckEvaluationWeightsFit(const ModelConfig& config, const ComputeOptions& compute) {
+  const bool bf16 = compute.precision == Precision::kBf16;
+  CheckModelMemoryFits(config, bf16 ? 2.0 : 4.0,
+                       std::string("for its weights (") + (bf16 ? "bf16, 2" : "fp32, 4") +
+                           " bytes per parameter; eval holds no gradients or optimizer state)",
+                       compute);
+}
+
 Evaluation Evaluate(const EvaluationOptions& options) {
   if (options.init_from.empty() == options.model.empty()) {
     throw InvalidInput("eval: give --init-from (a Hugging Face checkpoint) or --model, not both");
@@ -62,13 +71,15 @@ Evaluation Evaluate(const EvaluationOptions& options) {
   } else {
     config = LoadModelConfig(options.model);
   }
+  ComputeOptions compute;
+  compute.precision = options.precision;
+  // Before the data is read and the model built: a model too large is refused by its size.
+  CheckEvaluationWeightsFit(config, compute);
   const MegatronDataset data(options.data);
   data.RequireIdsInVocabulary(config.shape.vocab, options.init_from.empty()
                                                       ? options.model
                                                       : options.init_from + "/config.json");
   const std::vector<std::vector<std::int64_t>> documents = EvaluatedDocuments(data, options);
-  ComputeOptions compute;
-  compute.precision = options.precision;
   const Transformer model(config, options.seed, nullptr, {}, compute,
                           checkpoint ? HfInitialWeights(*checkpoint) : InitialWeights());
   const PackedBatch batch = PackDocuments(documents, config.shape.vocab);

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/test_files.h"
@@ -95,6 +96,39 @@ TEST_F(EvaluationTest, NoDocumentWithATargetIsRefused) {
     ADD_FAILURE() << "no error";
   } catch (const InvalidInput& e) {
     EXPECT_EQ(std::string(e.what()), o.data + ": no document of 2 tokens or more");
+  }
+}
+
+// A model of 2^44 + 7 * 2^28 + 3 * 2^14 parameters (a 2^30-token vocabulary of width 2^14,
+// tied, one layer): 64.0 TiB of fp32 weights, 32.0 in bf16. It used to reach the allocator
+// (a 27-line c10 message, an "internal error"); now its size is refused before the data is
+// read or anything allocated, by the weights' bound alone (train's would be 4x that).
+TEST_F(EvaluationTest, WeightsBeyondTheMachineAreRefusedBySizeBeforeAllocation) {
+  const std::string path =
+      directory_.Write("huge.json", R"({"name": "huge", "layers": 1, "hidden": 16384, "ffn": 16384,
+      "heads": 128, "kv_heads": 128, "vocab": 1073741824, "tie_embeddings": true})");
+  EvaluationOptions o = Options();
+  o.model = path;
+  o.data = root_ + "/no-such-data";  // never read: the size is checked first
+  for (const auto& [precision, expected] :
+       {std::pair{Precision::kFp32,
+                  "needs at least 64.0 TiB for its weights (fp32, 4 bytes per "
+                  "parameter; eval holds no gradients or optimizer state); "
+                  "this machine has "},
+        std::pair{Precision::kBf16,
+                  "needs at least 32.0 TiB for its weights (bf16, 2 bytes per "
+                  "parameter; eval holds no gradients or optimizer state); "
+                  "this machine has "}}) {
+    o.precision = precision;
+    try {
+      Evaluate(o);
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find("the model (17594065141760 parameters) "),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
   }
 }
 

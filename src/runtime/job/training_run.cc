@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/job/derived_profile.h"
 #include "hydraulis/runtime/model/hf_weights.h"
+#include "hydraulis/runtime/model/memory_fit.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"
 #include "hydraulis/spec/spec_io.h"
 
@@ -115,7 +115,9 @@ struct TrainingInputs {
   std::string derived_cp_scheme;       // --cp's scheme, derived from <1, tp, 1>; else ""
 
   // `in_launcher`: checked once before ranks start, so the checkpoint's shards too.
-  TrainingInputs(const TrainingRunOptions& o, int world_size, bool in_launcher = false) {
+  // `compute`: the device the training state must fit (CheckTrainingStateFits).
+  TrainingInputs(const TrainingRunOptions& o, int world_size, const ComputeOptions& compute,
+                 bool in_launcher = false) {
     if (o.max_len < 2) {
       throw InvalidInput("--max-len " + std::to_string(o.max_len) +
                          ": every document would be cut to fewer than 2 tokens, which leaves no "
@@ -140,6 +142,9 @@ struct TrainingInputs {
     } else {
       model = LoadModelConfig(o.model);
     }
+    // Before anything of the model's size is built: the flat layout below lists every
+    // parameter (2^31 layers would exhaust memory listing them) and counts in int64.
+    CheckTrainingStateFits(model, world_size, compute);
     if (o.profile.empty()) {
       // The engine's bundled profile when it is this model's, else one derived from it.
       profile = LoadProfile(o.engine_profile);
@@ -179,45 +184,19 @@ struct TrainingInputs {
   }
 };
 
-namespace {
-
-std::string Bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 6) {
-    bytes /= 1024;
-    ++u;
-  }
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f %s", bytes, units[u]);
-  return text;
-}
-
-}  // namespace
-
 void CheckTrainingStateFits(const ModelConfig& model, int world_size,
                             const ComputeOptions& compute) {
-  const double parameters = static_cast<double>(MakeFlatLayout(model).numel);
-  const double needed = parameters * (8.0 + 8.0 / std::max(1, world_size));
-  const double have = static_cast<double>(DeviceMemoryBytes(compute));
-  if (needed > have) {
-    throw InvalidInput(
-        "the model (" + std::to_string(static_cast<std::int64_t>(parameters)) +
-        " parameters) needs at least " + Bytes(needed) +
-        " per rank for its training state (fp32 master weights and gradient buffer on every "
-        "rank, AdamW's moments over " +
-        std::to_string(world_size) + " rank(s)); " +
-        (compute.device == DeviceKind::kCuda ? "GPU " + std::to_string(compute.device_index)
-                                             : std::string("this machine")) +
-        " has " + Bytes(have));
-  }
+  CheckModelMemoryFits(model, 8.0 + 8.0 / std::max(1, world_size),
+                       "per rank for its training state (fp32 master weights and gradient buffer "
+                       "on every rank, AdamW's moments over " +
+                           std::to_string(world_size) + " rank(s))",
+                       compute);
 }
 
 void CheckTrainingRun(const TrainingRunOptions& options, int world_size) {
   const ComputeOptions compute = ResolveCompute(options, 0);
   ResolveCommBackend(options, compute);
-  const TrainingInputs in(options, world_size, /*in_launcher=*/true);
-  CheckTrainingStateFits(in.model, world_size, compute);
+  const TrainingInputs in(options, world_size, compute, /*in_launcher=*/true);
   // Both check the candidates against the profile and the budget against the data.
   const Planner planner(in.profile, in.candidates, in.planner);
   const BatchSampler sampler(in.lengths,
@@ -247,8 +226,7 @@ TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOpt
       std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_s * 1000));
   distributed_.device_index = compute_.device_index;
   distributed_.backend = ResolveCommBackend(options, compute_);
-  inputs_ = std::make_unique<TrainingInputs>(options, distributed_.world_size);
-  CheckTrainingStateFits(inputs_->model, distributed_.world_size, compute_);
+  inputs_ = std::make_unique<TrainingInputs>(options, distributed_.world_size, compute_);
   planner_ = std::make_unique<Planner>(inputs_->profile, inputs_->candidates, inputs_->planner);
   sampler_ = std::make_unique<BatchSampler>(
       inputs_->lengths,

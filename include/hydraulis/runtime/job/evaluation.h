@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hydraulis/runtime/model/compute.h"
+#include "hydraulis/spec/model_config.h"
 
 namespace hydraulis {
 
@@ -41,8 +42,15 @@ struct Evaluation {
 
 // Evaluates the model of `options` on the first max_documents documents of 2 tokens or more
 // (after the cut) of options.data. InvalidInput when both or neither of init_from and model
-// are given, a file is missing or malformed, a token id is outside the model's vocabulary,
-// or no document has 2 tokens.
+// are given, a file is missing or malformed, the model's weights do not fit this machine
+// (CheckEvaluationWeightsFit), a token id is outside the model's vocabulary, or no document
+// has 2 tokens.
 Evaluation Evaluate(const EvaluationOptions& options);
+
+// InvalidInput, before anything is allocated, when the model's weights alone (4 bytes per
+// parameter in fp32, 2 in bf16) exceed the memory of `compute`'s device: eval runs forward
+// only, so it holds no gradients and no optimizer state, and its bound is that of the
+// weights, not train's training state (CheckModelMemoryFits).
+void CheckEvaluationWeightsFit(const ModelConfig& config, const ComputeOptions& compute);
 
 }  // namespace hydraulis

@@ -74,7 +74,8 @@ void CheckTrainingRun(const TrainingRunOptions& options, int world_size);
 // whatever the strategy (the fp32 master weights and the fp32 gradient buffer, 8 bytes per
 // parameter on every rank, and its share of AdamW's two fp32 moments, 8 bytes per parameter
 // over the ranks) exceeds the memory of the device it trains on: "the model needs 1.0 TiB
-// per rank ...; this machine has 24.0 GiB", instead of an allocator's failure.
+// per rank ...; this machine has 24.0 GiB", instead of an allocator's failure
+// (CheckModelMemoryFits, which eval shares with its own bytes per parameter).
 void CheckTrainingStateFits(const ModelConfig& model, int world_size,
                             const ComputeOptions& compute);
 
