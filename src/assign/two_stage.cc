@@ -23,8 +23,11 @@ struct Load {
 
 class Solver {
  public:
-  Solver(const AssignProblem& problem, const TwoStageOptions& options)
-      : problem_(problem), options_(options), P_(static_cast<int>(problem.pipelines.size())) {}
+  Solver(const AssignProblem& problem, const TwoStageOptions& options, bool charge_exchange)
+      : problem_(problem),
+        options_(options),
+        P_(static_cast<int>(problem.pipelines.size())),
+        charge_exchange_(charge_exchange) {}
 
   Assignment Run() {
     Dispatch();
@@ -38,11 +41,13 @@ class Solver {
   }
 
  private:
-  // A document's share of its pipeline's work: for cp > 1 with the exchange of a document no
-  // rank can hold whole, which a sharded long document pays on every rank (without it the
-  // estimate sees a wide cp pipeline as nearly free and overloads it).
+  // A document's share of its pipeline's work: its balanced share of the cp ranks, with
+  // charge_exchange_ also the exchange of a document no rank can hold whole (which a
+  // sharded document pays on every rank).
   double Work(int p, int d) const {
-    return problem_.pipelines[p].DocumentWorkMs(problem_.lengths[static_cast<std::size_t>(d)]);
+    const PipelineModel& m = problem_.pipelines[p];
+    const std::int64_t s = problem_.lengths[static_cast<std::size_t>(d)];
+    return charge_exchange_ ? m.DocumentWorkMs(s) : m.time.DocumentMs(s);
   }
   bool Fits(int p, int d) const {
     return problem_.lengths[static_cast<std::size_t>(d)] <= problem_.pipelines[p].capacity_tokens;
@@ -314,6 +319,7 @@ class Solver {
   const AssignProblem& problem_;
   const TwoStageOptions& options_;
   const int P_;
+  const bool charge_exchange_;
   std::vector<std::vector<int>> docs_;
   std::vector<Load> load_;
   std::vector<double> est_;
@@ -348,8 +354,16 @@ double EstimatePipelineMs(const PipelineModel& pipe, std::int64_t tokens, double
 
 Assignment AssignTwoStage(const AssignProblem& problem, const TwoStageOptions& options) {
   if (problem.pipelines.empty()) throw InvalidInput("strategy has no pipelines");
-  Solver solver(problem, options);
-  return solver.Run();
+  Assignment plain = Solver(problem, options, false).Run();
+  // With cp pipelines, also the assignment whose estimate charges the exchange of documents
+  // that must be sharded: without it a wide cp pipeline looks nearly free and is overloaded
+  // when long documents abound (128K), with it narrow ones are favoured too much when few
+  // documents need sharding (32K). The faster of the two (the plain one on ties).
+  const bool any_cp = std::any_of(problem.pipelines.begin(), problem.pipelines.end(),
+                                  [](const PipelineModel& p) { return p.scheme.cp > 1; });
+  if (!any_cp) return plain;
+  Assignment charged = Solver(problem, options, true).Run();
+  return DefinitelyLess(charged.step_ms, plain.step_ms) ? charged : plain;
 }
 
 }  // namespace hydraulis
