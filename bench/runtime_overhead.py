@@ -36,7 +36,7 @@ def timed(cmd):
     """Runs cmd under GNU time; returns (stdout+stderr text, peak RSS in bytes)."""
     r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-2000:]}")
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{(r.stdout + r.stderr)[-8000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr)[1]) * 1024
     return r.stdout + r.stderr, rss
 
