@@ -118,9 +118,8 @@ double StepFlops(const ModelConfig& c, const std::vector<std::int64_t>& lengths)
 
 int Run(const Args& a) {
   const ModelConfig config = LoadModelConfig(a.model);
-  const ComputeOptions compute =
-      ResolveComputeOptions(a.device, a.precision, ParseLocalRank(std::getenv("LOCAL_RANK")),
-                            "--device", "--precision");
+  const ComputeOptions compute = ResolveComputeOptions(
+      a.device, a.precision, ParseLocalRank(std::getenv("LOCAL_RANK")), "--device", "--precision");
   UseDevice(compute);  // before the first CUDA call: the rendezvous' NCCL groups, the model
   const std::vector<std::int64_t> dataset = ReadLengths(a.lengths);
   SamplerOptions sampling;
@@ -179,9 +178,8 @@ int Run(const Args& a) {
       per_rank[static_cast<std::size_t>(rank_of[m])].push_back(mbs[m]);
     for (int r = 0; r < dp; ++r) {
       if (per_rank[static_cast<std::size_t>(r)].empty()) {
-        throw InvalidInput("step " + std::to_string(step) + " packs " +
-                           std::to_string(mbs.size()) + " micro-batches for " +
-                           std::to_string(dp) +
+        throw InvalidInput("step " + std::to_string(step) + " packs " + std::to_string(mbs.size()) +
+                           " micro-batches for " + std::to_string(dp) +
                            " data-parallel ranks; raise --tokens-per-step or lower --context");
       }
     }
@@ -240,12 +238,13 @@ int Run(const Args& a) {
       {"mfu",
        cuda ? nlohmann::json(timed_flops / timed_s / (a.peak_tflops * 1e12)) : nlohmann::json()},
       {"steps", steps}};
-  if (lead) std::printf("hydraulis: %.0f tokens/s, %.1f TFLOP/s%s\n", timed_tokens / timed_s,
-              timed_flops / timed_s / 1e12,
-              cuda ? (", MFU " +
-                      std::to_string(timed_flops / timed_s / (a.peak_tflops * 1e12) * 100) + " %")
-                         .c_str()
-                   : "");
+  if (lead)
+    std::printf("hydraulis: %.0f tokens/s, %.1f TFLOP/s%s\n", timed_tokens / timed_s,
+                timed_flops / timed_s / 1e12,
+                cuda ? (", MFU " +
+                        std::to_string(timed_flops / timed_s / (a.peak_tflops * 1e12) * 100) + " %")
+                           .c_str()
+                     : "");
   if (lead && !a.batches_out.empty()) std::ofstream(a.batches_out) << batches.dump() << '\n';
   if (lead && !a.json_out.empty()) std::ofstream(a.json_out) << result.dump(1) << '\n';
   trainer.world().Barrier();

@@ -375,14 +375,20 @@ def train(forward, params, packs, device, warmup, log=False, totals=None, ddp=No
     return losses, secs
 
 
+def widen_init(model, init_std):
+    """Rescales the model's matrices from the 0.02 init to std `init_std`: near-uniform
+    outputs would hide errors from the parity checks."""
+    with torch.no_grad():
+        for w in model.parameters():
+            if w.dim() == 2:
+                w.mul_(init_std / 0.02)
+    return model
+
+
 def check_parity(c, vocab, steps, seed, init_std=0.1):
     dev = torch.device("cpu")
     torch.manual_seed(seed)
-    hf = build_hf(c)
-    with torch.no_grad():  # wider than the 0.02 init: near-uniform outputs would hide errors
-        for w in hf.parameters():
-            if w.dim() == 2:
-                w.mul_(init_std / 0.02)
+    hf = widen_init(build_hf(c), init_std)
     eager = EagerLlama(c)
     eager.load_state_dict(hf.state_dict(), strict=True)
     ref = build_hf(c, attn="eager")
@@ -446,11 +452,7 @@ def check_ddp_parity(c, vocab, steps, dp, rank_of, seed, init_std=0.1):
         sys.exit(f"the batches were split for dp = {dp}; this job has {world} ranks")
     steps, rank_of = steps[:3], rank_of[:3]
     torch.manual_seed(seed)
-    single = EagerLlama(c)
-    with torch.no_grad():  # wider than the 0.02 init: near-uniform outputs would hide errors
-        for w in single.parameters():
-            if w.dim() == 2:
-                w.mul_(init_std / 0.02)
+    single = widen_init(EagerLlama(c), init_std)
     model = copy.deepcopy(single)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     packs, totals = rank_packs(steps, rank_of, rank, vocab, dev)

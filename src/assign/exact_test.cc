@@ -446,9 +446,10 @@ TEST(ExactTest, BoundWithThreeGroupsAndTwoCpWidthsStaysBelowTheOptimum) {
     EXPECT_LE(lb.ms, r.optimal_ms * (1 + 1e-9));
     if (lb.fractional_ms > lb.longest_doc_ms * (1 + 1e-9)) ++tighter_than_mean;
   }
-  std::printf("[ exact    ] three groups with two cp widths: the LP bound above the longest "
-              "document on %d of 80 instances\n",
-              tighter_than_mean);
+  std::printf(
+      "[ exact    ] three groups with two cp widths: the LP bound above the longest "
+      "document on %d of 80 instances\n",
+      tighter_than_mean);
 }
 
 }  // namespace

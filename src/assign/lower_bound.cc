@@ -108,7 +108,7 @@ double Unit(const Group& g, std::int64_t s, double theta) {
   // RelaxationTable); the micro-batch constant is inside that bound.
   if (p.scheme.pp > 1) {
     return g.charge_c ? WorkMs(p, s, theta) + p.time.c_ms * static_cast<double>(s) /
-                                                   static_cast<double>(p.capacity_tokens)
+                                                  static_cast<double>(p.capacity_tokens)
                       : g.kappa * WorkMs(p, s, theta);
   }
   const double per_token =
