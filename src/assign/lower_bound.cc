@@ -298,125 +298,140 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
   return bound;
 }
 
-// The distinct lengths the price LP sees: runs of lengths within a relative width of
-// kPriceBucketWidth of the run's first (never across a group's capacity) merge into their
-// longest length with their summed count. The LP only picks the prices mu; DualValue then
-// evaluates them exactly over every length, so the bound stays valid whatever the merge,
-// and a batch of thousands of distinct lengths gives an LP of a few hundred rows.
-constexpr double kPriceBucketWidth = 1.0 / 256;
-
-std::vector<std::pair<std::int64_t, double>> PriceBuckets(
-    const std::vector<std::pair<std::int64_t, double>>& docs, const std::vector<Group>& groups) {
-  std::vector<std::int64_t> capacities;
-  for (const auto& g : groups) capacities.push_back(g.model.capacity_tokens);
-  std::vector<std::pair<std::int64_t, double>> out;
-  std::int64_t first = 0;
-  for (const auto& [s, n] : docs) {
-    const bool crosses = std::any_of(capacities.begin(), capacities.end(),
-                                     [&](std::int64_t c) { return first <= c && s > c; });
-    if (out.empty() || crosses ||
-        static_cast<double>(s) > static_cast<double>(first) * (1 + kPriceBucketWidth)) {
-      out.push_back({s, n});
-      first = s;
-    } else {
-      out.back().first = s;
-      out.back().second += n;
-    }
-  }
-  return out;
-}
-
-// Three or more groups: the primal LP over the price buckets, solved by Clp and re-solved
-// from the previous basis as theta changes (only column bounds and one coefficient per
-// group move), then its dual prices are evaluated exactly by DualValue over every length.
-// A bucket stands for its longest length, which is eligible wherever the bucket's others
-// are, so the LP stays feasible at every theta the search tries.
-class WarmLp {
+// Three or more groups, the dual's prices by Kelley's cutting planes: the dual value at
+// prices mu (normalised so sum_g m_g mu_g = 1) is phi(mu) = sum_i n_i min_g mu_g u_ig,
+// concave and piecewise linear, and for any assignment a of documents to eligible groups
+// phi(mu) <= sum_g mu_g C_g(a), C_g(a) = sum_{i: a_i = g} n_i u_ig. A master LP over the
+// G prices and those planes (at most kMaxPlanes rows) gives an upper bound and its
+// maximiser; each maximiser's own best assignment is the next plane, until the two meet.
+// Over every distinct length, not price buckets, and G + 1 columns: much cheaper than the
+// primal LP when G is small. The planes carry over between step times, their sums
+// recomputed for the new units.
+class CuttingPlanes {
  public:
-  WarmLp(const std::vector<std::pair<std::int64_t, double>>& all_docs,
-         const std::vector<Group>& groups)
-      : docs_(all_docs), groups_(groups), buckets_(PriceBuckets(all_docs, groups)) {
-    const auto& docs = buckets_;
-    const int G = static_cast<int>(groups.size());
-    const int D = static_cast<int>(docs.size());
-    // Columns: x_{i,g} for capacity-eligible pairs, then T. Rows: one per distinct length
-    // (sum_g x = n), one per group (sum_i u x - (m_g / kappa_g) T <= 0).
-    std::vector<int> rows, cols;
-    std::vector<double> vals, col_lb, col_ub, obj;
-    int col = 0;
-    for (int i = 0; i < D; ++i) {
-      for (int g = 0; g < G; ++g) {
-        const PipelineModel& m = groups[g].model;
-        const std::int64_t len = docs[i].first;
-        if (len > m.capacity_tokens) continue;
-        const double u = m.scheme.pp > 1 ? m.DocumentWorkMs(len) : Unit(groups[g], len, kInf);
-        rows.push_back(i), cols.push_back(col), vals.push_back(1.0);
-        rows.push_back(D + g), cols.push_back(col), vals.push_back(u);
-        col_lb.push_back(0.0), col_ub.push_back(docs[i].second), obj.push_back(0.0);
-        critical_.push_back(m.scheme.pp * (m.DocumentFloorMs(len) + m.time.c_ms));
-        // cp > 1: below the threshold the document must be sharded, and its unit includes
-        // the exchange (pp = 1 units only: the relaxed pp > 1 units keep the plain work).
-        const double whole = WholeThresholdMs(m, len);
-        if (m.scheme.pp == 1 && m.scheme.cp > 1 && whole > 0 && whole < kInf) {
-          theta_aware_.push_back(
-              {col, D + g, whole, u, u + m.shard.kv_ms_per_token * static_cast<double>(len)});
-        }
-        ++col;
-      }
-    }
-    t_col_ = col;
-    for (int g = 0; g < G; ++g) {
-      rows.push_back(D + g), cols.push_back(col), vals.push_back(-groups[g].count);
-    }
-    col_lb.push_back(0.0), col_ub.push_back(COIN_DBL_MAX), obj.push_back(1.0);
-    std::vector<double> row_lb(D + G), row_ub(D + G);
-    for (int i = 0; i < D; ++i) row_lb[i] = row_ub[i] = docs[i].second;
-    for (int g = 0; g < G; ++g) row_lb[D + g] = -COIN_DBL_MAX, row_ub[D + g] = 0.0;
-    CoinPackedMatrix matrix(true, rows.data(), cols.data(), vals.data(),
-                            static_cast<CoinBigIndex>(vals.size()));
-    lp_.setLogLevel(0);
-    lp_.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), row_lb.data(), row_ub.data());
-    ub_ = col_ub;
-  }
+  CuttingPlanes(const std::vector<std::pair<std::int64_t, double>>& docs,
+                const std::vector<Group>& groups)
+      : docs_(docs), groups_(groups) {}
 
-  double Solve(double theta) {
-    const int D = static_cast<int>(buckets_.size());
-    for (int c = 0; c < t_col_; ++c) {
-      lp_.setColumnUpper(c, critical_[c] <= theta ? ub_[c] : 0.0);
-    }
-    for (auto& t : theta_aware_) {
-      const bool whole = t.threshold <= theta;
-      if (whole != t.whole_now) {
-        lp_.modifyCoefficient(t.row, t.col, whole ? t.whole_unit : t.sharded_unit);
-        t.whole_now = whole;
+  std::vector<double> Prices(double theta) {
+    const std::size_t G = groups_.size(), D = docs_.size();
+    units_.assign(D * G, kInf);
+    for (std::size_t i = 0; i < D; ++i) {
+      bool any = false;
+      for (std::size_t g = 0; g < G; ++g) {
+        units_[i * G + g] = Unit(groups_[g], docs_[i].first, theta);
+        any = any || units_[i * G + g] < kInf;
       }
+      if (!any) return Start();  // infeasible at theta: DualValue is +infinity anyway
     }
-    for (std::size_t g = 0; g < groups_.size(); ++g) {
-      lp_.modifyCoefficient(D + static_cast<int>(g), t_col_, -groups_[g].count / groups_[g].kappa);
+    ClpSimplex master;
+    master.setLogLevel(0);
+    master.scaling(0);  // G + 1 columns: scaling costs more than it saves
+    // Columns mu_0..mu_{G-1} >= 0 and z (free); maximise z.
+    std::vector<double> col_lb(G + 1, 0.0), col_ub(G + 1, COIN_DBL_MAX), obj(G + 1, 0.0);
+    col_lb[G] = -COIN_DBL_MAX;
+    obj[G] = -1.0;
+    std::vector<int> rows, cols;
+    std::vector<double> vals;
+    for (std::size_t g = 0; g < G; ++g) {
+      rows.push_back(0), cols.push_back(static_cast<int>(g)), vals.push_back(groups_[g].count);
     }
-    lp_.dual();
-    std::vector<double> mu(groups_.size());
-    const double* price = lp_.getRowPrice();
-    for (std::size_t g = 0; g < groups_.size(); ++g) mu[g] = std::abs(price[D + g]);
-    return DualValue(docs_, groups_, mu, theta);
+    const double one = 1.0;
+    CoinPackedMatrix matrix(false, rows.data(), cols.data(), vals.data(),
+                            static_cast<CoinBigIndex>(vals.size()));
+    matrix.setDimensions(1, static_cast<int>(G + 1));
+    master.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), &one, &one);
+    std::vector<double> mu = mu_.empty() ? Start() : mu_;
+    std::vector<double> best_mu = mu;
+    double best = -1;
+    std::vector<int> plane_cols(G + 1);
+    for (std::size_t g = 0; g <= G; ++g) plane_cols[g] = static_cast<int>(g);
+    std::vector<double> plane(G + 1);
+    auto add_plane = [&](const std::vector<int>& assignment) {
+      for (std::size_t g = 0; g < G; ++g) plane[g] = 0;
+      for (std::size_t i = 0; i < D; ++i) {
+        const auto g = static_cast<std::size_t>(assignment[i]);
+        plane[g] -= docs_[i].second * units_[i * G + g];
+      }
+      plane[G] = 1.0;  // z - sum_g C_g mu_g <= 0
+      master.addRow(static_cast<int>(G + 1), plane_cols.data(), plane.data(), -COIN_DBL_MAX, 0.0);
+    };
+    // Planes kept from earlier step times, re-summed with this theta's units (an
+    // assignment that uses a group no longer eligible is dropped).
+    for (const std::vector<int>& a : planes_) {
+      bool ok = true;
+      for (std::size_t i = 0; i < D && ok; ++i) {
+        ok = units_[i * G + static_cast<std::size_t>(a[i])] < kInf;
+      }
+      if (ok) add_plane(a);
+    }
+    std::vector<std::vector<int>> kept;
+    for (int round = 0; round < kMaxPlanes; ++round) {
+      // The best assignment at mu and its value.
+      std::vector<int> assignment(D, 0);
+      double value = 0;
+      for (std::size_t i = 0; i < D; ++i) {
+        double least = kInf;
+        for (std::size_t g = 0; g < G; ++g) {
+          const double u = units_[i * G + g];
+          if (u == kInf) continue;
+          const double cost = mu[g] * u;
+          if (cost < least) least = cost, assignment[i] = static_cast<int>(g);
+        }
+        value += docs_[i].second * least;
+      }
+      double denom = 0;
+      for (std::size_t g = 0; g < G; ++g) denom += groups_[g].count * mu[g];
+      if (denom > 0 && value / denom > best) best = value / denom, best_mu = mu;
+      add_plane(assignment);
+      kept.push_back(std::move(assignment));
+      // A new plane cuts off the last maximiser: the dual simplex restarts from its basis.
+      master.dual();
+      if (master.status() != 0) break;
+      const double* x = master.primalColumnSolution();
+      const double upper = x[G];
+      mu.assign(x, x + G);
+      if (upper - best <= 1e-9 * std::max(1.0, std::abs(upper))) break;
+    }
+    planes_ = std::move(kept);
+    mu_ = best_mu;
+    return best_mu;
   }
 
  private:
+  // Each group's price the reciprocal of its cost per token at the batch's token-weighted
+  // mean length: a token then costs about the same everywhere.
+  std::vector<double> Start() const {
+    double tokens = 0, squares = 0;
+    for (const auto& [s, n] : docs_) {
+      tokens += n * static_cast<double>(s);
+      squares += n * static_cast<double>(s) * static_cast<double>(s);
+    }
+    const auto s_ref =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(tokens > 0 ? squares / tokens : 1));
+    std::vector<double> mu(groups_.size(), 0.0);
+    double denom = 0;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      const PipelineModel& m = groups_[g].model;
+      const std::int64_t s = std::min(s_ref, m.capacity_tokens);
+      const double per_token = m.DocumentWorkMs(s) / static_cast<double>(s) +
+                               m.time.c_ms / static_cast<double>(m.capacity_tokens);
+      mu[g] = per_token > 0 ? 1.0 / per_token : 0.0;
+      denom += groups_[g].count * mu[g];
+    }
+    if (denom > 0) {
+      for (double& x : mu) x /= denom;
+    }
+    return mu;
+  }
+
+  static constexpr int kMaxPlanes = 200;
+
   const std::vector<std::pair<std::int64_t, double>>& docs_;
   const std::vector<Group>& groups_;
-  const std::vector<std::pair<std::int64_t, double>> buckets_;
-  ClpSimplex lp_;
-  std::vector<double> critical_, ub_;
-  int t_col_ = 0;
-  // cp > 1, pp = 1 columns whose unit moves with theta (MustShard). The LP is loaded with
-  // the whole-placement units (whole_now); a stale unit only makes the prices less good,
-  // never the bound invalid, since DualValue evaluates them exactly.
-  struct ThetaAwareColumn {
-    int col = 0, row = 0;
-    double threshold = 0, whole_unit = 0, sharded_unit = 0;
-    bool whole_now = true;
-  };
-  std::vector<ThetaAwareColumn> theta_aware_;
+  std::vector<double> units_;
+  std::vector<double> mu_;                // the best prices of the last step time
+  std::vector<std::vector<int>> planes_;  // the last step time's planes, as assignments
 };
 
 // ComputeLowerBound's phases, over the batch's distinct lengths and its groups of identical
@@ -478,8 +493,8 @@ class LowerBoundSearch {
     const double forced = ForcedDocumentsBound(docs_, groups_, theta, problem_.schedule);
     if (groups_.size() == 1) return std::max(forced, DualValue(docs_, groups_, {1.0}, theta));
     if (groups_.size() == 2) return std::max(forced, TwoGroupBound(docs_, groups_, theta));
-    if (!warm_) warm_ = std::make_unique<WarmLp>(docs_, groups_);
-    return std::max(forced, warm_->Solve(theta));
+    if (!planes_) planes_ = std::make_unique<CuttingPlanes>(docs_, groups_);
+    return std::max(forced, DualValue(docs_, groups_, planes_->Prices(theta), theta));
   }
 
   // T* >= LP(T*): in an optimal plan every document sits where its critical path
@@ -565,7 +580,7 @@ class LowerBoundSearch {
   RelaxationTable* relaxations_;
   std::vector<Group> groups_;
   std::vector<std::pair<std::int64_t, double>> docs_;  // distinct lengths and their counts
-  std::unique_ptr<WarmLp> warm_;                       // three or more groups, made once
+  std::unique_ptr<CuttingPlanes> planes_;              // three or more groups, made once
   LowerBound lb_;
 };
 
