@@ -391,7 +391,7 @@ class CuttingPlanes {
       const double* x = master.primalColumnSolution();
       const double upper = x[G];
       mu.assign(x, x + G);
-      if (upper - best <= 1e-9 * std::max(1.0, std::abs(upper))) break;
+      if (upper - best <= 1e-6 * std::max(1.0, std::abs(upper))) break;
     }
     planes_ = std::move(kept);
     mu_ = best_mu;
@@ -437,24 +437,26 @@ class CuttingPlanes {
 // ComputeLowerBound's phases, over the batch's distinct lengths and its groups of identical
 // pipelines: the exact search over the thresholds where the plain LP changes, then raising
 // the bound by bisection with tighter units (the relaxed 1F1B schedule, the micro-batch
-// constant charged per token, the integrality cuts). Not movable: the warm LP refers to
-// the groups and lengths it holds.
+// constant charged per token, the integrality cuts). Not movable: the cutting planes
+// refer to the groups and lengths it holds.
 class LowerBoundSearch {
  public:
-  LowerBoundSearch(const AssignProblem& problem, RelaxationTable* relaxations)
-      : problem_(problem), relaxations_(relaxations) {
-    for (const PipelineGroup& g : GroupPipelines(problem.pipelines)) {
-      groups_.push_back({g.model, g.count});
-    }
-    std::map<std::int64_t, double> counts;
-    for (auto s : problem.lengths) counts[s] += 1;
-    docs_.assign(counts.begin(), counts.end());
+  LowerBoundSearch(std::span<const PipelineGroup> groups,
+                   std::span<const std::pair<std::int64_t, double>> length_counts,
+                   const ScheduleOptions& schedule, RelaxationTable* relaxations)
+      : pipeline_groups_(groups),
+        schedule_(schedule),
+        relaxations_(relaxations),
+        docs_(length_counts.begin(), length_counts.end()) {
+    for (const PipelineGroup& g : groups) groups_.push_back({g.model, g.count});
   }
   LowerBoundSearch(const LowerBoundSearch&) = delete;
   LowerBoundSearch& operator=(const LowerBoundSearch&) = delete;
 
   LowerBound Run() {
-    lb_.longest_doc_ms = LongestDocumentBoundMs(problem_);
+    std::vector<std::int64_t> distinct(docs_.size());
+    for (std::size_t i = 0; i < docs_.size(); ++i) distinct[i] = docs_[i].first;
+    lb_.longest_doc_ms = LongestDocumentBoundMs(distinct, pipeline_groups_);
     if (lb_.longest_doc_ms == kInf) {
       lb_.ms = lb_.fractional_ms = kInf;
       return lb_;
@@ -490,7 +492,7 @@ class LowerBoundSearch {
                               theta
                         : 1.0;
     }
-    const double forced = ForcedDocumentsBound(docs_, groups_, theta, problem_.schedule);
+    const double forced = ForcedDocumentsBound(docs_, groups_, theta, schedule_);
     if (groups_.size() == 1) return std::max(forced, DualValue(docs_, groups_, {1.0}, theta));
     if (groups_.size() == 2) return std::max(forced, TwoGroupBound(docs_, groups_, theta));
     if (!planes_) planes_ = std::make_unique<CuttingPlanes>(docs_, groups_);
@@ -576,7 +578,8 @@ class LowerBoundSearch {
     for (auto& g : groups_) g.lambda = 0.0;
   }
 
-  const AssignProblem& problem_;
+  std::span<const PipelineGroup> pipeline_groups_;
+  const ScheduleOptions& schedule_;
   RelaxationTable* relaxations_;
   std::vector<Group> groups_;
   std::vector<std::pair<std::int64_t, double>> docs_;  // distinct lengths and their counts
@@ -615,9 +618,30 @@ std::vector<std::int64_t> DistinctLengths(std::span<const std::int64_t> lengths)
   return out;
 }
 
+std::vector<std::pair<std::int64_t, double>> LengthCounts(std::span<const std::int64_t> lengths) {
+  std::vector<std::int64_t> sorted(lengths.begin(), lengths.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::pair<std::int64_t, double>> out;
+  for (std::int64_t s : sorted) {
+    if (out.empty() || out.back().first != s) {
+      out.push_back({s, 1.0});
+    } else {
+      out.back().second += 1.0;
+    }
+  }
+  return out;
+}
+
+LowerBound ComputeLowerBound(std::span<const PipelineGroup> groups,
+                             std::span<const std::pair<std::int64_t, double>> length_counts,
+                             const ScheduleOptions& schedule, RelaxationTable* relaxations) {
+  if (length_counts.empty()) return LowerBound{};
+  return LowerBoundSearch(groups, length_counts, schedule, relaxations).Run();
+}
+
 LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* relaxations) {
-  if (problem.lengths.empty()) return LowerBound{};
-  return LowerBoundSearch(problem, relaxations).Run();
+  const std::vector<PipelineGroup> groups = GroupPipelines(problem.pipelines);
+  return ComputeLowerBound(groups, LengthCounts(problem.lengths), problem.schedule, relaxations);
 }
 
 }  // namespace hydraulis

@@ -177,6 +177,11 @@ class BatchPlanning {
   }
   int CandidateCount() const { return static_cast<int>(planner_.candidates().strategies.size()); }
   AssignProblem Problem(int i) const { return planner_.Problem(plan_.lengths, i); }
+  // Candidate i's full lower bound, from the planner's groups and this batch's length
+  // counts (made once per step, not once per candidate).
+  LowerBound FullBound(int i) {
+    return ComputeLowerBound(planner_.Groups(i), length_counts_, options_.schedule, &relaxations_);
+  }
   CandidateReport& Report(int i) { return plan_.candidates[static_cast<std::size_t>(i)]; }
   double Overhead(int i) const {
     return options_.strategy_overhead_ms.empty()
@@ -228,6 +233,7 @@ class BatchPlanning {
         plan_.lengths.empty() ? 0 : *std::max_element(plan_.lengths.begin(), plan_.lengths.end());
     plan_.candidates.resize(static_cast<std::size_t>(CandidateCount()));
     const std::vector<std::int64_t> distinct = DistinctLengths(plan_.lengths);
+    length_counts_ = LengthCounts(plan_.lengths);  // before any thread reads it
     std::vector<int> usable;
     for (int i = 0; i < CandidateCount(); ++i) {
       CandidateReport& rep = Report(i);
@@ -241,7 +247,7 @@ class BatchPlanning {
       const bool allowed = options_.only_strategy < 0 || i == options_.only_strategy;
       rep.lower_bound_ms = options_.algorithm == Algorithm::kOurs && allowed
                                ? LongestDocumentBoundMs(distinct, planner_.Groups(i))
-                               : ComputeLowerBound(Problem(i), &relaxations_).ms;
+                               : FullBound(i).ms;
       rep.status = CandidateStatus::kNotUsed;
       if (allowed) usable.push_back(i);
     }
@@ -292,7 +298,7 @@ class BatchPlanning {
     std::stable_sort(usable.begin(), usable.end(),
                      [&](int x, int y) { return promise(x) < promise(y); });
     const int first = usable.front();
-    Report(first).lower_bound_ms = ComputeLowerBound(Problem(first), &relaxations_).ms;
+    Report(first).lower_bound_ms = FullBound(first).ms;
     consider(first, assign(first));
     std::vector<int> rest(usable.begin() + 1, usable.end());
     std::vector<int> bounded;
@@ -301,8 +307,7 @@ class BatchPlanning {
     }
     std::vector<double> bounds(bounded.size());
     ParallelFor(static_cast<int>(bounded.size()), threads, [&](int k) {
-      bounds[static_cast<std::size_t>(k)] =
-          ComputeLowerBound(Problem(bounded[static_cast<std::size_t>(k)]), &relaxations_).ms;
+      bounds[static_cast<std::size_t>(k)] = FullBound(bounded[static_cast<std::size_t>(k)]).ms;
     });
     for (std::size_t k = 0; k < bounded.size(); ++k) Report(bounded[k]).lower_bound_ms = bounds[k];
     std::stable_sort(rest.begin(), rest.end(),
@@ -404,6 +409,7 @@ class BatchPlanning {
   RelaxationTable& relaxations_;
   int static_index_ = -1;
   Plan plan_;
+  std::vector<std::pair<std::int64_t, double>> length_counts_;  // of plan_.lengths
   Assignment best_;
   int best_index_ = -1;
   double best_score_ = kInf;

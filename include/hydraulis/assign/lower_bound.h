@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "hydraulis/assign/pipeline_relaxation.h"
@@ -33,5 +34,16 @@ std::vector<std::int64_t> DistinctLengths(std::span<const std::int64_t> lengths)
 // document fits no pipeline. With `relaxations`, pipelines with pp > 1 are bounded by the
 // relaxed 1F1B schedule (much tighter); without it, by their work alone.
 LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* relaxations = nullptr);
+
+// The same from a strategy's groups of identical pipelines (GroupPipelines) and the
+// batch's length counts (LengthCounts): what a planner that keeps both across its
+// candidates pays per candidate, without rebuilding them.
+LowerBound ComputeLowerBound(std::span<const PipelineGroup> groups,
+                             std::span<const std::pair<std::int64_t, double>> length_counts,
+                             const ScheduleOptions& schedule,
+                             RelaxationTable* relaxations = nullptr);
+
+// The distinct lengths of `lengths`, ascending, each with how many times it occurs.
+std::vector<std::pair<std::int64_t, double>> LengthCounts(std::span<const std::int64_t> lengths);
 
 }  // namespace hydraulis
