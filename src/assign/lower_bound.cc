@@ -71,30 +71,23 @@ bool Eligible(const PipelineModel& p, std::int64_t s, double theta) {
   return s <= p.capacity_tokens && p.scheme.pp * (p.DocumentFloorMs(s) + p.time.c_ms) <= theta;
 }
 
-// cp > 1: whether a document of length s on `p` must be sharded in any plan with step time
-// <= theta, so its key/value exchange is part of its work: no rank can hold it whole, or a
-// micro-batch holding it whole on one rank takes that rank longer than theta through the pp
-// stages (the rank's stage time is at least the document's whole time plus c).
-bool MustShard(const PipelineModel& p, std::int64_t s, double theta) {
-  if (p.scheme.cp == 1) return false;
-  if (static_cast<double>(s) > p.shard.rank_capacity_tokens) return true;
-  return p.scheme.pp * (p.shard.whole.DocumentMs(s) + p.time.c_ms) > theta;
-}
-
-// The step time above which a document of length s may run whole on one rank of `p` (cp >
-// 1 and it fits a rank's memory): below it, MustShard holds and its work includes the
-// exchange. +infinity when it can never run whole; 0 when cp = 1.
+// The step time below which a document of length s must be sharded on `p` (cp > 1), so
+// its key/value exchange is part of its work: a micro-batch holding it whole on one rank
+// takes that rank at least its whole time plus c, through the pp stages. +infinity when no
+// rank can hold it whole (memory); 0 when cp = 1 (nothing is sharded).
 double WholeThresholdMs(const PipelineModel& p, std::int64_t s) {
   if (p.scheme.cp == 1) return 0;
   if (static_cast<double>(s) > p.shard.rank_capacity_tokens) return kInf;
   return p.scheme.pp * (p.shard.whole.DocumentMs(s) + p.time.c_ms);
 }
 
-// A document's least share of its stage's work at step time theta: DocumentWorkMs's, with
-// the exchange also charged where theta forbids placing the document whole.
+// A document's least share of its stage's work at step time theta: its balanced share,
+// plus the exchange where it must be sharded at theta (PipelineModel::DocumentWorkMs
+// charges it only where memory forces it).
 double WorkMs(const PipelineModel& p, std::int64_t s, double theta) {
   const double work = p.time.DocumentMs(s);
-  return MustShard(p, s, theta) ? work + p.shard.kv_ms_per_token * static_cast<double>(s) : work;
+  return WholeThresholdMs(p, s) > theta ? work + p.shard.kv_ms_per_token * static_cast<double>(s)
+                                        : work;
 }
 
 // Per document of length s, its work on a pipeline of the group when it also pays its

@@ -232,8 +232,9 @@ class BatchPlanning {
     const std::int64_t longest =
         plan_.lengths.empty() ? 0 : *std::max_element(plan_.lengths.begin(), plan_.lengths.end());
     plan_.candidates.resize(static_cast<std::size_t>(CandidateCount()));
-    const std::vector<std::int64_t> distinct = DistinctLengths(plan_.lengths);
     length_counts_ = LengthCounts(plan_.lengths);  // before any thread reads it
+    std::vector<std::int64_t> distinct(length_counts_.size());
+    for (std::size_t k = 0; k < distinct.size(); ++k) distinct[k] = length_counts_[k].first;
     std::vector<int> usable;
     for (int i = 0; i < CandidateCount(); ++i) {
       CandidateReport& rep = Report(i);

@@ -47,13 +47,6 @@ double PhaseMs(double share, double params, double bytes_per_value, double bytes
 
 }  // namespace
 
-double ParameterCount(const ModelSpec& m) {
-  const double h = m.hidden, l = m.layers, v = m.vocab, ffn = m.ffn;
-  const double kv_share = m.heads > 0 ? static_cast<double>(m.kv_heads) / m.heads : 1.0;
-  const double per_layer = 2 * h * h + 2 * h * h * kv_share + 3 * h * ffn + 2 * h;
-  return l * per_layer + 2 * v * h + h;
-}
-
 SyncTraffic ComputeSyncTraffic(const Strategy& strategy, const OptimizerLayout& layout,
                                int cluster_gpus, int gpus_per_node) {
   const std::vector<ComputeRole> compute = ComputePlacement(strategy, cluster_gpus);

@@ -11,14 +11,9 @@
 
 namespace hydraulis {
 
-// Parameters of a LLaMA-style decoder: per layer 2 H^2 (q, o) + 2 H^2 kv_heads/heads
-// (k, v) + 3 H ffn (SwiGLU) + 2 H (norms), plus V H (embedding) + V H (untied head) + H
-// (final norm). For the 32B profile (H 6656, ffn 17920, L 60, V 30592): 32.51e9.
-double ParameterCount(const ModelSpec& model);
-
 // Traffic of the reduce-scatter of one step, in units of the whole model (multiply by
-// ParameterCount and by bytes per value). Materialisation is its transpose (every byte
-// that leaves a node in one enters it in the other), so it has the same maxima.
+// ParameterCount (spec/model.h) and by bytes per value). Materialisation is its transpose (every
+// byte that leaves a node in one enters it in the other), so it has the same maxima.
 struct SyncTraffic {
   // Max over nodes of max(sent to, received from other nodes) after the gradients of
   // pipeline copies on the node are summed over NVLink; 0 on a single node.

@@ -16,4 +16,11 @@ struct ModelSpec {
   int vocab = 0;
 };
 
+// Parameters of a LLaMA-style decoder: per layer 2 H^2 (q, o) + 2 H^2 kv_heads/heads
+// (k, v) + 3 H ffn (SwiGLU) + 2 H (norms), plus V H (embedding) + V H (the output head,
+// unless tied to the embedding) + H (final norm). In double: sizes whose product passes
+// int64 are counted, not wrapped. For the 32B profile (H 6656, ffn 17920, L 60, V 30592,
+// untied): 32.51e9.
+double ParameterCount(const ModelSpec& model, bool tied_embeddings = false);
+
 }  // namespace hydraulis

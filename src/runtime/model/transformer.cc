@@ -113,18 +113,6 @@ std::vector<FullParameter> FullParameters(const ModelConfig& config) {
   return out;
 }
 
-double ParameterCount(const ModelConfig& config) {
-  const ModelSpec& s = config.shape;
-  const double hidden = s.hidden, dim = config.head_dim();
-  const double q_width = s.heads * dim, kv_width = s.kv_heads * dim;
-  // Per layer, as FullParameters lists them: two norms, wq, wk, wv, wo and the three MLP
-  // matrices.
-  const double per_layer = 2 * hidden + 2 * q_width * hidden + 2 * kv_width * hidden +
-                           3 * static_cast<double>(s.ffn) * hidden;
-  const double embeddings = (config.tie_embeddings ? 1.0 : 2.0) * s.vocab * hidden;
-  return embeddings + s.layers * per_layer + hidden;  // + the final norm
-}
-
 ModelPart ModelPart::Stage(const ModelConfig& config, int stage, int pp) {
   const int layers = config.shape.layers;
   if (pp < 1 || pp > layers) {

@@ -49,12 +49,6 @@ struct FullParameter {
 };
 std::vector<FullParameter> FullParameters(const ModelConfig& config);
 
-// The number of values FullParameters' shapes hold, counted from the config's sizes in
-// double: a config's sizes are ints whose products can pass int64 (hidden = vocab = 2^30
-// wraps to a count that looks small), and a memory check must not build a list of 2^31
-// layers' parameters just to refuse them.
-double ParameterCount(const ModelConfig& config);
-
 // The part of the model one pipeline stage holds: layers [first_layer, end_layer), the
 // token embedding on the first stage, the final norm and output head on the last.
 struct ModelPart {
