@@ -196,13 +196,28 @@ long_run long-cp2 --nproc 2 --cp 2 --profile "$TMP/small-mem.json"
 long_run long-tp2 --nproc 2 --tp 2 --profile "$TMP/small-mem.json"
 long_run long-one --nproc 1 --profile "$PROFILE"
 grep -q '"strategy":"1x(CP2,TP1)"' "$TMP/long-cp2.jsonl" || fail "cp 2 strategy: $(head -c 400 "$TMP/long-cp2.jsonl")"
-grep -q "profile: (CP2,TP1) derived from its cp = 1 fit" "$TMP/long-cp2.out" ||
+grep -q "profile: (CP2,TP1) derived from the cp = 1 fit" "$TMP/long-cp2.out" ||
   fail "no derivation notice: $(head -c 300 "$TMP/long-cp2.out")"
 [[ $(wc -l <"$TMP/long-cp2.jsonl") -eq 3 ]] || fail "cp 2: expected 3 log lines"
 [[ $(truncated_tokens long-cp2) -eq 0 ]] || fail "cp 2 cut $(truncated_tokens long-cp2) tokens"
 [[ $(truncated_tokens long-one) -eq 0 ]] || fail "one rank cut $(truncated_tokens long-one) tokens"
 [[ $(truncated_tokens long-tp2) -gt 0 ]] || fail "tp 2 cut no token: the case does not test capacity"
 same_losses long-one long-cp2
+# The same through a candidates file (train --candidates with cp): the <2,1,1> scheme the
+# profile lacks is derived as for --cp, and the planner, free to pick 2 x <1,1,1>, takes the
+# cp pipeline on every step because only it holds the long documents whole.
+cat >"$TMP/cands-cp.json" <<'JSON'
+{"format": "hydraulis.candidates/1", "gpus": 2, "optimizer_layout": {"dp": 2, "tp": 1, "pp": 1},
+ "strategies": [{"name": "dp2", "pipelines": [{"count": 2, "cp": 1, "tp": 1, "pp": 1}]},
+                {"name": "cp2", "pipelines": [{"count": 1, "cp": 2, "tp": 1, "pp": 1}]}]}
+JSON
+long_run long-cands --nproc 2 --candidates "$TMP/cands-cp.json" --profile "$TMP/small-mem.json"
+grep -q "profile: (CP2,TP1) derived from the cp = 1 fit" "$TMP/long-cands.out" ||
+  fail "candidates: no derivation notice: $(head -c 300 "$TMP/long-cands.out")"
+[[ $(grep -c '"strategy":"cp2"' "$TMP/long-cands.jsonl") -eq 3 ]] ||
+  fail "candidates: not the cp strategy on every step: $(head -c 400 "$TMP/long-cands.jsonl")"
+[[ $(truncated_tokens long-cands) -eq 0 ]] || fail "candidates cut $(truncated_tokens long-cands) tokens"
+same_losses long-one long-cands
 
 check "a bucket size that makes more than 2^16 buckets is one clear error"
 # One rank: buckets of 1 element, one per parameter (the tiny model has 123,712).

@@ -1,12 +1,15 @@
 #include "hydraulis/runtime/model/context_parallel_attention.h"
 
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/runtime/model/all_gather_rows.h"
 #include "hydraulis/runtime/model/attention.h"
 #include "hydraulis/runtime/model/host_copy.h"
 
@@ -16,8 +19,8 @@
 // bookkeeping of which chunk pairs are causal); with grouped-query attention K and V are a
 // small fraction of the activations, so the gathered copy is cheap next to the O(L^2)
 // attention it serves; and the attention itself stays one variable-length kernel call.
-// Its cost: the gather is exposed (not overlapped with attention), and the gathered K/V of
-// the sharded documents is materialised per layer.
+// Its cost: the gather is exposed (not overlapped with attention), and backward gathers again
+// (GatheredAttentionFunction below) so that no layer keeps the gathered K/V.
 
 namespace hydraulis {
 namespace {
@@ -102,6 +105,138 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
   return rows;
 }
 
+namespace {
+
+// The keys and values every query segment of this rank reads, [key rows, 2 * kv_heads, d]:
+// this rank's rows of the sharded documents go into one all-gather (padded with zero rows to
+// the largest rank's share) and each segment's keys are picked from [local rows; gathered
+// rows]. Every rank issues the same all-gather, sized by the lengths and layout alone.
+at::Tensor GatheredKeys(const at::Tensor& kv, const at::Tensor& send_rows,
+                        const at::Tensor& key_rows, std::int64_t rows_per_rank, CommGroup& group) {
+  at::Tensor send = kv.index_select(0, send_rows);
+  send = at::constant_pad_nd(send, {0, 0, 0, 0, 0, rows_per_rank - send.size(0)}).contiguous();
+  std::vector<std::int64_t> sizes = send.sizes().vec();
+  sizes[0] *= group.size();
+  at::Tensor gathered = at::empty(sizes, send.options());
+  group.AllGather(send, gathered);
+  return at::cat({kv, gathered}, 0).index_select(0, key_rows);
+}
+
+bool FlashAttentionRuns(const at::Tensor& q, const std::vector<std::int64_t>& cu_seqlens_q) {
+  return UsesFlashAttention(q.device(), q.scalar_type(), q.size(-1)) && cu_seqlens_q.size() >= 2;
+}
+
+std::int64_t LongestSegment(const std::vector<std::int64_t>& cu_seqlens) {
+  std::int64_t longest = 0;
+  for (std::size_t i = 0; i + 1 < cu_seqlens.size(); ++i) {
+    longest = std::max(longest, cu_seqlens[i + 1] - cu_seqlens[i]);
+  }
+  return longest;
+}
+
+// Attention over gathered keys whose backward gathers them again instead of keeping them:
+// the gathered keys and values of a layer are a transient, as docs/design.md's memory model
+// ("Context parallelism", Memory) assumes, so a rank's memory per layer grows with its own
+// tokens, not with the documents' prefixes. It saves the queries and the rank's own K/V
+// rows (and, with the flash kernel, its output and log-sum-exp, so backward is the flash
+// backward without recomputing the forward). On the dense path (the CPU, fp32) backward
+// recomputes the attention of its query segments from the gathered keys.
+// Collectives per call: forward, one all-gather; backward, one all-gather and one
+// reduce-scatter, the three transfers the cost model charges.
+// The group and the rows travel through autograd's saved data (IValue has no slot for a raw
+// pointer, so the group as an integer, as in transformer.cc); the rows are copied, because
+// backward may run after the caller's ContextParallelRows is gone.
+struct GatheredAttentionFunction : public torch::autograd::Function<GatheredAttentionFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
+                            const at::Tensor& kv, const ContextParallelRows* rows,
+                            CommGroup* group) {
+    const std::vector<std::int64_t>& cu_q = rows->local.cu_seqlens;
+    const std::int64_t kv_heads = kv.size(1) / 2;
+    const at::Tensor keys =
+        GatheredKeys(kv, rows->send_rows, rows->key_rows, rows->rows_per_rank, *group);
+    const at::Tensor k = keys.slice(1, 0, kv_heads);
+    const at::Tensor v = keys.slice(1, kv_heads, 2 * kv_heads);
+    at::Tensor out, logsumexp, rng_state, unused;
+    if (FlashAttentionRuns(q, cu_q)) {
+      std::tie(out, logsumexp, rng_state, unused, std::ignore) = at::_flash_attention_forward(
+          q.contiguous(), k.contiguous(), v.contiguous(), rows->cu_seqlens_q_device,
+          rows->cu_seqlens_k_device, LongestSegment(cu_q), LongestSegment(rows->cu_seqlens_k),
+          /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false);
+      ctx->save_for_backward({q, kv, out, logsumexp, rng_state, unused});
+    } else {
+      out = DenseVarlenCausalAttention(q, k, v, cu_q, rows->cu_seqlens_k);
+      ctx->save_for_backward({q, kv});
+    }
+    ctx->saved_data["group"] = reinterpret_cast<std::int64_t>(group);
+    ctx->saved_data["send_rows"] = rows->send_rows;
+    ctx->saved_data["key_rows"] = rows->key_rows;
+    ctx->saved_data["rows_per_rank"] = rows->rows_per_rank;
+    ctx->saved_data["cu_q"] = cu_q;
+    ctx->saved_data["cu_k"] = rows->cu_seqlens_k;
+    if (rows->cu_seqlens_q_device.defined()) {
+      ctx->saved_data["cu_q_device"] = rows->cu_seqlens_q_device;
+      ctx->saved_data["cu_k_device"] = rows->cu_seqlens_k_device;
+    }
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& q = saved[0];
+    const at::Tensor& kv = saved[1];
+    CommGroup& group = *reinterpret_cast<CommGroup*>(ctx->saved_data["group"].toInt());
+    const at::Tensor send_rows = ctx->saved_data["send_rows"].toTensor();
+    const at::Tensor key_rows = ctx->saved_data["key_rows"].toTensor();
+    const std::int64_t rows_per_rank = ctx->saved_data["rows_per_rank"].toInt();
+    const std::vector<std::int64_t> cu_q = ctx->saved_data["cu_q"].toIntVector();
+    const std::vector<std::int64_t> cu_k = ctx->saved_data["cu_k"].toIntVector();
+    const std::int64_t kv_heads = kv.size(1) / 2;
+    // A rank whose output reached no loss still takes part in both collectives.
+    const at::Tensor grad_out =
+        grads[0].defined() ? grads[0] : at::zeros_like(saved.size() > 2 ? saved[2] : q);
+    const at::Tensor keys = GatheredKeys(kv, send_rows, key_rows, rows_per_rank, group);
+    at::Tensor dq, dk, dv;
+    if (saved.size() > 2) {  // flash: its own backward, from the saved output
+      std::tie(dq, dk, dv) = at::_flash_attention_backward(
+          grad_out.contiguous(), q.contiguous(), keys.slice(1, 0, kv_heads).contiguous(),
+          keys.slice(1, kv_heads, 2 * kv_heads).contiguous(), saved[2], saved[3],
+          ctx->saved_data["cu_q_device"].toTensor(), ctx->saved_data["cu_k_device"].toTensor(),
+          LongestSegment(cu_q), LongestSegment(cu_k), /*dropout_p=*/0.0, /*is_causal=*/true,
+          saved[4], saved[5]);
+    } else {
+      at::AutoGradMode grad_mode(true);
+      const at::Tensor q_leaf = q.detach().requires_grad_(true);
+      const at::Tensor keys_leaf = keys.detach().requires_grad_(true);
+      const at::Tensor out =
+          DenseVarlenCausalAttention(q_leaf, keys_leaf.slice(1, 0, kv_heads),
+                                     keys_leaf.slice(1, kv_heads, 2 * kv_heads), cu_q, cu_k);
+      const torch::autograd::variable_list d =
+          torch::autograd::grad({out}, {q_leaf, keys_leaf}, {grad_out}, /*retain_graph=*/false,
+                                /*create_graph=*/false, /*allow_unused=*/true);
+      dq = d[0].defined() ? d[0] : at::zeros_like(q);
+      const at::Tensor dkeys = d[1].defined() ? d[1] : at::zeros_like(keys);
+      dk = dkeys.slice(1, 0, kv_heads);
+      dv = dkeys.slice(1, kv_heads, 2 * kv_heads);
+    }
+    // Back through the pick: every key row's gradient goes to its row of [local; gathered];
+    // the gathered part is reduce-scattered to the ranks that sent those rows.
+    const std::int64_t local_rows = kv.size(0);
+    at::Tensor grad_all =
+        at::zeros({local_rows + group.size() * rows_per_rank, kv.size(1), kv.size(2)}, kv.options())
+            .index_add_(0, key_rows, at::cat({dk, dv}, 1).to(kv.scalar_type()));
+    at::Tensor grad_kv = grad_all.narrow(0, 0, local_rows).clone();
+    const at::Tensor grad_gathered =
+        grad_all.narrow(0, local_rows, group.size() * rows_per_rank).contiguous();
+    at::Tensor grad_send = at::empty({rows_per_rank, kv.size(1), kv.size(2)}, kv.options());
+    group.ReduceScatterSum(grad_gathered, grad_send);
+    grad_kv.index_add_(0, send_rows, grad_send.narrow(0, 0, send_rows.size(0)));
+    return {dq, grad_kv, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
 at::Tensor ContextParallelAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const ContextParallelRows& rows, CommGroup& cp_group) {
   const LocalTokenLayout& local = rows.local;
@@ -120,20 +255,10 @@ at::Tensor ContextParallelAttention(const at::Tensor& q, const at::Tensor& k, co
                               padded ? v.index_select(0, rows.real_rows) : v, local.cu_seqlens,
                               local.cu_seqlens, rows.cu_seqlens_q_device, rows.cu_seqlens_q_device);
   } else {
-    const std::int64_t kv_heads = k.size(1);
-    // K and V side by side: one collective for both.
-    const at::Tensor kv = at::cat({k, v}, 1);
-    at::Tensor send = kv.index_select(0, rows.send_rows);
-    send = at::constant_pad_nd(send, {0, 0, 0, 0, 0, rows.rows_per_rank - send.size(0)});
-    const at::Tensor gathered = AllGatherRows(send, cp_group);
-    // The keys are picked from [local rows; gathered rows] even on a rank whose queries read
-    // no gathered row (one without a sharded chunk, or without any token): the gather then
-    // stays on its output's autograd path, so its backward takes part in the reduce-scatter
-    // the other ranks issue (with a zero gradient) instead of leaving them waiting.
-    const at::Tensor keys = at::cat({kv, gathered}, 0).index_select(0, rows.key_rows);
-    out = VarlenCausalAttention(
-        q_real, keys.slice(1, 0, kv_heads), keys.slice(1, kv_heads, 2 * kv_heads), local.cu_seqlens,
-        rows.cu_seqlens_k, rows.cu_seqlens_q_device, rows.cu_seqlens_k_device);
+    // K and V side by side: one collective for both. Every rank calls the function, one
+    // whose queries read no gathered row (or that has no token) included, so its backward
+    // joins the collectives the other ranks issue.
+    out = GatheredAttentionFunction::apply(q_real, at::cat({k, v}, 1), &rows, &cp_group);
   }
   if (!padded) return out;
   return at::zeros({q.size(0), out.size(1), out.size(2)}, out.options())

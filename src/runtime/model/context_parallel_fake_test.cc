@@ -126,8 +126,8 @@ TEST(VarlenCausalAttentionTest, EqualSegmentsArePackedAndLongerKeysAlignBottomRi
 
 // Every rank issues the same collectives, of sizes fixed by the lengths and layout: one
 // all-gather of every rank's K and V rows of the sharded documents (padded to the largest
-// share) in forward, one reduce-scatter of their gradient in backward; a rank with no
-// token at all included.
+// share) in forward; in backward the same all-gather again (the gathered keys are not kept)
+// and one reduce-scatter of their gradient; a rank with no token at all included.
 TEST(ContextParallelFakeTest, EveryRankIssuesTheSameCollectives) {
   // cp 3, lengths 12 (rank 0), 5 (rank 1), 7 (sharded: chunks 2,1,1,1,1,1, so shares
   // 3, 2, 2): rank 2 holds two chunks of one token, rank 1 a placed document too.
@@ -135,13 +135,15 @@ TEST(ContextParallelFakeTest, EveryRankIssuesTheSameCollectives) {
   std::vector<std::vector<std::string>> calls;
   const std::vector<CpResult> ranks = RunOnFakeRanks(c, test_support::MakeCpData(c), calls);
   // 3 rows per rank x 3 ranks, K and V side by side (2 x 2 kv heads), head_dim 8.
-  const std::vector<std::string> expected = {"all-gather 9x4x8", "reduce-scatter 9x4x8"};
+  const std::vector<std::string> expected = {"all-gather 9x4x8", "all-gather 9x4x8",
+                                             "reduce-scatter 9x4x8"};
   for (int r = 0; r < 3; ++r) EXPECT_EQ(calls[static_cast<std::size_t>(r)], expected) << r;
 
   // Rank 2 holds no token: a one-token sharded document lies on rank 0 alone.
   const CpCase idle{"idle", 3, {12, 5, 1}, {0, 1, kSharded}, 4, 2, 8, 1};
   RunOnFakeRanks(idle, test_support::MakeCpData(idle), calls);
-  const std::vector<std::string> one_row = {"all-gather 3x4x8", "reduce-scatter 3x4x8"};
+  const std::vector<std::string> one_row = {"all-gather 3x4x8", "all-gather 3x4x8",
+                                            "reduce-scatter 3x4x8"};
   for (int r = 0; r < 3; ++r) EXPECT_EQ(calls[static_cast<std::size_t>(r)], one_row) << r;
 }
 

@@ -2,7 +2,7 @@
 // parallel (cp) group (local_tokens.h): a document placed whole on one rank attends there
 // alone; a sharded one (2*cp chunks, rank r holding chunks r and 2*cp-1-r) needs the keys
 // and values of the chunks before each of a rank's chunks, which the ranks exchange by one
-// all-gather per call (all_gather_rows.h).
+// all-gather per call, and again in backward (the gathered keys are not kept).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -39,12 +39,14 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
 // rows included, any values).
 // Returns [rows, heads, head_dim] in q's row order: for a real token, the attention output
 // it has in the whole micro-batch (a chunk [b, e) of a sharded document attends causally
-// to the document's keys [0, e)); zero on padding rows. Differentiable; the backward sends
-// every rank the gradient of its own keys and values from every rank's queries (a
-// reduce-scatter).
+// to the document's keys [0, e)); zero on padding rows. Differentiable; the backward gathers
+// the keys and values again rather than keeping them from forward (a layer's gathered K/V
+// is a transient, as the memory model assumes) and sends every rank the gradient of its own
+// keys and values from every rank's queries (a reduce-scatter).
 //
 // Collectives: when the micro-batch has a sharded document, one all-gather in forward and
-// one reduce-scatter in backward, of sizes fixed by local.lengths and local.layout alone,
+// one all-gather then one reduce-scatter in backward, of sizes fixed by local.lengths and
+// local.layout alone,
 // so every rank of `cp_group` (all of which must call this, in the same order) issues the
 // same ones, a rank holding no token of a sharded document included; none otherwise.
 // InvalidInput when the shapes do not match the layout, the group is not the layout's
