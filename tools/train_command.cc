@@ -107,7 +107,7 @@ int Train(TrainArgs& a) {
   }
   if (chief && !run.derived_cp_scheme().empty()) {
     fmt::print(
-        "profile: {} derived from the cp = 1 fit (placed documents as on the tp group, the "
+        "profile: {} derived from its cp = 1 fit (placed documents as on the tp group, the "
         "key/value exchange at the simulator's link speeds; `hydraulis profile --schemes` "
         "fits it)\n",
         run.derived_cp_scheme());

@@ -196,24 +196,30 @@ long_run long-cp2 --nproc 2 --cp 2 --profile "$TMP/small-mem.json"
 long_run long-tp2 --nproc 2 --tp 2 --profile "$TMP/small-mem.json"
 long_run long-one --nproc 1 --profile "$PROFILE"
 grep -q '"strategy":"1x(CP2,TP1)"' "$TMP/long-cp2.jsonl" || fail "cp 2 strategy: $(head -c 400 "$TMP/long-cp2.jsonl")"
-grep -q "profile: (CP2,TP1) derived from the cp = 1 fit" "$TMP/long-cp2.out" ||
+grep -q "profile: (CP2,TP1) derived from its cp = 1 fit" "$TMP/long-cp2.out" ||
   fail "no derivation notice: $(head -c 300 "$TMP/long-cp2.out")"
 [[ $(wc -l <"$TMP/long-cp2.jsonl") -eq 3 ]] || fail "cp 2: expected 3 log lines"
 [[ $(truncated_tokens long-cp2) -eq 0 ]] || fail "cp 2 cut $(truncated_tokens long-cp2) tokens"
 [[ $(truncated_tokens long-one) -eq 0 ]] || fail "one rank cut $(truncated_tokens long-one) tokens"
 [[ $(truncated_tokens long-tp2) -gt 0 ]] || fail "tp 2 cut no token: the case does not test capacity"
 same_losses long-one long-cp2
-# The same through a candidates file (train --candidates with cp): the <2,1,1> scheme the
-# profile lacks is derived as for --cp, and the planner, free to pick 2 x <1,1,1>, takes the
-# cp pipeline on every step because only it holds the long documents whole.
+# The same through a candidates file (train --candidates with cp) on a profile that has the
+# <2,1,1> scheme (a candidates file's schemes are never derived): the planner, free to pick
+# 2 x <1,1,1>, takes the cp pipeline on every step, the only one that holds the long
+# documents whole.
+python3 - "$TMP/small-mem.json" "$TMP/small-mem-cp.json" <<'PY' || fail "setup: cp profile"
+import json, sys
+p = json.load(open(sys.argv[1]))
+placed = next(s for s in p["schemes"] if (s.get("cp", 1), s["tp"], s["pp"]) == (1, 1, 1))
+p["schemes"].append(dict(placed, cp=2, kv_ms_per_token=0.001))
+json.dump(p, open(sys.argv[2], "w"), indent=1)
+PY
 cat >"$TMP/cands-cp.json" <<'JSON'
 {"format": "hydraulis.candidates/1", "gpus": 2, "optimizer_layout": {"dp": 2, "tp": 1, "pp": 1},
  "strategies": [{"name": "dp2", "pipelines": [{"count": 2, "cp": 1, "tp": 1, "pp": 1}]},
                 {"name": "cp2", "pipelines": [{"count": 1, "cp": 2, "tp": 1, "pp": 1}]}]}
 JSON
-long_run long-cands --nproc 2 --candidates "$TMP/cands-cp.json" --profile "$TMP/small-mem.json"
-grep -q "profile: (CP2,TP1) derived from the cp = 1 fit" "$TMP/long-cands.out" ||
-  fail "candidates: no derivation notice: $(head -c 300 "$TMP/long-cands.out")"
+long_run long-cands --nproc 2 --candidates "$TMP/cands-cp.json" --profile "$TMP/small-mem-cp.json"
 [[ $(grep -c '"strategy":"cp2"' "$TMP/long-cands.jsonl") -eq 3 ]] ||
   fail "candidates: not the cp strategy on every step: $(head -c 400 "$TMP/long-cands.jsonl")"
 [[ $(truncated_tokens long-cands) -eq 0 ]] || fail "candidates cut $(truncated_tokens long-cands) tokens"
@@ -317,9 +323,30 @@ assert samples[3]["cp"] == 2 and len(samples[3]["samples"]) == len(samples[0]["s
 PY
 grep -qE '\(CP2,TP1\) .* [0-9.]+e[-+][0-9]+$' "$TMP/prof2.out" || fail "no cp row with its kv: $(cat "$TMP/prof2.out")"
 
+check "profile over 4 ranks times a cp 2 x tp 2 scheme on its block, cp and tp groups"
+# <2,2,1>: two tp groups of 2 ranks, each cp rank of one; every document sharded over the
+# cp ranks; it keeps 2x1's a, b, c and fits only kv_ms_per_token.
+"$BIN" profile --model "$MODEL" --schemes 2x1,2x2x1 --nproc 4 --repeats 1 --warmup 1 \
+  --min-len 256 --max-len 2048 --packed 3 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
+  --samples-json "$TMP/p4-samples.json" --output "$TMP/p4.json" >"$TMP/prof4.out" 2>"$TMP/prof4.err" ||
+  fail "$(tail -c 600 "$TMP/prof4.err")"
+python3 - "$TMP/p4.json" "$TMP/p4-samples.json" <<'PY' || fail "profile: $(head -c 400 "$TMP/p4.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert [(s["cp"], s["tp"], s["pp"]) for s in p["schemes"]] == [(1, 2, 1), (2, 2, 1)], p["schemes"]
+placed, cp = p["schemes"]
+for k in ("a_ms_per_token2", "b_ms_per_token", "c_ms"):
+    assert cp[k] == placed[k], (k, cp, placed)
+assert cp["kv_ms_per_token"] >= 0, cp
+samples = json.load(open(sys.argv[2]))
+assert samples[1]["cp"] == 2 and samples[1]["tp"] == 2, samples[1]
+assert all(s["ms"] > 0 for s in samples[1]["samples"]), samples[1]
+PY
+grep -qE '\(CP2,TP2\) .* [0-9.]+e[-+][0-9]+$' "$TMP/prof4.out" || fail "no cp x tp row: $(cat "$TMP/prof4.out")"
+
 check "profile refuses cp schemes it cannot time, before any timing"
 bad_profile() {  # bad_profile EXPECTED_TEXT SCHEMES
-  "$BIN" profile --model "$MODEL" --schemes "$2" --nproc 2 --output "$TMP/bad-p.json" \
+  "$BIN" profile --model "$MODEL" --schemes "$2" --nproc "${NPROC:-2}" --output "$TMP/bad-p.json" \
     >"$TMP/badp.out" 2>"$TMP/badp.err"
   RC=$?
   [[ $RC -eq 2 ]] || fail "$2 exited $RC"
@@ -327,7 +354,9 @@ bad_profile() {  # bad_profile EXPECTED_TEXT SCHEMES
   [[ ! -e $TMP/bad-p.json ]] || fail "$2: a profile was written"
 }
 bad_profile "--schemes: 2x1x1 keeps the fit of 1x1 for documents placed whole: list 1x1 too" 2x1x1
-bad_profile "--schemes: 2x1x2: cp schemes are profiled with tp 1 and pp 1 only" 1x1,2x1x2
+bad_profile "--schemes: 2x1x2: cp schemes are profiled with pp 1 only" 1x1,2x1x2
+NPROC=4 bad_profile "--schemes: 2x2x1 keeps the fit of 2x1 for documents placed whole: list 2x1 too" \
+  1x1,2x2x1
 bad_profile "--nproc: 2 cannot run cp = 4" 1x1,4x1x1
 bad_profile "--schemes: '2x1x1x1' is not TPxPP or CPxTPxPP" 2x1x1x1
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/capacity.h"
@@ -104,22 +105,26 @@ void CheckProfileOptions(const ProfileOptions& options, int ranks) {
   }
   for (const Scheme& s : options.schemes) {
     if (s.cp == 1) continue;
-    // Sharded micro-batches run the cp group alone; cp x tp would need a tp group inside
-    // every cp rank, which the profiler does not build yet.
-    if (s.tp != 1 || s.pp != 1) {
-      throw InvalidInput("--schemes: " + std::to_string(s.cp) + "x" + std::to_string(s.tp) + "x" +
-                         std::to_string(s.pp) +
-                         ": cp schemes are profiled with tp 1 and pp 1 only (CPx1x1)");
+    // One stage: a cp scheme keeps its <1, tp, 1> fit for placed documents, and that fit is
+    // of a single stage (docs/design.md derives cp schemes the same way).
+    const std::string name =
+        std::to_string(s.cp) + "x" + std::to_string(s.tp) + "x" + std::to_string(s.pp);
+    if (s.pp != 1) {
+      throw InvalidInput("--schemes: " + name +
+                         ": cp schemes are profiled with pp 1 only (CPxTPx1)");
     }
     if (std::find(options.schemes.begin(), options.schemes.end(), PlacedScheme(s)) ==
         options.schemes.end()) {
-      throw InvalidInput("--schemes: " + std::to_string(s.cp) +
-                         "x1x1 keeps the fit of 1x1 for documents placed whole: list 1x1 too");
+      // --schemes names a cp = 1 scheme TPxPP: <1, tp, 1> is "{tp}x1".
+      const std::string placed = std::to_string(s.tp) + "x1";
+      throw InvalidInput("--schemes: " + name + " keeps the fit of " + placed +
+                         " for documents placed whole: list " + placed + " too");
     }
-    if (ranks < s.cp) {
-      throw InvalidInput("--schemes: cp = " + std::to_string(s.cp) + " needs " +
-                         std::to_string(s.cp) + " ranks: give --nproc " + std::to_string(s.cp) +
-                         " (or run under torchrun)");
+    if (ranks < BlockRanks(s)) {
+      throw InvalidInput("--schemes: cp = " + std::to_string(s.cp) +
+                         " x tp = " + std::to_string(s.tp) + " needs " +
+                         std::to_string(BlockRanks(s)) + " ranks: give --nproc " +
+                         std::to_string(BlockRanks(s)) + " (or run under torchrun)");
     }
   }
   if (options.memory_bytes <= 0) throw InvalidInput("--memory-bytes: must be > 0");
@@ -146,10 +151,14 @@ ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* d
   CheckProfileOptions(options, distributed != nullptr ? distributed->world_size : 1);
   const ModelConfig model = LoadModelConfig(options.model);
   const std::vector<int> tps = TensorParallelDegrees(options.schemes);
-  // The blocks of ranks that time together: tp groups, and cp groups (tp 1: a block of cp
-  // ranks is its cp group).
+  // The blocks of ranks that time together: tp groups, and the cp x tp blocks of the cp
+  // schemes.
   std::set<int> blocks(tps.begin(), tps.end());
-  for (const Scheme& s : options.schemes) blocks.insert(BlockRanks(s));
+  std::set<std::pair<int, int>> cp_blocks;
+  for (const Scheme& s : options.schemes) {
+    blocks.insert(BlockRanks(s));
+    if (s.cp > 1) cp_blocks.insert({s.cp, s.tp});
+  }
   const int max_block = *blocks.rbegin();
   if (distributed == nullptr && max_block > 1) {
     throw InvalidInput("--schemes: tp = " + std::to_string(max_block) + " needs " +
@@ -187,7 +196,8 @@ ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* d
       on_device.backend = CommBackend::kNccl;
       on_device.device_index = options.compute.device_index;
     }
-    ranks = std::make_unique<ProfileRanks>(on_device, blocks);
+    ranks =
+        std::make_unique<ProfileRanks>(on_device, std::set<int>(tps.begin(), tps.end()), cp_blocks);
     run.rank = ranks->rank();
     run.world_size = ranks->world_size();
   }
@@ -204,10 +214,14 @@ ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* d
       const int block = BlockRanks(s);
       if (ranks == nullptr || ranks->Runs(block)) {
         const auto start = std::chrono::steady_clock::now();
-        CommGroup* group = ranks == nullptr ? nullptr : ranks->TensorParallelGroup(block);
-        std::vector<TimeSample> timed = sharded
-                                            ? ProfileShardedStage(model, *group, batches, timing)
-                                            : ProfileStage(model, s.pp, group, batches, timing);
+        std::vector<TimeSample> timed;
+        if (sharded) {
+          const ProfileRanks::ContextParallelGroups g = ranks->ContextParallelBlock(s.cp, s.tp);
+          timed = ProfileShardedStage(model, *g.cp, g.tp, *g.block, batches, timing);
+        } else {
+          CommGroup* group = ranks == nullptr ? nullptr : ranks->TensorParallelGroup(block);
+          timed = ProfileStage(model, s.pp, group, batches, timing);
+        }
         if (chief) {
           if (sharded) {
             const auto placed = static_cast<std::size_t>(

@@ -184,13 +184,13 @@ std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGrou
 }
 
 std::vector<TimeSample> ProfileShardedStage(
-    const ModelConfig& config, CommGroup& cp_group,
+    const ModelConfig& config, CommGroup& cp_group, CommGroup* tp_group, CommGroup& block_group,
     const std::vector<std::vector<std::int64_t>>& micro_batches,
     const StageProfileOptions& options) {
   CheckTiming(options, micro_batches);
   const int cp = cp_group.size();
   if (cp < 2) throw InvalidInput("profile: a sharded stage needs cp >= 2 ranks");
-  const Transformer model(config, options.seed, nullptr, ProfiledStagePart(config, 1),
+  const Transformer model(config, options.seed, tp_group, ProfiledStagePart(config, 1),
                           options.compute);
   ZeroGradients(model);
   const at::Device device = TorchDevice(options.compute);
@@ -206,7 +206,7 @@ std::vector<TimeSample> ProfileShardedStage(
     tokens.push_back(LocalTokensOf(batches[j].tokens, local));
     rows.push_back(MakeContextParallelRows(local, device));
   }
-  return TimePasses(micro_batches, options, &cp_group, [&](std::size_t j) {
+  return TimePasses(micro_batches, options, &block_group, [&](std::size_t j) {
     const at::Tensor logits = model.ForwardStageContextParallel(tokens[j], rows[j], cp_group, {});
     SummedTokenLoss(logits, tokens[j].targets).sum.backward();
   });

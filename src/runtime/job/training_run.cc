@@ -2,17 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <optional>
 #include <string>
 #include <utility>
-#include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
-#include "hydraulis/base/file_io.h"
 #include "hydraulis/cost/kv_exchange.h"
 #include "hydraulis/runtime/job/checkpoint.h"
 #include "hydraulis/runtime/job/derived_profile.h"
@@ -58,49 +53,6 @@ std::string DeriveContextParallelScheme(const TrainingRunOptions& o, Profile& pr
   const int cp_sizes[] = {scheme.cp};
   AddDerivedContextParallelSchemes(profile, cp_sizes);
   return SchemeName(scheme);
-}
-
-// Makes sure `profile` has every <cp, tp, 1> scheme with cp > 1 that the candidates file
-// names, derived as for --cp from the profile's <1, tp, 1> fit where the profile lacks it.
-// Schemes it cannot derive (cp x pp, or no <1, tp, 1> fit) are left for LoadCandidates to
-// name, as is a file that does not parse. Returns the derived schemes' names, ", "-joined.
-std::string DeriveCandidatesContextParallelSchemes(const std::string& path, Profile& profile) {
-  std::vector<Scheme> missing;
-  try {
-    const nlohmann::json doc = nlohmann::json::parse(ReadFileText(path));
-    const auto strategies = doc.find("strategies");
-    if (!doc.is_object() || strategies == doc.end() || !strategies->is_array()) return "";
-    for (const nlohmann::json& strategy : *strategies) {
-      const auto pipelines = strategy.find("pipelines");
-      if (!strategy.is_object() || pipelines == strategy.end() || !pipelines->is_array()) continue;
-      for (const nlohmann::json& p : *pipelines) {
-        if (!p.is_object()) continue;
-        Scheme scheme;
-        scheme.cp = p.value("cp", 1);
-        scheme.tp = p.value("tp", 1);
-        scheme.pp = p.value("pp", 1);
-        Scheme base = scheme;
-        base.cp = 1;
-        if (scheme.cp < 2 || scheme.pp != 1 || profile.Find(scheme) != nullptr ||
-            profile.Find(base) == nullptr ||
-            std::find(missing.begin(), missing.end(), scheme) != missing.end()) {
-          continue;
-        }
-        missing.push_back(scheme);
-      }
-    }
-  } catch (const std::exception&) {
-    return "";  // LoadCandidates names what is wrong with the file
-  }
-  std::string names;
-  for (const Scheme& scheme : missing) {
-    // One cp size at a time: AddDerivedContextParallelSchemes derives a cp for every profiled
-    // tp, and only the named schemes are reported.
-    const int cp_sizes[] = {scheme.cp};
-    AddDerivedContextParallelSchemes(profile, cp_sizes);
-    names += (names.empty() ? "" : ", ") + SchemeName(scheme);
-  }
-  return names;
 }
 
 // The candidate set this run chooses from: the file, or one strategy of
@@ -160,8 +112,7 @@ struct TrainingInputs {
   PlannerOptions planner;
   std::unique_ptr<HfCheckpoint> init;  // --init-from, opened and validated
   bool profile_derived = false;        // no --profile: DeriveProfile from kEngineProfile
-  std::string
-      derived_cp_scheme;  // cp schemes derived from <1, tp, 1> (--cp's, candidates'); else ""
+  std::string derived_cp_scheme;       // --cp's scheme, derived from <1, tp, 1>; else ""
 
   // `in_launcher`: checked once before ranks start, so the checkpoint's shards too.
   // `compute`: the device the training state must fit (CheckTrainingStateFits).
@@ -213,9 +164,7 @@ struct TrainingInputs {
                            "MODEL.json -o PROFILE.json`, or leave --profile out to derive one)");
       }
     }
-    if (!o.candidates.empty()) {
-      derived_cp_scheme = DeriveCandidatesContextParallelSchemes(o.candidates, profile);
-    } else if (world_size % (std::int64_t{o.cp} * o.tp * o.pp) == 0) {
+    if (o.candidates.empty() && world_size % (std::int64_t{o.cp} * o.tp * o.pp) == 0) {
       derived_cp_scheme = DeriveContextParallelScheme(o, profile, Scheme{o.cp, o.tp, o.pp});
     }
     candidates = Candidates(o, profile, world_size);

@@ -72,14 +72,16 @@ std::vector<TimeSample> ProfileStage(const ModelConfig& config, int pp, CommGrou
                                      const std::vector<std::vector<std::int64_t>>& micro_batches,
                                      const StageProfileOptions& options = {});
 
-// Times forward and backward of one stage of a <cp, 1, 1> scheme (pp = 1: the whole model)
+// Times forward and backward of one stage of a <cp, tp, 1> scheme (pp = 1: the whole model)
 // on micro-batches whose documents are all sharded over the cp ranks of `cp_group` (each
-// rank its zigzag chunks, local_tokens.h; attention is ContextParallelAttention), as
+// rank its zigzag chunks, local_tokens.h; attention is ContextParallelAttention), each cp
+// rank a tensor-parallel group `tp_group` (nullptr: tp 1), as the trainer runs them and as
 // ProfileStage times a placed micro-batch: same passes, medians, and a time per run that is
-// the maximum over the cp ranks. A collective over cp_group; every rank gets the same
-// samples. InvalidInput as ProfileStage, or when cp_group has fewer than 2 ranks.
+// the maximum over the cp * tp ranks of `block_group` (its cp and tp groups' union). A
+// collective over block_group; every rank gets the same samples. InvalidInput as
+// ProfileStage, or when cp_group has fewer than 2 ranks.
 std::vector<TimeSample> ProfileShardedStage(
-    const ModelConfig& config, CommGroup& cp_group,
+    const ModelConfig& config, CommGroup& cp_group, CommGroup* tp_group, CommGroup& block_group,
     const std::vector<std::vector<std::int64_t>>& micro_batches,
     const StageProfileOptions& options = {});
 
