@@ -26,6 +26,8 @@ class Pipeline:
     kept_lengths: list[npt.NDArray[np.int64]]
     cu_seqlens: list[npt.NDArray[np.int64]]
     max_seqlen: npt.NDArray[np.int64]
+    cp: int
+    cp_layouts: list[npt.NDArray[np.int64]]
 
 class Plan:
     @property
