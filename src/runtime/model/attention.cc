@@ -138,7 +138,7 @@ at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const
                                  const at::Tensor& cu_seqlens_k_device) {
   CheckVarlenOffsets(q, k, cu_seqlens_q, cu_seqlens_k);
   if (!UsesFlashAttention(q.device(), q.scalar_type(), q.size(-1)) || cu_seqlens_q.size() < 2) {
-    return DenseVarlenCausalAttention(q, k, v, cu_seqlens_q, cu_seqlens_k);
+    return SdpaVarlenCausalAttention(q, k, v, cu_seqlens_q, cu_seqlens_k);
   }
   std::int64_t max_q = 0, max_k = 0;
   for (std::size_t i = 0; i + 1 < cu_seqlens_q.size(); ++i) {
@@ -158,6 +158,45 @@ at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const
                                                   cu_q, cu_k, max_q, max_k, /*dropout_p=*/0.0,
                                                   /*is_causal=*/true,
                                                   /*return_debug_mask=*/false));
+}
+
+at::Tensor SdpaVarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const std::vector<std::int64_t>& cu_seqlens_q,
+                                     const std::vector<std::int64_t>& cu_seqlens_k) {
+  CheckVarlenOffsets(q, k, cu_seqlens_q, cu_seqlens_k);
+  const std::int64_t group = q.size(1) / k.size(1);
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(cu_seqlens_q.size());
+  for (std::size_t i = 0; i + 1 < cu_seqlens_q.size(); ++i) {
+    const std::int64_t lq = cu_seqlens_q[i + 1] - cu_seqlens_q[i];
+    const std::int64_t lk = cu_seqlens_k[i + 1] - cu_seqlens_k[i];
+    if (lq == 0) continue;  // an empty chunk: no output row
+    // [1, heads, len, dim]: the CPU flash kernel takes 4-d inputs with equal head counts.
+    at::Tensor qs = q.slice(0, cu_seqlens_q[i], cu_seqlens_q[i + 1]).transpose(0, 1).unsqueeze(0);
+    at::Tensor ks = k.slice(0, cu_seqlens_k[i], cu_seqlens_k[i + 1]).transpose(0, 1);
+    at::Tensor vs = v.slice(0, cu_seqlens_k[i], cu_seqlens_k[i + 1]).transpose(0, 1);
+    if (group > 1) {
+      ks = ks.repeat_interleave(group, 0);
+      vs = vs.repeat_interleave(group, 0);
+    }
+    at::Tensor out;
+    if (lq == lk) {
+      out = at::scaled_dot_product_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), {}, 0.0,
+                                             /*is_causal=*/true);
+    } else {
+      // Query j sits at key row lk - lq + j: it sees keys up to there.
+      const at::Tensor visible = at::ones({lq, lk}, q.options().dtype(at::kBool)).tril(lk - lq);
+      out = at::scaled_dot_product_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), visible, 0.0,
+                                             /*is_causal=*/false);
+    }
+    outputs.push_back(out.squeeze(0).transpose(0, 1));
+  }
+  if (outputs.empty()) {
+    // No query (a cp rank without tokens, or only empty chunks): as the dense reference, the
+    // empty result lies on the autograd path of q, k and v.
+    return q.narrow(0, 0, 0) + k.narrow(0, 0, 0).sum() + v.narrow(0, 0, 0).sum();
+  }
+  return at::cat(outputs, 0);
 }
 
 at::Tensor DenseVarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -139,7 +139,7 @@ std::int64_t LongestSegment(const std::vector<std::int64_t>& cu_seqlens) {
 // ("Context parallelism", Memory) assumes, so a rank's memory per layer grows with its own
 // tokens, not with the documents' prefixes. It saves the queries and the rank's own K/V
 // rows (and, with the flash kernel, its output and log-sum-exp, so backward is the flash
-// backward without recomputing the forward). On the dense path (the CPU, fp32) backward
+// backward without recomputing the forward). Off the flash path (the CPU, fp32) backward
 // recomputes the attention of its query segments from the gathered keys.
 // Collectives per call: forward, one all-gather; backward, one all-gather and one
 // reduce-scatter, the three transfers the cost model charges.
@@ -164,7 +164,7 @@ struct GatheredAttentionFunction : public torch::autograd::Function<GatheredAtte
           /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false);
       ctx->save_for_backward({q, kv, out, logsumexp, rng_state, unused});
     } else {
-      out = DenseVarlenCausalAttention(q, k, v, cu_q, rows->cu_seqlens_k);
+      out = SdpaVarlenCausalAttention(q, k, v, cu_q, rows->cu_seqlens_k);
       ctx->save_for_backward({q, kv});
     }
     ctx->saved_data["group"] = reinterpret_cast<std::int64_t>(group);
@@ -209,8 +209,8 @@ struct GatheredAttentionFunction : public torch::autograd::Function<GatheredAtte
       const at::Tensor q_leaf = q.detach().requires_grad_(true);
       const at::Tensor keys_leaf = keys.detach().requires_grad_(true);
       const at::Tensor out =
-          DenseVarlenCausalAttention(q_leaf, keys_leaf.slice(1, 0, kv_heads),
-                                     keys_leaf.slice(1, kv_heads, 2 * kv_heads), cu_q, cu_k);
+          SdpaVarlenCausalAttention(q_leaf, keys_leaf.slice(1, 0, kv_heads),
+                                    keys_leaf.slice(1, kv_heads, 2 * kv_heads), cu_q, cu_k);
       const torch::autograd::variable_list d =
           torch::autograd::grad({out}, {q_leaf, keys_leaf}, {grad_out}, /*retain_graph=*/false,
                                 /*create_graph=*/false, /*allow_unused=*/true);

@@ -124,6 +124,40 @@ TEST(VarlenCausalAttentionTest, EqualSegmentsArePackedAndLongerKeysAlignBottomRi
   EXPECT_THROW(VarlenCausalAttention(queries, k, v, {0, 3, 6}, {0, 7}), InvalidInput);
 }
 
+// The CPU path (scaled_dot_product_attention per segment: is_causal for a whole document, a
+// bottom-right mask for a chunk against its prefix) against the dense reference, values and
+// gradients, with grouped-query heads and an empty chunk between segments.
+TEST(VarlenCausalAttentionTest, SdpaPathMatchesTheDenseReferenceWithGradients) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  // Segments: a whole 9-token document, an empty chunk against 4 keys, a 5-query chunk
+  // against its 13-key prefix, a 1-query chunk against 1 key.
+  const std::vector<std::int64_t> cu_q = {0, 9, 9, 14, 15};
+  const std::vector<std::int64_t> cu_k = {0, 9, 13, 26, 27};
+  const at::Tensor q0 = at::randn({15, 4, 8}, gen, at::kFloat);
+  const at::Tensor k0 = at::randn({27, 2, 8}, gen, at::kFloat);
+  const at::Tensor v0 = at::randn({27, 2, 8}, gen, at::kFloat);
+  const at::Tensor w = at::randn({15, 4, 8}, gen, at::kFloat);
+  std::vector<at::Tensor> grads[2];
+  at::Tensor outs[2];
+  for (int path = 0; path < 2; ++path) {
+    const at::Tensor q = q0.clone().requires_grad_(true);
+    const at::Tensor k = k0.clone().requires_grad_(true);
+    const at::Tensor v = v0.clone().requires_grad_(true);
+    outs[path] = path == 0 ? SdpaVarlenCausalAttention(q, k, v, cu_q, cu_k)
+                           : DenseVarlenCausalAttention(q, k, v, cu_q, cu_k);
+    (outs[path] * w).sum().backward();
+    grads[path] = {q.grad(), k.grad(), v.grad()};
+  }
+  EXPECT_TRUE(at::allclose(outs[0], outs[1], 1e-5, 1e-6));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(at::allclose(grads[0][static_cast<std::size_t>(i)],
+                             grads[1][static_cast<std::size_t>(i)], 1e-5, 1e-6))
+        << i;
+  }
+  // Keys 9..12 belong to the empty chunk alone: no query reads them.
+  EXPECT_EQ(grads[0][1].slice(0, 9, 13).abs().max().item<float>(), 0.0f);
+}
+
 // Every rank issues the same collectives, of sizes fixed by the lengths and layout: one
 // all-gather of every rank's K and V rows of the sharded documents (padded to the largest
 // share) in forward; in backward the same all-gather again (the gathered keys are not kept)
