@@ -369,7 +369,8 @@ NB_MODULE(_core, m) {
       "simulate",
       [](const Profile& profile, const CandidatesText& candidates, nb::handle dataset,
          const std::string& system, int steps, std::int64_t tokens_per_batch, std::int64_t max_len,
-         std::uint64_t seed, bool sync_aware, bool communication, double backward_to_forward) {
+         std::uint64_t seed, bool sync_aware, bool communication, bool overlap,
+         std::int64_t ddp_bucket_size, double backward_to_forward) {
         SimOptions options;
         options.system = ParseSystem(system);
         options.steps = steps;
@@ -379,6 +380,8 @@ NB_MODULE(_core, m) {
         options.planner_seed = seed;
         options.sync_aware = sync_aware;
         options.comm.enabled = communication;
+        options.comm.overlap = overlap;
+        options.comm.bucket_elements = ddp_bucket_size;
         options.schedule.backward_to_forward = backward_to_forward;
         ValidateSimOptions(options);
         const CandidateSet set = ParseCandidates(candidates.json, candidates.source, profile);
@@ -393,7 +396,8 @@ NB_MODULE(_core, m) {
       nb::arg("profile"), nb::arg("candidates"), nb::arg("dataset"), nb::kw_only(),
       nb::arg("system") = "ours", nb::arg("steps") = 1, nb::arg("tokens_per_batch") = 200'000,
       nb::arg("max_len") = 32'768, nb::arg("seed") = 1, nb::arg("sync_aware") = true,
-      nb::arg("communication") = true, nb::arg("backward_to_forward") = 2.0);
+      nb::arg("communication") = true, nb::arg("overlap") = true,
+      nb::arg("ddp_bucket_size") = 40'000'000, nb::arg("backward_to_forward") = 2.0);
 
   nb::class_<PySampler>(m, "BatchSampler")
       .def(

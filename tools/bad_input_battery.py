@@ -105,7 +105,7 @@ def build(b):
                      ["--tokens-per-batch", "--max-len", "--seed", "--backward-to-forward",
                       "--nvlink-gbytes-per-s", "--network-gbits-per-node", "--p2p-latency-us",
                       "--collective-latency-us", "--grad-bytes-per-param", "--optimizer-ms",
-                      "--hbm-gbytes-per-s", "--trace-steps"]),
+                      "--hbm-gbytes-per-s", "--trace-steps", "--ddp-bucket-size"]),
         "propose": (["propose", "--profile", profile, "--lengths", dataset, "--quiet"],
                     ["--gpus", "--max-len", "--resolution", "--tokens-per-batch",
                      "--max-strategies"]),

@@ -29,6 +29,7 @@ struct SimulateArgs {
   bool quiet = false;
   bool no_communication = false;
   bool sync_blind = false;
+  bool no_overlap = false;
   SimOptions options;
   LengthFlags source;
 };
@@ -76,6 +77,7 @@ int RunSimulate(SimulateArgs a) {
   a.options.system = ParseSystem(a.system, "--system");
   a.options.comm.enabled = !a.no_communication;
   a.options.sync_aware = !a.sync_blind;
+  a.options.comm.overlap = !a.no_overlap;
   a.options.planner_seed = a.options.sampler.seed;
   ValidateSimOptions(a.options);
   if (!a.trace_steps.empty() && a.trace.empty()) {
@@ -177,6 +179,14 @@ Command AddSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--grad-bytes-per-param", o.comm.grad_bytes_per_param,
                   "bytes per reduce-scattered gradient value (2 bf16, 4 fp32)")
+      ->capture_default_str();
+  cmd->add_flag("--no-overlap", a->no_overlap,
+                "the serial model: the parameter all-gather before compute and the gradient "
+                "reduce-scatter after it, nothing overlapped (default: bucket by bucket, "
+                "overlapped with forward and backward)");
+  cmd->add_option("--ddp-bucket-size", o.comm.bucket_elements,
+                  "parameters per bucket of the overlapped collectives (as train's)")
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_flag("--sync-blind", a->sync_blind,
                 "ours chooses strategies on compute time alone (default: compute + modelled "

@@ -80,16 +80,18 @@ def propose(profile, lengths, *, gpus, max_len, resolution=128, tokens_per_batch
 
 
 def simulate(profile, candidates, dataset, *, system="ours", steps=1, tokens_per_batch=200000,
-             max_len=32768, seed=1, sync_aware=True, communication=True,
-             backward_to_forward=2.0):
+             max_len=32768, seed=1, sync_aware=True, communication=True, overlap=True,
+             ddp_bucket_size=40000000, backward_to_forward=2.0):
     """A simulated training run (`hydraulis simulate`, docs/simulator.md): `steps` global
     batches sampled from `dataset` (lengths), planned by `system` (ours, static-fixed,
-    published, ...) and timed. Returns the run summary, the dict of
+    published, ...) and timed. overlap=False is `--no-overlap` (the serial model),
+    ddp_bucket_size is `--ddp-bucket-size`. Returns the run summary, the dict of
     `hydraulis simulate --json`."""
     return _json.loads(_core.simulate(
         profile, candidates, dataset, system=system, steps=steps,
         tokens_per_batch=tokens_per_batch, max_len=max_len, seed=seed, sync_aware=sync_aware,
-        communication=communication, backward_to_forward=backward_to_forward))
+        communication=communication, overlap=overlap, ddp_bucket_size=ddp_bucket_size,
+        backward_to_forward=backward_to_forward))
 
 
 class BatchSampler(_core.BatchSampler):

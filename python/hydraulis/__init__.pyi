@@ -105,4 +105,5 @@ def simulate(profile: Profile, candidates: Candidates,
              dataset: Union[Sequence[int], npt.NDArray[np.integer]], *, system: str = "ours",
              steps: int = 1, tokens_per_batch: int = 200000, max_len: int = 32768,
              seed: int = 1, sync_aware: bool = True, communication: bool = True,
+             overlap: bool = True, ddp_bucket_size: int = 40000000,
              backward_to_forward: float = 2.0) -> dict[str, Any]: ...

@@ -32,17 +32,21 @@ def test_propose_equals_the_cli():
                           optimizer_layout=(0, 8, 1))
 
 
-@pytest.mark.parametrize("system", ["ours", "static-fixed"])
-def test_simulate_equals_the_cli(tmp_path, system):
+@pytest.mark.parametrize("system,overlap", [("ours", True), ("static-fixed", True),
+                                            ("ours", False)])
+def test_simulate_equals_the_cli(tmp_path, system, overlap):
     summary = tmp_path / "summary.json"
     run = subprocess.run([BIN, "simulate", "--profile", PROFILE, "--candidates", CANDIDATES,
                           "--lengths", WIKIPEDIA, "--steps", "3", "--system", system,
-                          "--json", str(summary), "--quiet"], capture_output=True, text=True)
+                          "--json", str(summary), "--quiet"] + ([] if overlap else ["--no-overlap"]),
+                         capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     ours = hydraulis.simulate(hydraulis.load_profile(PROFILE),
                               hydraulis.load_candidates(CANDIDATES),
-                              hydraulis.read_lengths(WIKIPEDIA), system=system, steps=3)
+                              hydraulis.read_lengths(WIKIPEDIA), system=system, steps=3,
+                              overlap=overlap)
     assert ours == json.loads(summary.read_text())
+    assert ours["options"]["communication"]["overlap"] == overlap
     with pytest.raises(ValueError):
         hydraulis.simulate(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES),
                            np.array([100, 200]), steps=0)

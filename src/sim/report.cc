@@ -34,7 +34,9 @@ json OptionsJson(const SimOptions& o) {
                 {"collective_latency_us", o.comm.collective_latency_us},
                 {"activation_bytes_per_value", o.comm.activation_bytes_per_value},
                 {"param_bytes_per_param", o.comm.param_bytes_per_param},
-                {"grad_bytes_per_param", o.comm.grad_bytes_per_param}}},
+                {"grad_bytes_per_param", o.comm.grad_bytes_per_param},
+                {"overlap", o.comm.overlap},
+                {"bucket_elements", o.comm.bucket_elements}}},
               {"optimizer",
                {{"fixed_ms", o.optimizer.fixed_ms},
                 {"bytes_per_param", o.optimizer.bytes_per_param},
@@ -88,6 +90,9 @@ std::string SimSummaryJson(const SimResult& result) {
                         {"step_ms", r.step_ms},
                         {"tokens_per_second", r.tokens_per_second},
                         {"bubble_share", r.bubble_share},
+                        {"materialize_total_ms", r.materialize_total_ms},
+                        {"reduce_scatter_start_ms", r.reduce_scatter_start_ms},
+                        {"reduce_scatter_total_ms", r.reduce_scatter_total_ms},
                         {"pipelines", std::move(pipelines)}});
   }
   json counts = json::object();

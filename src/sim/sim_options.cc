@@ -46,6 +46,10 @@ void ValidateSimOptions(const SimOptions& o) {
   RequirePositive(o.comm.activation_bytes_per_value, "activation_bytes_per_value");
   RequirePositive(o.comm.param_bytes_per_param, "param_bytes_per_param");
   RequirePositive(o.comm.grad_bytes_per_param, "grad_bytes_per_param");
+  if (o.comm.bucket_elements < 1) {
+    throw InvalidInput("bucket_elements: must be >= 1, got " +
+                       std::to_string(o.comm.bucket_elements));
+  }
   if (std::isnan(o.optimizer.fixed_ms) || std::isinf(o.optimizer.fixed_ms)) {
     throw InvalidInput("optimizer fixed_ms: must be a finite number, got " +
                        Format(o.optimizer.fixed_ms));

@@ -6,9 +6,11 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/sim/comm_overlap.h"
 #include "hydraulis/sim/dynamic_cp.h"
 #include "hydraulis/sim/step_planner.h"
 #include "hydraulis/sim/sync_cost.h"
+#include "hydraulis/spec/model.h"
 #include "units.h"
 
 namespace hydraulis {
@@ -41,10 +43,31 @@ DynamicCpRanks DynamicCpRanksOf(const Profile& profile, const CandidateSet& cand
   return out;
 }
 
+// A dynamic-cp rank's windows: it runs each group as one micro-batch (forward, then
+// backward), groups one after another from the end of the previous group's slowest rank.
+PipelineWindows DynamicCpRankWindows(const std::vector<std::vector<double>>& rank_ms,
+                                     std::size_t rank, const ScheduleOptions& schedule) {
+  PipelineWindows windows;
+  if (rank_ms.empty()) return windows;
+  const double forward_share = 1.0 / (1.0 + schedule.backward_to_forward);
+  double last_start = 0;
+  for (std::size_t g = 0; g + 1 < rank_ms.size(); ++g) {
+    last_start += *std::max_element(rank_ms[g].begin(), rank_ms[g].end());
+  }
+  const double first = rank_ms.front()[rank], last = rank_ms.back()[rank];
+  StageWindow w;
+  w.first_forward_end_ms = first * forward_share;
+  w.last_backward_start_ms = last_start + last * forward_share;
+  w.last_backward_end_ms = last_start + last;
+  windows.push_back(w);
+  return windows;
+}
+
 // One dynamic-cp step: the peer's schedule, timed group by group (DynamicCpComputeMs);
 // each rank is reported as a pipeline whose micro-batches are its groups.
 StepResult DynamicCpStep(const Profile& profile, const CandidateSet& candidates,
                          const DynamicCpRanks& ranks, const SyncCost& sync,
+                         const SimOptions& options, std::span<const double> bucket_bounds,
                          std::span<const std::int64_t> lengths) {
   const DynamicCpSchedule schedule = ScheduleDynamicCp(lengths, ranks.ranks, ranks.tokens_per_rank);
   const Strategy& strategy =
@@ -59,9 +82,11 @@ StepResult DynamicCpStep(const Profile& profile, const CandidateSet& candidates,
       DynamicCpRankMs(profile, *ranks.entry, lengths, schedule);
   r.compute_ms = DynamicCpComputeMs(rank_ms);
   r.planned_ms = r.compute_ms;
-  r.materialize_ms = sync.materialize_ms;
-  r.reduce_scatter_ms = sync.reduce_scatter_ms;
-  r.optimizer_ms = sync.optimizer_ms;
+  std::vector<PipelineWindows> windows;
+  for (std::size_t rank = 0; rank < static_cast<std::size_t>(ranks.ranks); ++rank) {
+    windows.push_back(DynamicCpRankWindows(rank_ms, rank, options.schedule));
+  }
+  SetSyncPhases(r, sync, options.comm.overlap, windows, bucket_bounds, /*synchronised=*/true);
   r.pipelines.resize(static_cast<std::size_t>(ranks.ranks));
   for (std::size_t g = 0; g < schedule.groups.size(); ++g) {
     const auto& group = schedule.groups[g];
@@ -107,10 +132,19 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
   planner_options.schedule = options.schedule;
   if (options.system == System::kOurs && options.sync_aware && options.comm.enabled) {
     // The sync cost depends on the strategy only, so it is computed once per candidate.
+    // With overlap, what a step waits for depends on its plan; the planner is charged the
+    // part no plan hides: the first bucket's all-gather and the last one's reduce-scatter.
+    const double first_bucket = options.comm.overlap ? BucketBounds(ParameterCount(profile.model),
+                                                                    options.comm.bucket_elements)[1]
+                                                     : 1.0;
     for (const Strategy& s : candidates.strategies) {
       const SyncCost cost = ComputeSyncCost(profile, s, candidates.optimizer_layout,
                                             candidates.gpus, options.comm, options.optimizer);
-      planner_options.strategy_overhead_ms.push_back(cost.materialize_ms + cost.reduce_scatter_ms);
+      planner_options.strategy_overhead_ms.push_back(
+          options.comm.overlap
+              ? 2 * cost.collective_latency_ms +
+                    first_bucket * (cost.materialize_transfer_ms + cost.reduce_scatter_transfer_ms)
+              : cost.materialize_ms + cost.reduce_scatter_ms);
     }
   }
   const StepPlanner planner(profile, candidates, options.system, planner_options);
@@ -159,7 +193,8 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r;
     if (dynamic_cp) {
-      r = DynamicCpStep(profile, candidates, *dynamic_cp, dynamic_cp_sync, batch.lengths);
+      r = DynamicCpStep(profile, candidates, *dynamic_cp, dynamic_cp_sync, options,
+                        timer.BucketBoundaries(), batch.lengths);
       result.planning_wall_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     } else {

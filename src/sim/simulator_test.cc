@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,7 +19,9 @@
 #include "hydraulis/sim/dynamic_cp.h"
 #include "hydraulis/sim/report.h"
 #include "hydraulis/sim/step_planner.h"
+#include "hydraulis/sim/sync_cost.h"
 #include "hydraulis/sim/trace.h"
+#include "hydraulis/spec/model.h"
 #include "hydraulis/spec/placement.h"
 #include "hydraulis/spec/spec_io.h"
 
@@ -101,8 +104,9 @@ TEST(Simulator, PlannedTimeIsThePlansEstimatedStepTime) {
   }
 }
 
-TEST(Simulator, CommunicationAddsTheModelledAmounts) {
-  const SimOptions o = Options(System::kOurs, 2);
+TEST(Simulator, WithoutOverlapCommunicationAddsTheModelledAmounts) {
+  SimOptions o = Options(System::kOurs, 2);
+  o.comm.overlap = false;
   const StepTimer timer(Case().profile, Case().candidates, o);
   // Every sync phase is the candidate's precomputed cost; the step is the sum of phases.
   const SimResult r = RunCase(o);
@@ -110,8 +114,11 @@ TEST(Simulator, CommunicationAddsTheModelledAmounts) {
     const SyncCost& sync = timer.Sync(step.strategy_index);
     EXPECT_EQ(step.materialize_ms, sync.materialize_ms);
     EXPECT_EQ(step.reduce_scatter_ms, sync.reduce_scatter_ms);
-    EXPECT_DOUBLE_EQ(step.step_ms, step.materialize_ms + step.compute_ms + step.reduce_scatter_ms +
-                                       step.optimizer_ms);
+    EXPECT_EQ(step.materialize_total_ms, sync.materialize_ms);
+    EXPECT_EQ(step.reduce_scatter_total_ms, sync.reduce_scatter_ms);
+    EXPECT_EQ(step.reduce_scatter_start_ms, step.materialize_ms + step.compute_ms);
+    EXPECT_EQ(step.step_ms,
+              step.materialize_ms + step.compute_ms + step.reduce_scatter_ms + step.optimizer_ms);
     EXPECT_GE(step.compute_ms, step.planned_ms);
   }
   // S0 is the optimizer layout: ZeRO-1 traffic, 3/8 of the bf16 model leaves each node
@@ -125,6 +132,64 @@ TEST(Simulator, CommunicationAddsTheModelledAmounts) {
   // Point-to-point: S1's (TP8,PP3) stages are whole nodes, so a micro-batch of 32,768
   // tokens sends 32768 x 6656 x 2 / 8 bytes per GPU at 100 GB/s / 8 GPUs, plus 10 us.
   EXPECT_NEAR(timer.SendMs(1, 1, 0, 32'768), 0.01 + 32768.0 * 6656 * 2 / 8 / 12.5e9 * 1e3, 1e-12);
+}
+
+// The same batches and plans with and without overlap: compute is the same; the step waits
+// for at least the first all-gather and the last reduce-scatter, and for no more than the
+// serial model plus the latency of the extra collectives (none when latency is 0).
+TEST(Simulator, OverlapHidesPartOfTheCollectivesAndNeverAddsMore) {
+  for (System system : {System::kStaticFixed, System::kOurs}) {
+    for (double latency_us : {0.0, 50.0}) {
+      SimOptions o = Options(system, 3);
+      o.comm.collective_latency_us = latency_us;
+      const StepTimer timer(Case().profile, Case().candidates, o);
+      const SimResult overlapped = RunCase(o);
+      o.comm.overlap = false;
+      const SimResult serial = RunCase(o);
+      const double buckets = static_cast<double>(timer.BucketBoundaries().size() - 1);
+      ASSERT_EQ(buckets, 813);
+      for (std::size_t i = 0; i < serial.steps.size(); ++i) {
+        const StepResult &a = overlapped.steps[i], &b = serial.steps[i];
+        const SyncCost& sync = timer.Sync(a.strategy_index);
+        ASSERT_EQ(a.strategy_index, b.strategy_index);
+        EXPECT_EQ(a.compute_ms, b.compute_ms);
+        EXPECT_EQ(a.optimizer_ms, b.optimizer_ms);
+        const double extra_ms = (buckets - 1) * sync.collective_latency_ms;
+        EXPECT_NEAR(a.materialize_total_ms, sync.materialize_ms + extra_ms, 1e-6);
+        EXPECT_NEAR(a.reduce_scatter_total_ms, sync.reduce_scatter_ms + extra_ms, 1e-6);
+        EXPECT_LE(a.materialize_ms, b.materialize_ms + extra_ms + 1e-9);
+        EXPECT_LE(a.reduce_scatter_ms, b.reduce_scatter_ms + extra_ms + 1e-9);
+        EXPECT_GE(a.materialize_ms, sync.materialize_transfer_ms / buckets);
+        EXPECT_GE(a.reduce_scatter_ms, sync.reduce_scatter_transfer_ms / buckets);
+        EXPECT_GE(a.reduce_scatter_start_ms, a.materialize_total_ms);
+        EXPECT_LE(a.step_ms, b.step_ms + 2 * extra_ms + 1e-9);
+        EXPECT_GT(a.step_ms, a.compute_ms + a.optimizer_ms);
+        // These batches leave backward long enough to hide most of it.
+        EXPECT_LT(a.step_ms, b.step_ms) << SystemName(system) << " step " << i;
+        EXPECT_DOUBLE_EQ(a.step_ms,
+                         a.materialize_ms + a.compute_ms + a.reduce_scatter_ms + a.optimizer_ms);
+      }
+    }
+  }
+}
+
+// With one bucket nothing can overlap: the overlapped model is the serial one.
+TEST(Simulator, OneBucketIsTheSerialModel) {
+  SimOptions o = Options(System::kOurs, 2);
+  o.comm.bucket_elements = 100'000'000'000;
+  const SimResult one = RunCase(o);
+  o.comm.overlap = false;
+  const SimResult serial = RunCase(o);
+  for (std::size_t i = 0; i < serial.steps.size(); ++i) {
+    const StepResult &a = one.steps[i], &b = serial.steps[i];
+    EXPECT_NEAR(a.materialize_ms, b.materialize_ms, 1e-9);
+    EXPECT_NEAR(a.reduce_scatter_ms, b.reduce_scatter_ms, 1e-9);
+    EXPECT_NEAR(a.reduce_scatter_start_ms, b.reduce_scatter_start_ms, 1e-9);
+    EXPECT_NEAR(a.step_ms, b.step_ms, 1e-9);
+  }
+  o.comm.bucket_elements = 1000;
+  EXPECT_NE(test_support::InvalidInputMessage([&] { RunCase(o); }).find("bucket_elements"),
+            std::string::npos);
 }
 
 TEST(Simulator, OnAHandBuiltStepTheTimelineAddsSendsOnTheCriticalPath) {
@@ -163,6 +228,38 @@ TEST(Simulator, OnAHandBuiltStepTheTimelineAddsSendsOnTheCriticalPath) {
   const double t2 = time.c_ms + time.DocumentMs(2048);
   const double d2 = 0.01 + 2048.0 * 6656 * 2 / 4 / 400e9 * 1e3;
   EXPECT_NEAR(timer.Time(plan, 2048).compute_ms, 3 * t2 + 2 * d2, 1e-9);
+
+  // The collectives in two buckets, [0, h) and [h, 1) with h = (P/2 + 1M) / P just above
+  // one half: bucket 0 is stage 0's and a sliver of stage 1's, bucket 1 starts w = 2h - 1
+  // into stage 1's layers.
+  const double params = ParameterCount(Case().profile.model);
+  o.comm.bucket_elements = static_cast<std::int64_t>(std::ceil(params / 2)) + 1'000'000;
+  const StepTimer two(Case().profile, set, o);
+  const SyncCost& sync = two.Sync(0);
+  const double h = two.BucketBoundaries()[1], w = 2 * h - 1;
+  ASSERT_GT(w, 0);
+  ASSERT_LT(w, 1e-3);
+  const double f = t / 3, b = 2 * t / 3, L = sync.collective_latency_ms;
+  ASSERT_GT(L, 0);
+  // All-gathers: bucket 0 by 0 (stage 0's F0 starts), bucket 1 by stage 1's F0 start f + d
+  // plus w of its forward.
+  const double g0 = L + h * sync.materialize_transfer_ms;
+  const double g1 = L + (1 - h) * sync.materialize_transfer_ms;
+  const double delay = std::max(g0, g0 + g1 - (f + d + w * f));
+  // Reduce-scatters: bucket 1 when stage 1's B1 [3f+b+d, 3f+2b+d] has passed w of it,
+  // bucket 0 when stage 0's B1 ends the compute phase at 3t + 2d.
+  const double r1 = L + (1 - h) * sync.reduce_scatter_transfer_ms;
+  const double r0 = L + h * sync.reduce_scatter_transfer_ms;
+  const double start1 = std::max(delay + 3 * f + 2 * b + d - w * b, g0 + g1);
+  const double end0 = std::max(delay + 3 * t + 2 * d, start1 + r1) + r0;
+  const StepResult overlapped = two.Time(plan);
+  EXPECT_NEAR(overlapped.compute_ms, 3 * t + 2 * d, 1e-9);
+  EXPECT_NEAR(overlapped.materialize_ms, delay, 1e-9);
+  EXPECT_NEAR(overlapped.reduce_scatter_start_ms, start1, 1e-9);
+  EXPECT_NEAR(overlapped.reduce_scatter_ms, end0 - (delay + 3 * t + 2 * d), 1e-9);
+  // Bucket 1's reduce-scatter overlaps stage 0's last backward.
+  EXPECT_LT(overlapped.step_ms, overlapped.compute_ms + sync.materialize_ms +
+                                    sync.reduce_scatter_ms + sync.optimizer_ms);
 }
 
 TEST(Simulator, EveryDocumentOfEveryStepIsPlannedExactlyOnce) {
@@ -307,6 +404,32 @@ TEST(DynamicCp, GroupsRunOneAfterAnotherAsLongAsTheirSlowestRank) {
   EXPECT_NE(message.find("must be <1, tp, 1> pipelines"), std::string::npos) << message;
 }
 
+// dynamic-cp's groups are separated by a barrier: a rank that waits for parameters holds
+// every rank back, and the step is still never longer than serially (less the extra
+// buckets' latency) nor shorter than compute.
+TEST(DynamicCp, OverlapKeepsComputeAndStaysWithinTheSerialStep) {
+  const CandidateSet candidates = LoadCandidates(
+      HYDRAULIS_SOURCE_DIR "/configs/candidates/llama-32b-256gpu-128k-dynamic-cp-tp8.json",
+      Case().profile);
+  SimOptions o = Options(System::kDynamicCp, 2);
+  o.sampler = {2'097'152, 131'072, 11};
+  const SimResult overlapped = Simulate(Case().profile, candidates, Case().dataset, o);
+  o.comm.overlap = false;
+  const SimResult serial = Simulate(Case().profile, candidates, Case().dataset, o);
+  const SyncCost sync =
+      ComputeSyncCost(Case().profile, candidates.strategies.front(), candidates.optimizer_layout,
+                      candidates.gpus, o.comm, o.optimizer);
+  const double extra_ms = 812 * sync.collective_latency_ms;
+  for (std::size_t i = 0; i < serial.steps.size(); ++i) {
+    const StepResult &a = overlapped.steps[i], &b = serial.steps[i];
+    EXPECT_EQ(a.compute_ms, b.compute_ms);
+    EXPECT_GE(a.materialize_ms, sync.materialize_transfer_ms / 813);
+    EXPECT_GE(a.reduce_scatter_ms, sync.reduce_scatter_transfer_ms / 813);
+    EXPECT_LT(a.step_ms, b.step_ms);
+    EXPECT_LE(a.step_ms, b.step_ms + 2 * extra_ms);
+  }
+}
+
 TEST(Simulator, SameSeedSameOutputOtherSeedOtherBatches) {
   const SimOptions o = Options(System::kOurs, 3);
   const std::string a = SimSummaryJson(RunCase(o));
@@ -349,7 +472,7 @@ TEST(Simulator, TraceHasOneCompleteEventPerMicroBatchPass) {
       expected_tracks += static_cast<std::size_t>(p.scheme.pp);
     }
   }
-  std::size_t ops = 0, sync = 0, steps = 0;
+  std::size_t ops = 0, sync = 0, steps = 0, collectives = 0;
   std::map<std::pair<int, int>, std::vector<std::pair<std::int64_t, std::int64_t>>> tracks;
   for (const auto& e : j["traceEvents"]) {
     ASSERT_TRUE(e.contains("ph"));
@@ -360,12 +483,14 @@ TEST(Simulator, TraceHasOneCompleteEventPerMicroBatchPass) {
     if (cat == "forward" || cat == "backward") ++ops;
     if (cat == "sync") ++sync;
     if (cat == "step") ++steps;
+    if (cat == "collective") ++collectives;
     tracks[{e["pid"].get<int>(), e["tid"].get<int>()}].emplace_back(
         e["ts"].get<std::int64_t>(), e["ts"].get<std::int64_t>() + e["dur"].get<std::int64_t>());
   }
   EXPECT_EQ(ops, expected_ops);
   EXPECT_EQ(sync, 3 * expected_tracks);  // materialise, reduce-scatter, optimizer per track
   EXPECT_EQ(steps, traced.size());
+  EXPECT_EQ(collectives, 2 * traced.size());  // the all-gathers and the reduce-scatters
   // Slices of one track never overlap (viewers reject partial overlaps).
   for (auto& [track, slices] : tracks) {
     std::sort(slices.begin(), slices.end());

@@ -4,6 +4,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/capacity.h"
+#include "hydraulis/spec/model.h"
 #include "hydraulis/spec/placement.h"
 #include "units.h"
 
@@ -23,7 +24,10 @@ std::int64_t AlignUp(std::int64_t tokens) {
 
 StepTimer::StepTimer(const Profile& profile, const CandidateSet& candidates,
                      const SimOptions& options)
-    : profile_(profile), candidates_(candidates), options_(options) {
+    : profile_(profile),
+      candidates_(candidates),
+      options_(options),
+      bucket_bounds_(BucketBounds(ParameterCount(profile.model), options.comm.bucket_elements)) {
   for (const Strategy& s : candidates_.strategies) {
     sync_.push_back(ComputeSyncCost(profile_, s, candidates_.optimizer_layout, candidates_.gpus,
                                     options_.comm, options_.optimizer));
@@ -90,9 +94,7 @@ StepResult StepTimer::Time(const Plan& plan, std::int64_t padded_tokens) const {
     r.truncated_tokens += t.original - t.kept;
   }
   r.planned_ms = plan.estimated_step_ms;
-  r.materialize_ms = sync.materialize_ms;
-  r.reduce_scatter_ms = sync.reduce_scatter_ms;
-  r.optimizer_ms = sync.optimizer_ms;
+  std::vector<PipelineWindows> windows;
   for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
     const PipelinePlan& pp = plan.pipelines[p];
     const PipelineModel& model = models[p];
@@ -123,10 +125,35 @@ StepResult StepTimer::Time(const Plan& plan, std::int64_t padded_tokens) const {
     pr.pipeline_ms = pr.schedule.makespan_ms;
     pr.busy_ms = pr.schedule.stage_busy_ms.empty() ? 0.0 : pr.schedule.stage_busy_ms.front();
     r.compute_ms = std::max(r.compute_ms, pr.pipeline_ms);
+    windows.push_back(StageWindowsOf(pr.schedule, stages));
     r.pipelines.push_back(std::move(pr));
   }
+  SetSyncPhases(r, sync, options_.comm.overlap, windows, bucket_bounds_);
   CompleteStepResult(r);
   return r;
+}
+
+void SetSyncPhases(StepResult& r, const SyncCost& sync, bool overlap,
+                   std::span<const PipelineWindows> windows, std::span<const double> bucket_bounds,
+                   bool synchronised) {
+  r.optimizer_ms = sync.optimizer_ms;
+  if (!overlap) {
+    r.materialize_ms = r.materialize_total_ms = sync.materialize_ms;
+    r.reduce_scatter_ms = r.reduce_scatter_total_ms = sync.reduce_scatter_ms;
+    r.reduce_scatter_start_ms = r.materialize_ms + r.compute_ms;
+    return;
+  }
+  BucketedCollectives collectives;
+  collectives.bounds = bucket_bounds;
+  collectives.latency_ms = sync.collective_latency_ms;
+  collectives.all_gather_transfer_ms = sync.materialize_transfer_ms;
+  collectives.reduce_scatter_transfer_ms = sync.reduce_scatter_transfer_ms;
+  const OverlappedSync o = OverlapSync(windows, r.compute_ms, collectives, synchronised);
+  r.materialize_ms = o.exposed_all_gather_ms;
+  r.reduce_scatter_ms = o.exposed_reduce_scatter_ms;
+  r.materialize_total_ms = o.all_gather_total_ms;
+  r.reduce_scatter_total_ms = o.reduce_scatter_total_ms;
+  r.reduce_scatter_start_ms = o.reduce_scatter_start_ms;
 }
 
 void CompleteStepResult(StepResult& r) {

@@ -134,6 +134,17 @@ SyncCost ComputeSyncCost(const Profile& profile, const Strategy& strategy,
     };
     cost.materialize_ms = collective_ms(comm.param_bytes_per_param);
     cost.reduce_scatter_ms = collective_ms(comm.grad_bytes_per_param);
+    const double latency_ms = comm.collective_latency_us / kUsPerMs;
+    auto transfer_ms = [&](double bytes_per_value) {
+      return PhaseMs(cost.traffic.intra_node_share, params, bytes_per_value, nvlink_bytes_per_s,
+                     0.0) +
+             PhaseMs(cost.traffic.inter_node_share, params, bytes_per_value, network_bytes_per_s,
+                     0.0);
+    };
+    cost.collective_latency_ms = latency_ms * ((cost.traffic.intra_node_share > 0 ? 1 : 0) +
+                                               (cost.traffic.inter_node_share > 0 ? 1 : 0));
+    cost.materialize_transfer_ms = transfer_ms(comm.param_bytes_per_param);
+    cost.reduce_scatter_transfer_ms = transfer_ms(comm.grad_bytes_per_param);
   }
   if (optimizer.fixed_ms >= 0) {
     cost.optimizer_ms = optimizer.fixed_ms;

@@ -62,6 +62,12 @@ std::string ChromeTraceJson(const SimResult& result, std::span<const int> steps)
   events.push_back(Metadata("process_name", steps_pid, -1, {{"name", "steps"}}));
   events.push_back(Metadata("process_sort_index", steps_pid, -1, {{"sort_index", -1}}));
   events.push_back(Metadata("thread_name", steps_pid, 0, {{"name", "step"}}));
+  // The collectives on a process of their own: with overlap they run beside compute.
+  const int network_pid = steps_pid + 1;
+  events.push_back(Metadata("process_name", network_pid, -1, {{"name", "collectives"}}));
+  events.push_back(Metadata("process_sort_index", network_pid, -1, {{"sort_index", -1}}));
+  events.push_back(Metadata("thread_name", network_pid, 0, {{"name", "all-gather"}}));
+  events.push_back(Metadata("thread_name", network_pid, 1, {{"name", "reduce-scatter"}}));
   for (std::size_t p = 0; p < max_pipelines; ++p) {
     const int pid = static_cast<int>(p) + 1;
     events.push_back(
@@ -89,6 +95,20 @@ std::string ChromeTraceJson(const SimResult& result, std::span<const int> steps)
     // keeps a rounding difference from overlapping the next step's first slice.
     const double step_end = r.start_ms + r.step_ms;
     const double optimizer_start = std::min(sync_start + r.reduce_scatter_ms, step_end);
+    if (r.materialize_total_ms > 0) {
+      events.push_back(Complete("all-gather", "collective", network_pid, 0, r.start_ms,
+                                r.start_ms + r.materialize_total_ms,
+                                {{"step", r.step},
+                                 {"busy_ms", r.materialize_total_ms},
+                                 {"exposed_ms", r.materialize_ms}}));
+    }
+    if (r.reduce_scatter_total_ms > 0) {
+      events.push_back(Complete("reduce-scatter", "collective", network_pid, 1,
+                                r.start_ms + r.reduce_scatter_start_ms, optimizer_start,
+                                {{"step", r.step},
+                                 {"busy_ms", r.reduce_scatter_total_ms},
+                                 {"exposed_ms", r.reduce_scatter_ms}}));
+    }
     for (std::size_t p = 0; p < r.pipelines.size(); ++p) {
       const PipelineStepResult& pr = r.pipelines[p];
       const int pid = static_cast<int>(p) + 1;

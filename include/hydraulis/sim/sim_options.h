@@ -33,6 +33,14 @@ struct CommOptions {
   double param_bytes_per_param = 2.0;
   // Bytes per gradient value reduce-scattered into the optimizer shards (bf16: 2; > 0).
   double grad_bytes_per_param = 2.0;
+  // true: the parameter all-gather and the gradient reduce-scatter run bucket by bucket,
+  // overlapped with forward and backward as the runtime runs them (Megatron's
+  // --overlap-param-gather and --overlap-grad-reduce); false: each is a phase of its own
+  // before and after compute, one collective each (the serial model).
+  bool overlap = true;
+  // Parameters per bucket of the overlapped collectives (>= 1; the runtime's and
+  // Megatron's --ddp-bucket-size, 40M by default). At most 65,536 buckets, as the runtime.
+  std::int64_t bucket_elements = 40'000'000;
 };
 
 // Time of the optimizer step on the optimizer shards (every GPU in parallel).

@@ -32,6 +32,13 @@ struct SyncCost {
   double materialize_ms = 0;     // bf16 parameters into the compute layout
   double reduce_scatter_ms = 0;  // gradients into the optimizer shards
   double optimizer_ms = 0;       // one optimizer step on the shards
+  // The parts of the two collectives above, for cutting them into buckets: the latency of
+  // one collective (one collective_latency per phase that moves data) and the time the
+  // whole model's bytes take (materialize_ms = collective_latency_ms +
+  // materialize_transfer_ms up to rounding; likewise the reduce-scatter).
+  double collective_latency_ms = 0;
+  double materialize_transfer_ms = 0;
+  double reduce_scatter_transfer_ms = 0;
   SyncTraffic traffic;
 };
 
