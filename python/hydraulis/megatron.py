@@ -103,7 +103,7 @@ def _block_strategies(n, sizes, limit):
     """Multisets of block sizes from `sizes` that sum to n, each in descending order (so
     every block starts at a multiple of its size). When there are more than `limit`, only
     those with at most d distinct sizes, for the largest d that keeps them within `limit`
-    (d = 1 always does: n is a size)."""
+    (d = 1 always does)."""
     desc = sorted(sizes, reverse=True)
     out = []
 
@@ -129,7 +129,7 @@ def _block_strategies(n, sizes, limit):
         out = []
         if rec(n, 0, [], 0, max_distinct):
             return out
-    raise AssertionError("unreachable: [n] is always a strategy")
+    raise AssertionError("unreachable: n blocks of one rank are a strategy")
 
 
 def _read_profile_json(profile):
@@ -145,50 +145,55 @@ def _read_profile_json(profile):
 
 
 class BlockCosts:
-    """What one sample costs a rank under the scheduler's cost model: a sample of L tokens
-    on k ranks costs each of them c_k + (a_k L^2 + b_k L) / k + kv_k L (kv_1 = 0), with
-    (a_k, b_k, c_k, kv_k) per block size k (a hydraulis profile's <k, tp, 1> schemes, or
-    the defaults above)."""
+    """What one sample costs a rank: a sample of L tokens on k ranks costs each of them
+    c_k + (a_k L^2 + b_k L) / k + kv_k L (no kv term for k = 1), with (a_k, b_k, c_k, kv_k)
+    per k in `terms`, or `every` = (a, b, c, kv) for every k."""
 
-    def __init__(self, terms):
-        self.terms = dict(terms)  # k -> (a, b, c, kv)
-
-    @classmethod
-    def default(cls, sizes):
-        return cls({k: (DEFAULT_A_MS_PER_TOKEN2, DEFAULT_B_MS_PER_TOKEN, 0.0,
-                        DEFAULT_KV_MS_PER_TOKEN if k > 1 else 0.0) for k in sizes})
+    def __init__(self, terms=None, every=None):
+        self.terms = dict(terms or {})
+        self.every = every
 
     @classmethod
-    def peer_estimate(cls, sizes):
-        """megatron-core's own estimate, get_total_workload: L^2 / k (in ms per token^2)."""
-        return cls({k: (1.0, 0.0, 0.0, 0.0) for k in sizes})
+    def default(cls):
+        """The default model: a 5e-7 ms/token^2, b 0.035 ms/token, kv 0.01 ms/token, c 0."""
+        return cls(every=(DEFAULT_A_MS_PER_TOKEN2, DEFAULT_B_MS_PER_TOKEN, 0.0,
+                          DEFAULT_KV_MS_PER_TOKEN))
 
     @classmethod
-    def from_profile(cls, profile, tp, sizes):
-        """The <k, tp, 1> schemes of a hydraulis profile (a dict or a JSON file), for every k
-        in `sizes` it has; cp = 1 is required."""
+    def peer_estimate(cls):
+        """megatron-core's own estimate (get_total_workload): L^2 / k, in ms per token^2."""
+        return cls(every=(1.0, 0.0, 0.0, 0.0))
+
+    @classmethod
+    def from_profile(cls, profile, tp):
+        """The <k, tp, 1> schemes of a hydraulis profile (a dict or a JSON file); cp = 1 is
+        required."""
         terms = {}
         for s in _read_profile_json(profile).get("schemes", []):
-            k = s.get("cp", 1)
-            if s.get("tp", 1) == tp and s.get("pp", 1) == 1 and k in sizes:
-                terms[k] = tuple(float(s.get(name, 0.0)) for name in (
+            if s.get("tp", 1) == tp and s.get("pp", 1) == 1:
+                terms[s.get("cp", 1)] = tuple(float(s.get(name, 0.0)) for name in (
                     "a_ms_per_token2", "b_ms_per_token", "c_ms", "kv_ms_per_token"))
         if 1 not in terms:
             raise ValueError(f"profile: has no <cp 1, tp {tp}, pp 1> scheme")
         return cls(terms)
 
+    def has(self, k):
+        return self.every is not None or k in self.terms
+
+    def term(self, k):
+        return self.terms[k] if k in self.terms else self.every
+
     def sample_ms(self, length, k):
-        a, b, c, kv = self.terms[k]
+        a, b, c, kv = self.term(k)
         return c + (a * length * length + b * length) / k + (kv * length if k > 1 else 0.0)
 
 
-def _planning_profile(costs, max_tokens_per_rank, dp_cp_size):
+def _planning_profile(costs, sizes, max_tokens_per_rank, dp_cp_size):
     """A hydraulis profile whose <k, 1, 1> schemes carry `costs` (without the per-sample
     constant, which a micro-batch's c would misstate) and whose memory model gives every
     cp rank room for max_tokens_per_rank tokens: capacity_k >= k * M for every block size
     k (rounded up to the planner's 128-token alignment; the scheduler enforces M itself
     afterwards)."""
-    sizes = sorted(costs.terms)
     # Tokens of activations per rank R: RawCapacity(k) = k R / (1 + ratio (k - 1)) must
     # reach k * M rounded up to 128 (CapacityTokens floors to 128).
     budget = _MAX_GPU_MEMORY_BYTES // 2
@@ -208,9 +213,15 @@ def _planning_profile(costs, max_tokens_per_rank, dp_cp_size):
     if memory > _MAX_GPU_MEMORY_BYTES:
         raise ValueError(f"max_seq_len_per_rank: {max_tokens_per_rank} tokens is beyond what "
                          "the planner's memory model represents")
+    # The planner's decisions do not depend on the time unit; keep the coefficients within
+    # what the profile parser accepts (a 2^20-token sample under 1e12 ms).
+    reference = float(1 << 20)
+    largest = max(max(a * reference * reference, b * reference, kv * reference)
+                  for a, b, _, kv in map(costs.term, sizes))
+    scale = 1e9 / largest if largest > 1e9 else 1.0
     schemes = []
     for k in sizes:
-        a, b, _, kv = costs.terms[k]
+        a, b, _, kv = (x * scale for x in costs.term(k))
         entry = {"cp": k, "tp": 1, "pp": 1, "a_ms_per_token2": a, "b_ms_per_token": b,
                  "c_ms": 0.0}
         if k > 1:
@@ -244,21 +255,30 @@ class BalancedCPScheduler:
         groups, sample_id_groups = scheduler.get_groups_and_subsamples(global_id_seqlens, config)
 
     groups[g][r] lists the sequence lengths dp-cp rank r runs in group g, in order, and
-    sample_id_groups[g][r] the matching sample ids (Python lists of ints). The planner picks
-    one strategy per global batch: aligned blocks of ranks (context-parallel pipelines,
-    pp = 1) and a dispatch of the samples to them; in each block a sample either runs on one
-    rank (local_cp_size 1) or is sharded over the whole block. The result is one group
-    (no barrier), valid for megatron-core's hybrid_context_parallel_forward_backward: see
-    check_hybrid_cp_schedule and docs/python.md for the rules.
+    sample_id_groups[g][r] the matching sample ids (Python lists of ints, as the peer's).
+    There is one group (no barrier); check_hybrid_cp_schedule states what megatron-core's
+    hybrid_context_parallel_forward_backward needs of it, and docs/python.md ("Megatron-LM
+    hybrid context parallelism") the rules chosen here.
 
-    Keyword-only extras: `profile` (a hydraulis profile as a dict or JSON path; its
-    <k, tp, 1> schemes are the cost model; default: BlockCosts.default), `tp` (which
-    schemes of the profile), `threads` (the planner's), `max_strategies` (candidate block
-    layouts given to the planner). `dp_cp_group` needs only size(). The `config` argument is
-    ignored, as the peer ignores it. `last_plan` is the last batch's hydraulis Plan."""
+    Per global batch: the hydraulis planner picks a strategy of aligned blocks of ranks
+    (context-parallel pipelines of k ranks, pp = 1, widest first) and dispatches the
+    samples to them under the cost model and every rank's memory (max_seq_len_per_rank).
+    Megatron runs each sample alone, and on any aligned block it has a hybrid group for, so
+    the plan is then adapted to that: each block's samples are laid out again
+    (_relayout_block), a local search moves samples off the slowest rank
+    (_RankLayout.improve), and a rank left without a sample joins one (fill_idle_ranks).
+    Every rank runs its samples widest first, so no rank waits for another. Deterministic:
+    every rank computes the same schedule from the same batch, as the wrapper needs.
 
-    def __init__(self, max_seq_len_per_rank, dp_cp_group, *, profile=None, tp=1, threads=1,
-                 max_strategies=DEFAULT_MAX_STRATEGIES):
+    Keyword-only extras: `profile` (a hydraulis profile as a dict or JSON path: its
+    <k, tp, 1> schemes are the cost model, BlockCosts.from_profile) or `costs` (a
+    BlockCosts); default BlockCosts.default(). `tp` picks the profile's schemes; `threads`
+    is the planner's; `max_strategies` bounds the candidate block layouts. `dp_cp_group`
+    needs only size(). `config` is not read (nor is it by the peer). `last_plan` is the last
+    batch's hydraulis Plan."""
+
+    def __init__(self, max_seq_len_per_rank, dp_cp_group, *, profile=None, tp=1, costs=None,
+                 threads=1, max_strategies=DEFAULT_MAX_STRATEGIES):
         import hydraulis
         self.max_seq_len_per_rank = _positive_int(max_seq_len_per_rank, "max_seq_len_per_rank")
         size = getattr(dp_cp_group, "size", None)
@@ -268,12 +288,15 @@ class BalancedCPScheduler:
         self.total_hdp_gpus = _positive_int(size(), "dp_cp_group.size()")
         _positive_int(tp, "tp")
         _positive_int(max_strategies, "max_strategies")
-        sizes = hybrid_group_sizes(self.total_hdp_gpus)
-        if profile is None:
-            self.costs = BlockCosts.default(sizes)
-        else:
-            self.costs = BlockCosts.from_profile(profile, tp, sizes)
-        self.block_sizes = sorted(self.costs.terms)
+        if profile is not None and costs is not None:
+            raise ValueError("profile, costs: give at most one cost model")
+        if profile is not None:
+            costs = BlockCosts.from_profile(profile, tp)
+        self.costs = costs if costs is not None else BlockCosts.default()
+        if not isinstance(self.costs, BlockCosts) or not self.costs.has(1):
+            raise ValueError("costs: must be a BlockCosts with a term for one rank")
+        self.block_sizes = [k for k in hybrid_group_sizes(self.total_hdp_gpus)
+                            if self.costs.has(k)]
         self.strategies = _block_strategies(self.total_hdp_gpus, self.block_sizes,
                                             max_strategies)
         n = self.total_hdp_gpus
@@ -287,7 +310,8 @@ class BalancedCPScheduler:
                                for k in sorted(set(blocks), reverse=True)]}
                 for blocks in self.strategies]})
         self.planner = hydraulis.Planner(
-            hydraulis.load_profile(_planning_profile(self.costs, self.max_seq_len_per_rank, n)),
+            hydraulis.load_profile(_planning_profile(self.costs, self.block_sizes,
+                                                     self.max_seq_len_per_rank, n)),
             candidates, max_len=self.max_sample_tokens, reject_overlong=True, threads=threads)
         self.last_plan = None
 
