@@ -370,6 +370,10 @@ class BalancedCPScheduler:
                     "scheduler cannot place it either")
             ids.append(sample_id)
             lengths.append(seqlen)
+        if len(set(ids)) != len(ids):
+            seen = set()
+            twice = next(i for i in ids if i in seen or seen.add(i))
+            raise ValueError(f"sample_id_seqlens: sample id {twice!r} appears more than once")
         if not lengths:
             raise ValueError("sample_id_seqlens: the global batch is empty")
         return ids, lengths
@@ -602,7 +606,8 @@ def check_hybrid_cp_schedule(sample_id_seqlens, groups, sample_id_groups, dp_cp_
     - memory: one sample at a time, each rank holds length / local_cp_size tokens of it:
       length <= local_cp_size * max_seq_len_per_rank;
     - no deadlock: ranks sharing samples meet them in an order that lets every rank finish
-      (simulated: a shared sample starts when every rank listing it has reached it);
+      (simulated: a shared sample starts when every rank listing it has reached it; in
+      particular two ranks sharing two samples list them in the same order);
     - every rank has a sample in the last group.
     Returns, per group, a dict sample id -> local_cp_size."""
     seqlen = {}

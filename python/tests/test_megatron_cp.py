@@ -296,6 +296,8 @@ def test_bad_input_is_named():
         scheduler.get_groups_and_subsamples([(0, 0)], None)
     with pytest.raises(TypeError, match=r"sample_id_seqlens\[0\]: seqlen must be an integer"):
         scheduler.get_groups_and_subsamples([(0, 10.0)], None)
+    with pytest.raises(ValueError, match="sample id 4 appears more than once"):
+        scheduler.get_groups_and_subsamples([(4, 10), (5, 20), (4, 30)], None)
     # Longer than all 8 ranks hold: named (the peer fails an assertion instead).
     with pytest.raises(ValueError, match=r"sample id 7 has 32769 tokens, more than all 8 ranks"):
         scheduler.get_groups_and_subsamples([(3, 100), (7, 8 * 4096 + 1)], None)
@@ -336,3 +338,23 @@ def test_schedule_ms_counts_waiting_at_shared_samples():
     total, per_group = schedule_ms(samples, [[[0, 2], [1, 2]]], costs)
     assert per_group == [408.0]
     assert hm._run_group(0, [[0, 2], [1, 2]], {0: 1, 1: 1, 2: 2}) == [0.0, 0.0]
+
+
+def test_the_documented_example_runs(monkeypatch):
+    """docs/python.md's example: the drop-in put into megatron-core's data_schedule before
+    the wrapper is built, then called as the wrapper calls it (8 ranks of 4,096 tokens)."""
+    monkeypatch.setattr(data_schedule, "BalancedCPScheduler", BalancedCPScheduler)
+    config = config_for(4096)
+    wrapper = data_schedule.HybridCPDataLoaderWrapper(
+        iter([]), config, pg_collection=types.SimpleNamespace(dp_cp=FakeGroup(8), dp=FakeGroup(8),
+                                                              tp=FakeGroup(1)))
+    samples = [(0, 5000), (1, 812), (2, 30000), (3, 77)]
+    groups, sample_id_groups = wrapper.cp_balancing_scheduler.get_groups_and_subsamples(
+        samples, config)
+    cp_of = check_hybrid_cp_schedule(samples, groups, sample_id_groups, 8, 4096)[0]
+    assert cp_of[2] == 8  # 30,000 tokens need all eight ranks of 4,096
+    assert cp_of[0] >= 2  # 5,000 need two
+    profiled = BalancedCPScheduler(4096, FakeGroup(8), profile=PROFILE_7B, tp=8)
+    assert profiled.block_sizes == [1, 2, 4, 8]
+    check_hybrid_cp_schedule(samples, *profiled.get_groups_and_subsamples(samples, config), 8,
+                             4096)
