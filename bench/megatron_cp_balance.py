@@ -129,7 +129,8 @@ def main():
             rows["trivial"].append(max(trivial.load))
         m = {k: (float(np.mean(v)) if v else float("nan")) for k, v in rows.items()}
         print(f"{ranks:3d} {max_tokens:5d} {load:4.1f} | {m['d_ours']:8.0f} {m['d_peer']:8.0f} | "
-              f"{m['e_ours']:8.1f} {m['e_planned']:8.1f} {m['e_peer']:8.1f} | {m['p_ours']:8.0f} {m['p_peer']:8.0f} | "
+              f"{m['e_ours']:8.1f} {m['e_planned']:8.1f} {m['e_peer']:8.1f} | "
+              f"{m['p_ours']:8.0f} {m['p_peer']:8.0f} | "
               f"{m['planner']:8.0f} {m['relayout']:8.0f} {m['d_ours']:8.0f} {m['trivial']:8.0f}")
         sys.stdout.flush()
 

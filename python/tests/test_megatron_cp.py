@@ -358,3 +358,20 @@ def test_the_documented_example_runs(monkeypatch):
     assert profiled.block_sizes == [1, 2, 4, 8]
     check_hybrid_cp_schedule(samples, *profiled.get_groups_and_subsamples(samples, config), 8,
                              4096)
+
+
+def test_random_batches_always_give_runnable_schedules():
+    """720 random batches (1 to 3n samples, a third up to n * M tokens) on 2 to 16 ranks and
+    M from 1 to 2^22 tokens (most not a multiple of the planner's 128): every schedule
+    passes the checker."""
+    rng = random.Random(3)
+    for ranks in (2, 4, 6, 8, 12, 16):
+        for max_tokens in (1, 100, 1000, 4096, 131072, 1 << 22):
+            scheduler = BalancedCPScheduler(max_tokens, FakeGroup(ranks))
+            for _ in range(20):
+                count = rng.randrange(1, 3 * ranks)
+                batch = [rng.randrange(1, ranks * max_tokens + 1) if rng.random() < 0.3 else
+                         rng.randrange(1, max_tokens + 1) for _ in range(count)]
+                samples = [(1000 + i, n) for i, n in enumerate(batch)]
+                groups, ids = scheduler.get_groups_and_subsamples(samples, None)
+                check_hybrid_cp_schedule(samples, groups, ids, ranks, max_tokens)
