@@ -267,7 +267,8 @@ class BalancedCPScheduler:
     the plan is then adapted to that: each block's samples are laid out again
     (_relayout_block), a local search moves samples off the slowest rank
     (_RankLayout.improve), and a rank left without a sample joins one (fill_idle_ranks).
-    Every rank runs its samples widest first, so no rank waits for another. Deterministic:
+    Every rank runs its samples narrowest first (its own, then shared ones by increasing
+    local_cp_size; ties: batch order), one order for all ranks. Deterministic:
     every rank computes the same schedule from the same batch, as the wrapper needs.
 
     Keyword-only extras: `profile` (a hydraulis profile as a dict or JSON path: its
@@ -463,9 +464,13 @@ def _relayout_block(lengths, docs, first, k, costs, max_tokens, sizes, start, si
 
 class _RankLayout:
     """Each sample's ranks, the aligned block [start, start + size), and each rank's summed
-    sample time. Every rank runs its samples widest first (ties: in batch order): a sample's
-    ranks then reach it together, since every wider sample on one of them is on all of them
-    (aligned blocks nest), so no rank waits and a rank's time is the sum of its samples'."""
+    sample time. Every rank runs its samples narrowest first (ties: in batch order), one
+    order for all ranks, so no deadlock. Aligned blocks nest, so a block B's samples start
+    when both halves are done: B takes its samples' time plus the slower half's, and the
+    batch as long as the largest sum of sample times on one rank (the `load` here), as
+    widest first would (where no rank waits). Narrowest first also ends every rank of a
+    shared sample on the same last sample (the one megatron-core runs with gradient sync),
+    as the peer's groups do."""
 
     def __init__(self, lengths, start, size, costs, ranks, block_sizes):
         self.lengths, self.start, self.size = lengths, list(start), list(size)
@@ -582,7 +587,7 @@ class _RankLayout:
 
     def rank_lists(self):
         lists = [[] for _ in range(self.ranks)]
-        for i in sorted(range(len(self.lengths)), key=lambda i: (-self.size[i], i)):
+        for i in sorted(range(len(self.lengths)), key=lambda i: (self.size[i], i)):
             for r in range(self.start[i], self.start[i] + self.size[i]):
                 lists[r].append(i)
         return lists

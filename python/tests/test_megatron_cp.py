@@ -175,6 +175,18 @@ def test_schedules_run_in_megatron_and_keep_its_rules(lengths, ranks, max_tokens
         check_hybrid_cp_schedule(samples, groups, sample_id_groups, ranks, max_tokens)
         assert_runs_in_megatron(samples, sample_id_groups, ranks, max_tokens, monkeypatch)
         assert len(sample_id_groups) == 1  # one group: no barrier
+        ids = sample_id_groups[0]
+        cp_of = check_hybrid_cp_schedule(samples, groups, sample_id_groups, ranks, max_tokens)[0]
+        # Narrowest first: waiting costs nothing, the batch lasts the largest summed time...
+        seqlen = dict(samples)
+        summed = max(sum(scheduler.costs.sample_ms(seqlen[s], cp_of[s]) for s in rank_ids)
+                     for rank_ids in ids)
+        assert schedule_ms(samples, sample_id_groups, scheduler.costs)[0] == pytest.approx(
+            summed, rel=1e-12)
+        # ... and a shared sample that ends one rank's list ends all its ranks' lists.
+        for rank_ids in ids:
+            last = rank_ids[-1]
+            assert all(other[-1] == last for other in ids if last in other)
 
 
 def test_the_checker_catches_what_the_runtime_cannot_run(monkeypatch):
