@@ -50,10 +50,10 @@ def _batches(lengths, ranks, max_tokens, load, count, seed):
     rng = random.Random(seed)
     out = []
     for _ in range(count):
-        start = rng.randrange(len(lengths) - 20000)
+        start = rng.randrange(len(lengths))
         batch, tokens = [], 0
         while tokens < load * ranks * max_tokens:
-            n = int(min(lengths[start + len(batch)], ranks * max_tokens))
+            n = int(min(lengths[(start + len(batch)) % len(lengths)], ranks * max_tokens))
             batch.append(n)
             tokens += n
         out.append(batch)
