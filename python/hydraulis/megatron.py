@@ -1,8 +1,12 @@
-"""A packing scheduler with the shape of Megatron-LM's hook (docs/python.md, "Megatron-LM").
+"""Megatron-LM schedulers on the hydraulis planner (docs/python.md): a packing scheduler
+with the shape of Megatron-LM's hook ("Megatron-LM"), and BalancedCPScheduler, a drop-in for
+megatron-core's hybrid context-parallel scheduler ("Megatron-LM hybrid context
+parallelism", further below).
 
 Megatron-LM's sequence-packing schedulers take the (sample id, sequence length) pairs of a
 global batch and return, per micro-batch, the sample ids each data-parallel rank packs
-into it: groups[microbatch][dp_rank] -> sample ids. This one asks the hydraulis planner.
+into it: groups[microbatch][dp_rank] -> sample ids. MegatronPackingScheduler asks the
+hydraulis planner.
 Megatron's model is homogeneous (dp identical pipelines of one tp/pp), so the candidate
 set given to the planner must hold strategies of exactly dp identical pipelines (usually
 one); what hydraulis adds there is the dispatch of documents to ranks and their packing
