@@ -53,7 +53,7 @@ class _Usage(Exception):
     """Bad command line or input; reported with exit status 2."""
 
 
-class _DpCpGroup:
+class DpCpGroup:
     """Stand-in for the DP x CP torch.distributed.ProcessGroup.
 
     BalancedCPScheduler only calls size(); rank() is provided for completeness.
@@ -282,7 +282,7 @@ def peer_sample_id_groups(lengths, dp_cp_size, max_seqlen_per_rank):
     config = ModelParallelConfig(hybrid_context_parallel=True,
                                  max_seqlen_per_dp_cp_rank=max_seqlen_per_rank)
     scheduler = hybrid_cp_schedule.BalancedCPScheduler(
-        max_seq_len_per_rank=config.max_seqlen_per_dp_cp_rank, dp_cp_group=_DpCpGroup(dp_cp_size))
+        max_seq_len_per_rank=config.max_seqlen_per_dp_cp_rank, dp_cp_group=DpCpGroup(dp_cp_size))
     samples = [(i, int(n)) for i, n in enumerate(lengths)]
     _, sample_id_groups = scheduler.get_groups_and_subsamples(samples, config)
     return _to_plain(sample_id_groups)
@@ -331,7 +331,7 @@ def main(argv=None):
             max_seqlen_per_dp_cp_rank=args.max_seqlen_per_rank,
             context_parallel_size=args.context_parallel_size,
         )
-        group = _DpCpGroup(args.dp_cp_size)
+        group = DpCpGroup(args.dp_cp_size)
 
         out_batches = []
         for b, lengths in enumerate(batches):

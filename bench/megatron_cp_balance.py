@@ -29,6 +29,9 @@ import warnings
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dynamic_cp_peer import DpCpGroup  # noqa: E402
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 SHARED = os.path.join(ROOT, "..", "shared", "data", "wikipedia-doc-lengths.txt")
 SAMPLE = os.path.join(ROOT, "data", "wikipedia-sample-lengths.txt")
@@ -38,15 +41,9 @@ SETTINGS = [(8, 4096, 0.5), (8, 4096, 2.0), (8, 4096, 4.0), (16, 4096, 8.0), (16
             (32, 2048, 2.0), (64, 4096, 2.0)]
 
 
-class _Group:
-    def __init__(self, size):
-        self._size = size
-
-    def size(self):
-        return self._size
-
-
-def _batches(lengths, ranks, max_tokens, load, count, seed):
+def real_length_batches(lengths, ranks, max_tokens, load, count, seed):
+    """`count` global batches of consecutive real lengths from seeded offsets, each about
+    load * ranks * max_tokens tokens, every length within what all ranks hold."""
     rng = random.Random(seed)
     out = []
     for _ in range(count):
@@ -78,19 +75,19 @@ def main():
         config = ModelParallelConfig(hybrid_context_parallel=True,
                                      max_seqlen_per_dp_cp_rank=max_tokens)
         ours = hm.BalancedCPScheduler(max_seq_len_per_rank=config.max_seqlen_per_dp_cp_rank,
-                                      dp_cp_group=_Group(ranks))
-        ours_7b = (hm.BalancedCPScheduler(max_tokens, _Group(ranks), profile=PROFILE_7B, tp=8)
+                                      dp_cp_group=DpCpGroup(ranks))
+        ours_7b = (hm.BalancedCPScheduler(max_tokens, DpCpGroup(ranks), profile=PROFILE_7B, tp=8)
                    if ranks <= 8 else None)
         default = ours.costs
         estimate = hm.BlockCosts.peer_estimate()
-        ours_e = hm.BalancedCPScheduler(max_tokens, _Group(ranks), costs=estimate)
+        ours_e = hm.BalancedCPScheduler(max_tokens, DpCpGroup(ranks), costs=estimate)
         rows = {k: [] for k in ("d_ours", "d_peer", "e_ours", "e_planned", "e_peer", "p_ours",
                                 "p_peer",
                                 "planner", "relayout", "trivial")}
-        for batch in _batches(lengths, ranks, max_tokens, load, args.batches,
+        for batch in real_length_batches(lengths, ranks, max_tokens, load, args.batches,
                               args.seed * 1000 + ranks):
             samples = [(i, n) for i, n in enumerate(batch)]
-            peer = Peer(max_seq_len_per_rank=max_tokens, dp_cp_group=_Group(ranks))
+            peer = Peer(max_seq_len_per_rank=max_tokens, dp_cp_group=DpCpGroup(ranks))
             peer_groups, peer_ids = peer.get_groups_and_subsamples(samples, config)
             hm.check_hybrid_cp_schedule(samples, peer_groups, peer_ids, ranks, max_tokens)
             groups, ids = ours.get_groups_and_subsamples(samples, config)

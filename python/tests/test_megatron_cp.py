@@ -9,6 +9,7 @@ runtime's rules; its balance compared with the peer's under stated cost models.
 import contextlib
 import os
 import random
+import sys
 import types
 
 import numpy as np
@@ -30,39 +31,14 @@ from megatron.core.datasets import data_schedule  # noqa: E402
 from megatron.core.model_parallel_config import ModelParallelConfig  # noqa: E402
 from megatron.core.pipeline_parallel import hybrid_cp_schedule, schedules  # noqa: E402
 
-
-class FakeGroup:
-    """The dp-cp process group as the scheduler sees it: size() only."""
-
-    def __init__(self, size):
-        self._size = size
-
-    def size(self):
-        return self._size
-
-    def rank(self):
-        return 0
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from dynamic_cp_peer import DpCpGroup  # noqa: E402  (the dp-cp group as schedulers see it)
+from megatron_cp_balance import real_length_batches  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def lengths():
     return np.loadtxt(SHARED if os.path.exists(SHARED) else SAMPLE, dtype=np.int64)
-
-
-def batches(lengths, ranks, max_tokens, load, count, seed):
-    """`count` global batches of consecutive real lengths from seeded offsets, each about
-    load * ranks * max_tokens tokens, every length within what all ranks hold."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        start = rng.randrange(len(lengths))
-        batch, tokens = [], 0
-        while tokens < load * ranks * max_tokens:
-            n = int(min(lengths[(start + len(batch)) % len(lengths)], ranks * max_tokens))
-            batch.append(n)
-            tokens += n
-        out.append(batch)
-    return out
 
 
 def config_for(max_tokens):
@@ -75,7 +51,7 @@ def schedule_as_megatron(scheduler_class, lengths, ranks, max_tokens, monkeypatc
     the wrapper's __next__ does: every non-empty sub-sample numbered 0..n-1 in order."""
     monkeypatch.setattr(data_schedule, "BalancedCPScheduler", scheduler_class)
     config = config_for(max_tokens)
-    groups = types.SimpleNamespace(dp_cp=FakeGroup(ranks), dp=FakeGroup(ranks), tp=FakeGroup(1))
+    groups = types.SimpleNamespace(dp_cp=DpCpGroup(ranks), dp=DpCpGroup(ranks), tp=DpCpGroup(1))
     wrapper = data_schedule.HybridCPDataLoaderWrapper(iter([]), config, pg_collection=groups)
     seqlens = torch.tensor(lengths, dtype=torch.int32)
     seqlens = seqlens[seqlens != 0].tolist()
@@ -168,7 +144,7 @@ def test_schedules_run_in_megatron_and_keep_its_rules(lengths, ranks, max_tokens
     """Every group of every batch: megatron-core's own consumer runs it on every rank, each
     sample with the local_cp_size the checker derives; aligned power-of-two blocks, one
     consistent order (no deadlock), memory, every rank busy in the last group."""
-    for batch in batches(lengths, ranks, max_tokens, load, 4, seed=ranks * max_tokens):
+    for batch in real_length_batches(lengths, ranks, max_tokens, load, 4, seed=ranks * max_tokens):
         samples, (groups, sample_id_groups), scheduler = schedule_as_megatron(
             BalancedCPScheduler, batch, ranks, max_tokens, monkeypatch)
         assert isinstance(scheduler, BalancedCPScheduler)
@@ -226,7 +202,7 @@ def test_hybrid_group_sizes_follow_parallel_state():
 
 @pytest.mark.parametrize("ranks,max_tokens", [(8, 4096), (16, 2048)])
 def test_returns_what_the_peer_returns_in_shape(lengths, ranks, max_tokens, monkeypatch):
-    batch = batches(lengths, ranks, max_tokens, 1.0, 1, seed=7)[0]
+    batch = real_length_batches(lengths, ranks, max_tokens, 1.0, 1, seed=7)[0]
     _, ours, _ = schedule_as_megatron(BalancedCPScheduler, batch, ranks, max_tokens, monkeypatch)
     samples, peer, _ = schedule_as_megatron(hybrid_cp_schedule.BalancedCPScheduler, batch,
                                             ranks, max_tokens, monkeypatch)
@@ -251,7 +227,7 @@ def balance(lengths, ranks, max_tokens, load, count, seed, costs_of, monkeypatch
     def ours_class(max_seq_len_per_rank, dp_cp_group):
         return BalancedCPScheduler(max_seq_len_per_rank, dp_cp_group, **kwargs)
 
-    for batch in batches(lengths, ranks, max_tokens, load, count, seed):
+    for batch in real_length_batches(lengths, ranks, max_tokens, load, count, seed):
         samples, (_, ours), scheduler = schedule_as_megatron(ours_class, batch, ranks, max_tokens,
                                                              monkeypatch)
         _, (peer_groups, peer), _ = schedule_as_megatron(hybrid_cp_schedule.BalancedCPScheduler,
@@ -292,14 +268,14 @@ def test_balance_with_a_hydraulis_profile(lengths, monkeypatch):
 
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"dp_cp_group.size\(\)"):
-        BalancedCPScheduler(4096, FakeGroup(0))
+        BalancedCPScheduler(4096, DpCpGroup(0))
     with pytest.raises(ValueError, match=r"dp_cp_group.size\(\)"):
-        BalancedCPScheduler(4096, FakeGroup(2.0))
+        BalancedCPScheduler(4096, DpCpGroup(2.0))
     with pytest.raises(TypeError, match="dp_cp_group"):
         BalancedCPScheduler(4096, 8)
     with pytest.raises(ValueError, match="max_seq_len_per_rank"):
-        BalancedCPScheduler(0, FakeGroup(8))
-    scheduler = BalancedCPScheduler(4096, FakeGroup(8))
+        BalancedCPScheduler(0, DpCpGroup(8))
+    scheduler = BalancedCPScheduler(4096, DpCpGroup(8))
     with pytest.raises(ValueError, match="sample_id_seqlens: the global batch is empty"):
         scheduler.get_groups_and_subsamples([], None)
     with pytest.raises(ValueError, match=r"sample_id_seqlens\[1\]: seqlen must be >= 1"):
@@ -314,10 +290,10 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"sample id 7 has 32769 tokens, more than all 8 ranks"):
         scheduler.get_groups_and_subsamples([(3, 100), (7, 8 * 4096 + 1)], None)
     with pytest.raises(ValueError, match="profile, costs"):
-        BalancedCPScheduler(4096, FakeGroup(8), profile=PROFILE_7B,
+        BalancedCPScheduler(4096, DpCpGroup(8), profile=PROFILE_7B,
                             costs=BlockCosts.peer_estimate())
     with pytest.raises(ValueError, match="profile: has no <cp 1, tp 3"):
-        BalancedCPScheduler(4096, FakeGroup(8), profile=PROFILE_7B, tp=3)
+        BalancedCPScheduler(4096, DpCpGroup(8), profile=PROFILE_7B, tp=3)
 
 
 def test_fewer_samples_than_ranks_keep_every_rank_busy(monkeypatch):
@@ -335,7 +311,7 @@ def test_fewer_samples_than_ranks_keep_every_rank_busy(monkeypatch):
 
 def test_non_power_of_two_ranks(lengths, monkeypatch):
     """12 ranks: blocks of 1, 2, 4 and all 12, the groups megatron-core has there."""
-    for batch in batches(lengths, 12, 2048, 1.0, 3, seed=5):
+    for batch in real_length_batches(lengths, 12, 2048, 1.0, 3, seed=5):
         samples, (groups, ids), scheduler = schedule_as_megatron(BalancedCPScheduler, batch, 12,
                                                                  2048, monkeypatch)
         assert scheduler.block_sizes == [1, 2, 4, 12]
@@ -358,15 +334,15 @@ def test_the_documented_example_runs(monkeypatch):
     monkeypatch.setattr(data_schedule, "BalancedCPScheduler", BalancedCPScheduler)
     config = config_for(4096)
     wrapper = data_schedule.HybridCPDataLoaderWrapper(
-        iter([]), config, pg_collection=types.SimpleNamespace(dp_cp=FakeGroup(8), dp=FakeGroup(8),
-                                                              tp=FakeGroup(1)))
+        iter([]), config, pg_collection=types.SimpleNamespace(dp_cp=DpCpGroup(8), dp=DpCpGroup(8),
+                                                              tp=DpCpGroup(1)))
     samples = [(0, 5000), (1, 812), (2, 30000), (3, 77)]
     groups, sample_id_groups = wrapper.cp_balancing_scheduler.get_groups_and_subsamples(
         samples, config)
     cp_of = check_hybrid_cp_schedule(samples, groups, sample_id_groups, 8, 4096)[0]
     assert cp_of[2] == 8  # 30,000 tokens need all eight ranks of 4,096
     assert cp_of[0] >= 2  # 5,000 need two
-    profiled = BalancedCPScheduler(4096, FakeGroup(8), profile=PROFILE_7B, tp=8)
+    profiled = BalancedCPScheduler(4096, DpCpGroup(8), profile=PROFILE_7B, tp=8)
     assert profiled.block_sizes == [1, 2, 4, 8]
     check_hybrid_cp_schedule(samples, *profiled.get_groups_and_subsamples(samples, config), 8,
                              4096)
@@ -379,7 +355,7 @@ def test_random_batches_always_give_runnable_schedules():
     rng = random.Random(3)
     for ranks in (2, 4, 6, 8, 12, 16):
         for max_tokens in (1, 100, 1000, 4096, 131072, 1 << 22):
-            scheduler = BalancedCPScheduler(max_tokens, FakeGroup(ranks))
+            scheduler = BalancedCPScheduler(max_tokens, DpCpGroup(ranks))
             for _ in range(20):
                 count = rng.randrange(1, 3 * ranks)
                 batch = [rng.randrange(1, ranks * max_tokens + 1) if rng.random() < 0.3 else
