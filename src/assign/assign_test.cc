@@ -632,6 +632,22 @@ TEST(LowerBoundTest, RelaxationOnlyTightensAndStaysBelowOurPlans) {
   }
 }
 
+// Three 60-token documents fit only the two large pipelines: the fractional bound spreads
+// their 180 ms over both (about 91 ms each), but one pipeline runs two of them, which the
+// exact bound over those few pipelines sees: c + 120 = 121 ms, the optimum (the short
+// documents run on the third, small pipeline: two micro-batches of 10 tokens, 22 ms).
+TEST(LowerBoundTest, FewPipelinesHoldingTheLongestDocumentsAreSplitIntegrally) {
+  AssignProblem p;
+  const TimeModel linear{0.0, 1.0, 1.0};  // 1 ms per token, c = 1 ms
+  p.pipelines = {MakePipelineModel(Scheme{}, linear, 200), MakePipelineModel(Scheme{}, linear, 200),
+                 MakePipelineModel(Scheme{}, linear, 10)};
+  p.lengths = {60, 60, 60, 5, 5, 5, 5};
+  EXPECT_NEAR(ComputeLowerBound(p).ms, 121.0, 1e-6);
+  // Without the third long document the two pipelines take one each.
+  p.lengths = {60, 60, 5, 5, 5, 5};
+  EXPECT_LE(ComputeLowerBound(p).ms, 61.0 + 1e-6);
+}
+
 TEST(LowerBoundTest, LongestDocumentBoundOverGroupsIsThePerPipelineBound) {
   // The cheap bound over groups and distinct lengths against its definition: the max over
   // documents of the min over pipelines of pp * (floor + c), on strategies that repeat

@@ -291,6 +291,47 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
   return bound;
 }
 
+// The least makespan of `cost` (cost[d][p]: document d's work on pipeline p, +infinity where
+// it may not run) over every assignment of the documents to the pipelines, a pipeline that
+// runs any taking c[p] plus their sum; pipelines with equal `kind` are interchangeable.
+// Depth-first branch and bound, largest documents first; 0 (no bound) when it would visit
+// more than max_nodes nodes, since an unfinished search proves nothing.
+double ExactMakespan(const std::vector<std::vector<double>>& cost, const std::vector<double>& c,
+                     const std::vector<int>& kind, long max_nodes) {
+  const std::size_t n = cost.size(), m = c.size();
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  const auto least = [&](std::size_t d) {
+    return *std::min_element(cost[d].begin(), cost[d].end());
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return least(x) > least(y); });
+  std::vector<double> load(m, 0.0);
+  double best = kInf;
+  long nodes = 0;
+  std::function<void(std::size_t, double)> visit = [&](std::size_t k, double makespan) {
+    if (++nodes > max_nodes || makespan >= best) return;
+    if (k == n) {
+      best = makespan;
+      return;
+    }
+    const std::size_t d = order[k];
+    for (std::size_t p = 0; p < m; ++p) {
+      if (cost[d][p] == kInf) continue;
+      // An interchangeable pipeline with the same load was tried already.
+      bool twin = false;
+      for (std::size_t q = 0; q < p && !twin; ++q) twin = kind[q] == kind[p] && load[q] == load[p];
+      if (twin) continue;
+      const double before = load[p];
+      load[p] = (before == 0 ? c[p] : before) + cost[d][p];
+      visit(k + 1, std::max(makespan, load[p]));
+      load[p] = before;
+    }
+  };
+  visit(0, 0.0);
+  return nodes > max_nodes || best == kInf ? 0.0 : best;
+}
+
 // Three or more groups, the dual's prices by Kelley's cutting planes: the dual value at
 // prices mu (normalised so sum_g m_g mu_g = 1) is phi(mu) = sum_i n_i min_g mu_g u_ig,
 // concave and piecewise linear, and for any assignment a of documents to eligible groups
@@ -485,7 +526,8 @@ class LowerBoundSearch {
                               theta
                         : 1.0;
     }
-    const double forced = ForcedDocumentsBound(docs_, groups_, theta, schedule_);
+    const double forced =
+        std::max(ForcedDocumentsBound(docs_, groups_, theta, schedule_), FewPipelinesBound(theta));
     if (groups_.size() == 1) return std::max(forced, DualValue(docs_, groups_, {1.0}, theta));
     if (groups_.size() == 2) return std::max(forced, TwoGroupBound(docs_, groups_, theta));
     if (!planes_) planes_ = std::make_unique<CuttingPlanes>(docs_, groups_);
@@ -571,12 +613,80 @@ class LowerBoundSearch {
     for (auto& g : groups_) g.lambda = 0.0;
   }
 
+  // Exact over the few pipelines that alone may run a batch's longest documents at step time
+  // theta, where the fractional bound splits documents between them. The k longest
+  // documents run only on the union S of the groups eligible for them; while S holds at
+  // most kFewPipelines pipelines, a plan's makespan is at least the least makespan of those
+  // documents (up to kFewDocuments of them, the longest) on S's pipelines, each pipeline
+  // taking c plus the WorkMs of its documents (its stages' time is at least the sum of its
+  // micro-batches' stage times, each at least c plus its documents' balanced share and the
+  // exchange of those that must be sharded at theta). Taken for each S the longest
+  // documents grow through. The value changes only where eligibility or a forced exchange
+  // does, at the search's thresholds: cached by the costs it was computed from.
+  double FewPipelinesBound(double theta) {
+    constexpr int kFewPipelines = 3;
+    constexpr std::size_t kFewDocuments = 12;
+    constexpr long kMaxNodes = 200000;
+    std::vector<char> in(groups_.size(), 0);
+    int m = 0;
+    double bound = 0;
+    std::vector<std::int64_t> prefix;  // document lengths, one per copy, longest first
+    const auto evaluate = [&] {
+      std::vector<double> c, key;
+      std::vector<int> kind;
+      for (std::size_t g = 0; g < groups_.size(); ++g) {
+        if (!in[g]) continue;
+        key.push_back(static_cast<double>(g));
+        for (int j = 0; j < groups_[g].count; ++j) {
+          c.push_back(groups_[g].model.time.c_ms);
+          kind.push_back(static_cast<int>(g));
+        }
+      }
+      std::vector<std::vector<double>> cost;
+      for (const std::int64_t len : prefix) {
+        std::vector<double>& row = cost.emplace_back();
+        for (std::size_t p = 0; p < c.size(); ++p) {
+          const PipelineModel& model = groups_[static_cast<std::size_t>(kind[p])].model;
+          row.push_back(Eligible(model, len, theta) ? WorkMs(model, len, theta) : kInf);
+        }
+        key.insert(key.end(), row.begin(), row.end());
+      }
+      auto [it, fresh] = few_pipelines_cache_.try_emplace(std::move(key), 0.0);
+      if (fresh) it->second = ExactMakespan(cost, c, kind, kMaxNodes);
+      bound = std::max(bound, it->second);
+    };
+    for (std::size_t i = docs_.size(); i-- > 0;) {
+      const std::int64_t len = docs_[i].first;
+      bool grows = false;
+      for (std::size_t g = 0; g < groups_.size() && !grows; ++g) {
+        grows = !in[g] && Eligible(groups_[g].model, len, theta);
+      }
+      if (grows) {
+        if (m > 0) evaluate();
+        for (std::size_t g = 0; g < groups_.size(); ++g) {
+          if (in[g] || !Eligible(groups_[g].model, len, theta)) continue;
+          in[g] = 1;
+          m += groups_[g].count;
+        }
+        if (m > kFewPipelines) return bound;
+      }
+      if (m == 0) continue;  // no group holds it at theta: the fractional bound says so
+      for (double k = 0; k < docs_[i].second && prefix.size() < kFewDocuments; ++k) {
+        prefix.push_back(len);
+      }
+      if (prefix.size() >= kFewDocuments) break;
+    }
+    if (m > 0) evaluate();
+    return bound;
+  }
+
   std::span<const PipelineGroup> pipeline_groups_;
   const ScheduleOptions& schedule_;
   RelaxationTable* relaxations_;
   std::vector<Group> groups_;
-  std::vector<std::pair<std::int64_t, double>> docs_;  // distinct lengths and their counts
-  std::unique_ptr<CuttingPlanes> planes_;              // three or more groups, made once
+  std::vector<std::pair<std::int64_t, double>> docs_;          // distinct lengths and their counts
+  std::unique_ptr<CuttingPlanes> planes_;                      // three or more groups, made once
+  std::map<std::vector<double>, double> few_pipelines_cache_;  // FewPipelinesBound's
   LowerBound lb_;
 };
 
