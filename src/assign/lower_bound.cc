@@ -11,6 +11,7 @@
 #include <memory>
 #include <numeric>
 
+#include "hydraulis/assign/exact_split.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/tolerance.h"
 
@@ -289,47 +290,6 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
     }
   }
   return bound;
-}
-
-// The least makespan of `cost` (cost[d][p]: document d's work on pipeline p, +infinity where
-// it may not run) over every assignment of the documents to the pipelines, a pipeline that
-// runs any taking c[p] plus their sum; pipelines with equal `kind` are interchangeable.
-// Depth-first branch and bound, largest documents first; 0 (no bound) when it would visit
-// more than max_nodes nodes, since an unfinished search proves nothing.
-double ExactMakespan(const std::vector<std::vector<double>>& cost, const std::vector<double>& c,
-                     const std::vector<int>& kind, long max_nodes) {
-  const std::size_t n = cost.size(), m = c.size();
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  const auto least = [&](std::size_t d) {
-    return *std::min_element(cost[d].begin(), cost[d].end());
-  };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t x, std::size_t y) { return least(x) > least(y); });
-  std::vector<double> load(m, 0.0);
-  double best = kInf;
-  long nodes = 0;
-  std::function<void(std::size_t, double)> visit = [&](std::size_t k, double makespan) {
-    if (++nodes > max_nodes || makespan >= best) return;
-    if (k == n) {
-      best = makespan;
-      return;
-    }
-    const std::size_t d = order[k];
-    for (std::size_t p = 0; p < m; ++p) {
-      if (cost[d][p] == kInf) continue;
-      // An interchangeable pipeline with the same load was tried already.
-      bool twin = false;
-      for (std::size_t q = 0; q < p && !twin; ++q) twin = kind[q] == kind[p] && load[q] == load[p];
-      if (twin) continue;
-      const double before = load[p];
-      load[p] = (before == 0 ? c[p] : before) + cost[d][p];
-      visit(k + 1, std::max(makespan, load[p]));
-      load[p] = before;
-    }
-  };
-  visit(0, 0.0);
-  return nodes > max_nodes || best == kInf ? 0.0 : best;
 }
 
 // Three or more groups, the dual's prices by Kelley's cutting planes: the dual value at
@@ -652,7 +612,19 @@ class LowerBoundSearch {
         key.insert(key.end(), row.begin(), row.end());
       }
       auto [it, fresh] = few_pipelines_cache_.try_emplace(std::move(key), 0.0);
-      if (fresh) it->second = ExactMakespan(cost, c, kind, kMaxNodes);
+      if (fresh) {
+        // prefix is longest first; a pipeline's time is c plus its documents' work.
+        std::vector<std::size_t> order(prefix.size());
+        std::iota(order.begin(), order.end(), 0);
+        const ExactSplitResult split = ExactSplit(
+            prefix.size(), kind, order,
+            [&](double load, std::size_t d, std::size_t q) {
+              return cost[d][q] == kInf ? kInf : (load == 0 ? c[q] : load) + cost[d][q];
+            },
+            kMaxNodes);
+        // An unfinished search proves nothing.
+        it->second = split.finished && split.makespan < kInf ? split.makespan : 0.0;
+      }
       bound = std::max(bound, it->second);
     };
     for (std::size_t i = docs_.size(); i-- > 0;) {
