@@ -648,6 +648,20 @@ TEST(LowerBoundTest, FewPipelinesHoldingTheLongestDocumentsAreSplitIntegrally) {
   EXPECT_LE(ComputeLowerBound(p).ms, 61.0 + 1e-6);
 }
 
+// Five 60-token documents fit only the four large pipelines (too many for the exact bound
+// over a few pipelines): one pipeline runs two of them, c + 120 = 121 ms, the optimum, where
+// the fractional bound spreads 300 ms over four (about 76 ms).
+TEST(LowerBoundTest, MoreLongDocumentsThanThePipelinesThatHoldThemShareOne) {
+  AssignProblem p;
+  const TimeModel linear{0.0, 1.0, 1.0};  // 1 ms per token, c = 1 ms
+  for (int i = 0; i < 4; ++i) p.pipelines.push_back(MakePipelineModel(Scheme{}, linear, 200));
+  p.pipelines.push_back(MakePipelineModel(Scheme{}, linear, 10));
+  p.lengths = {60, 60, 60, 60, 60, 5, 5, 5, 5};
+  EXPECT_NEAR(ComputeLowerBound(p).ms, 121.0, 1e-6);
+  p.lengths = {60, 60, 60, 60, 5, 5, 5, 5};  // one each
+  EXPECT_LE(ComputeLowerBound(p).ms, 61.0 + 1e-6);
+}
+
 TEST(LowerBoundTest, LongestDocumentBoundOverGroupsIsThePerPipelineBound) {
   // The cheap bound over groups and distinct lengths against its definition: the max over
   // documents of the min over pipelines of pp * (floor + c), on strategies that repeat

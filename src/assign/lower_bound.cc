@@ -292,6 +292,72 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
   return bound;
 }
 
+// Pigeonhole over the pipelines that alone may run the longest documents. In a plan of step
+// time <= theta the j longest documents (with their multiplicities) run only on the union S
+// of their eligible groups, m pipelines in all. A pipeline takes at least c plus the work of
+// its documents (WorkMs at theta), and a document's work is at least w, its least over S.
+// Among any k m + 1 of them some pipeline holds k + 1, so T >= min c + the k + 1 least w
+// among the k m + 1 largest. Taken for each S the longest documents grow through, while S
+// holds at most kMaxPipelines pipelines: it binds where a strategy has fewer wide pipelines
+// than the batch has documents only they can hold (at 128K, two 131,072-token documents on
+// one of seven (CP8,TP16) pipelines), which FewPipelinesBound cannot take exactly.
+double PigeonholeBound(const std::vector<std::pair<std::int64_t, double>>& docs,
+                       const std::vector<Group>& groups, double theta) {
+  constexpr int kMaxPipelines = 64;
+  constexpr std::size_t kMaxCopies = 1024;
+  std::vector<char> in(groups.size(), 0);
+  int m = 0;
+  double c_min = kInf, bound = 0;
+  std::vector<std::size_t> prefix;  // indices into docs, longest first
+  std::size_t copies = 0;
+  std::vector<double> works;
+  const auto evaluate = [&] {
+    works.clear();
+    for (const std::size_t i : prefix) {
+      const std::int64_t s = docs[i].first;
+      double w = kInf;
+      for (std::size_t g = 0; g < groups.size(); ++g) {
+        if (in[g] && Eligible(groups[g].model, s, theta)) {
+          w = std::min(w, WorkMs(groups[g].model, s, theta));
+        }
+      }
+      const auto n = std::min(static_cast<std::size_t>(docs[i].second), kMaxCopies);
+      works.insert(works.end(), n, w);
+    }
+    std::sort(works.begin(), works.end(), std::greater<>());
+    const auto pipelines = static_cast<std::size_t>(m);
+    for (std::size_t k = 1; k * pipelines + 1 <= works.size(); ++k) {
+      const std::size_t last = k * pipelines;  // the (k m + 1)-th largest
+      double sum = c_min;
+      for (std::size_t t = last - k; t <= last; ++t) sum += works[t];
+      bound = std::max(bound, sum);
+    }
+  };
+  for (std::size_t i = docs.size(); i-- > 0;) {
+    const std::int64_t s = docs[i].first;
+    bool grows = false;
+    for (std::size_t g = 0; g < groups.size() && !grows; ++g) {
+      grows = !in[g] && Eligible(groups[g].model, s, theta);
+    }
+    if (grows) {
+      if (m > 0) evaluate();
+      for (std::size_t g = 0; g < groups.size(); ++g) {
+        if (in[g] || !Eligible(groups[g].model, s, theta)) continue;
+        in[g] = 1;
+        m += groups[g].count;
+        c_min = std::min(c_min, groups[g].model.time.c_ms);
+      }
+      if (m > kMaxPipelines) return bound;
+    }
+    if (m == 0) continue;  // no group holds it at theta: the fractional bound says so
+    prefix.push_back(i);
+    copies += static_cast<std::size_t>(docs[i].second);
+    if (copies >= kMaxCopies) break;
+  }
+  if (m > 0) evaluate();
+  return bound;
+}
+
 // Three or more groups, the dual's prices by Kelley's cutting planes: the dual value at
 // prices mu (normalised so sum_g m_g mu_g = 1) is phi(mu) = sum_i n_i min_g mu_g u_ig,
 // concave and piecewise linear, and for any assignment a of documents to eligible groups
@@ -487,7 +553,8 @@ class LowerBoundSearch {
                         : 1.0;
     }
     const double forced =
-        std::max(ForcedDocumentsBound(docs_, groups_, theta, schedule_), FewPipelinesBound(theta));
+        std::max({ForcedDocumentsBound(docs_, groups_, theta, schedule_), FewPipelinesBound(theta),
+                  PigeonholeBound(docs_, groups_, theta)});
     if (groups_.size() == 1) return std::max(forced, DualValue(docs_, groups_, {1.0}, theta));
     if (groups_.size() == 2) return std::max(forced, TwoGroupBound(docs_, groups_, theta));
     if (!planes_) planes_ = std::make_unique<CuttingPlanes>(docs_, groups_);
