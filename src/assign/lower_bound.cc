@@ -292,47 +292,20 @@ double ForcedDocumentsBound(const std::vector<std::pair<std::int64_t, double>>& 
   return bound;
 }
 
-// Pigeonhole over the pipelines that alone may run the longest documents. In a plan of step
-// time <= theta the j longest documents (with their multiplicities) run only on the union S
-// of their eligible groups, m pipelines in all. A pipeline takes at least c plus the work of
-// its documents (WorkMs at theta), and a document's work is at least w, its least over S.
-// Among any k m + 1 of them some pipeline holds k + 1, so T >= min c + the k + 1 least w
-// among the k m + 1 largest. Taken for each S the longest documents grow through, while S
-// holds at most kMaxPipelines pipelines: it binds where a strategy has fewer wide pipelines
-// than the batch has documents only they can hold (at 128K, two 131,072-token documents on
-// one of seven (CP8,TP16) pipelines), which FewPipelinesBound cannot take exactly.
-double PigeonholeBound(const std::vector<std::pair<std::int64_t, double>>& docs,
-                       const std::vector<Group>& groups, double theta) {
-  constexpr int kMaxPipelines = 64;
-  constexpr std::size_t kMaxCopies = 1024;
+// The longest documents of a batch, longest first, run only on the union S of the groups
+// eligible for them at theta. Calls visit(in, m, prefix) for each S they grow through, while
+// S holds at most max_pipelines pipelines: in[g] whether group g is in S, m its pipelines,
+// prefix the documents (indices into docs, longest first) whose eligible groups all lie in
+// S, at most max_copies of them counted with multiplicity. A document no group holds at
+// theta is skipped: the fractional bound is infinite there anyway.
+template <typename Visit>
+void ForEachLongestDocumentSet(const std::vector<std::pair<std::int64_t, double>>& docs,
+                               const std::vector<Group>& groups, double theta, int max_pipelines,
+                               double max_copies, const Visit& visit) {
   std::vector<char> in(groups.size(), 0);
   int m = 0;
-  double c_min = kInf, bound = 0;
-  std::vector<std::size_t> prefix;  // indices into docs, longest first
-  std::size_t copies = 0;
-  std::vector<double> works;
-  const auto evaluate = [&] {
-    works.clear();
-    for (const std::size_t i : prefix) {
-      const std::int64_t s = docs[i].first;
-      double w = kInf;
-      for (std::size_t g = 0; g < groups.size(); ++g) {
-        if (in[g] && Eligible(groups[g].model, s, theta)) {
-          w = std::min(w, WorkMs(groups[g].model, s, theta));
-        }
-      }
-      const auto n = std::min(static_cast<std::size_t>(docs[i].second), kMaxCopies);
-      works.insert(works.end(), n, w);
-    }
-    std::sort(works.begin(), works.end(), std::greater<>());
-    const auto pipelines = static_cast<std::size_t>(m);
-    for (std::size_t k = 1; k * pipelines + 1 <= works.size(); ++k) {
-      const std::size_t last = k * pipelines;  // the (k m + 1)-th largest
-      double sum = c_min;
-      for (std::size_t t = last - k; t <= last; ++t) sum += works[t];
-      bound = std::max(bound, sum);
-    }
-  };
+  double copies = 0;
+  std::vector<std::size_t> prefix;
   for (std::size_t i = docs.size(); i-- > 0;) {
     const std::int64_t s = docs[i].first;
     bool grows = false;
@@ -340,21 +313,61 @@ double PigeonholeBound(const std::vector<std::pair<std::int64_t, double>>& docs,
       grows = !in[g] && Eligible(groups[g].model, s, theta);
     }
     if (grows) {
-      if (m > 0) evaluate();
+      if (m > 0) visit(in, m, prefix);
       for (std::size_t g = 0; g < groups.size(); ++g) {
         if (in[g] || !Eligible(groups[g].model, s, theta)) continue;
         in[g] = 1;
         m += groups[g].count;
-        c_min = std::min(c_min, groups[g].model.time.c_ms);
       }
-      if (m > kMaxPipelines) return bound;
+      if (m > max_pipelines) return;
     }
-    if (m == 0) continue;  // no group holds it at theta: the fractional bound says so
+    if (m == 0) continue;
     prefix.push_back(i);
-    copies += static_cast<std::size_t>(docs[i].second);
-    if (copies >= kMaxCopies) break;
+    copies += docs[i].second;
+    if (copies >= max_copies) break;
   }
-  if (m > 0) evaluate();
+  if (m > 0) visit(in, m, prefix);
+}
+
+// Pigeonhole over the pipelines that alone may run the longest documents (S of
+// ForEachLongestDocumentSet, up to 64 pipelines). A pipeline takes at least c plus the work
+// of its documents (WorkMs at theta), and a document's work is at least w, its least over
+// S. Among any k m + 1 of them some pipeline holds k + 1, so T >= min c + the k + 1 least w
+// among the k m + 1 largest. It binds where a strategy has fewer wide pipelines than the
+// batch has documents only they can hold (at 128K, eight 105-131K documents for seven
+// (CP8,TP16) pipelines), which FewPipelinesBound cannot take exactly.
+double PigeonholeBound(const std::vector<std::pair<std::int64_t, double>>& docs,
+                       const std::vector<Group>& groups, double theta) {
+  constexpr std::size_t kMaxCopies = 1024;
+  double bound = 0;
+  std::vector<double> works;
+  ForEachLongestDocumentSet(
+      docs, groups, theta, 64, static_cast<double>(kMaxCopies),
+      [&](const std::vector<char>& in, int m, const std::vector<std::size_t>& prefix) {
+        double c_min = kInf;
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+          if (in[g]) c_min = std::min(c_min, groups[g].model.time.c_ms);
+        }
+        works.clear();
+        for (const std::size_t i : prefix) {
+          double w = kInf;
+          for (std::size_t g = 0; g < groups.size(); ++g) {
+            if (in[g] && Eligible(groups[g].model, docs[i].first, theta)) {
+              w = std::min(w, WorkMs(groups[g].model, docs[i].first, theta));
+            }
+          }
+          works.insert(works.end(), std::min(static_cast<std::size_t>(docs[i].second), kMaxCopies),
+                       w);
+        }
+        std::sort(works.begin(), works.end(), std::greater<>());
+        const auto pipelines = static_cast<std::size_t>(m);
+        for (std::size_t k = 1; k * pipelines + 1 <= works.size(); ++k) {
+          const std::size_t last = k * pipelines;  // the (k m + 1)-th largest
+          double sum = c_min;
+          for (std::size_t t = last - k; t <= last; ++t) sum += works[t];
+          bound = std::max(bound, sum);
+        }
+      });
   return bound;
 }
 
@@ -651,71 +664,53 @@ class LowerBoundSearch {
   // documents grow through. The value changes only where eligibility or a forced exchange
   // does, at the search's thresholds: cached by the costs it was computed from.
   double FewPipelinesBound(double theta) {
-    constexpr int kFewPipelines = 3;
     constexpr std::size_t kFewDocuments = 12;
     constexpr long kMaxNodes = 200000;
-    std::vector<char> in(groups_.size(), 0);
-    int m = 0;
     double bound = 0;
-    std::vector<std::int64_t> prefix;  // document lengths, one per copy, longest first
-    const auto evaluate = [&] {
-      std::vector<double> c, key;
-      std::vector<int> kind;
-      for (std::size_t g = 0; g < groups_.size(); ++g) {
-        if (!in[g]) continue;
-        key.push_back(static_cast<double>(g));
-        for (int j = 0; j < groups_[g].count; ++j) {
-          c.push_back(groups_[g].model.time.c_ms);
-          kind.push_back(static_cast<int>(g));
-        }
-      }
-      std::vector<std::vector<double>> cost;
-      for (const std::int64_t len : prefix) {
-        std::vector<double>& row = cost.emplace_back();
-        for (std::size_t p = 0; p < c.size(); ++p) {
-          const PipelineModel& model = groups_[static_cast<std::size_t>(kind[p])].model;
-          row.push_back(Eligible(model, len, theta) ? WorkMs(model, len, theta) : kInf);
-        }
-        key.insert(key.end(), row.begin(), row.end());
-      }
-      auto [it, fresh] = few_pipelines_cache_.try_emplace(std::move(key), 0.0);
-      if (fresh) {
-        // prefix is longest first; a pipeline's time is c plus its documents' work.
-        std::vector<std::size_t> order(prefix.size());
-        std::iota(order.begin(), order.end(), 0);
-        const ExactSplitResult split = ExactSplit(
-            prefix.size(), kind, order,
-            [&](double load, std::size_t d, std::size_t q) {
-              return cost[d][q] == kInf ? kInf : (load == 0 ? c[q] : load) + cost[d][q];
-            },
-            kMaxNodes);
-        // An unfinished search proves nothing.
-        it->second = split.finished && split.makespan < kInf ? split.makespan : 0.0;
-      }
-      bound = std::max(bound, it->second);
-    };
-    for (std::size_t i = docs_.size(); i-- > 0;) {
-      const std::int64_t len = docs_[i].first;
-      bool grows = false;
-      for (std::size_t g = 0; g < groups_.size() && !grows; ++g) {
-        grows = !in[g] && Eligible(groups_[g].model, len, theta);
-      }
-      if (grows) {
-        if (m > 0) evaluate();
-        for (std::size_t g = 0; g < groups_.size(); ++g) {
-          if (in[g] || !Eligible(groups_[g].model, len, theta)) continue;
-          in[g] = 1;
-          m += groups_[g].count;
-        }
-        if (m > kFewPipelines) return bound;
-      }
-      if (m == 0) continue;  // no group holds it at theta: the fractional bound says so
-      for (double k = 0; k < docs_[i].second && prefix.size() < kFewDocuments; ++k) {
-        prefix.push_back(len);
-      }
-      if (prefix.size() >= kFewDocuments) break;
-    }
-    if (m > 0) evaluate();
+    ForEachLongestDocumentSet(
+        docs_, groups_, theta, 3, static_cast<double>(kFewDocuments),
+        [&](const std::vector<char>& in, int, const std::vector<std::size_t>& docs) {
+          std::vector<std::int64_t> prefix;  // one length per copy, longest first
+          for (const std::size_t i : docs) {
+            for (double k = 0; k < docs_[i].second && prefix.size() < kFewDocuments; ++k) {
+              prefix.push_back(docs_[i].first);
+            }
+          }
+          std::vector<double> c, key;
+          std::vector<int> kind;
+          for (std::size_t g = 0; g < groups_.size(); ++g) {
+            if (!in[g]) continue;
+            key.push_back(static_cast<double>(g));
+            for (int j = 0; j < groups_[g].count; ++j) {
+              c.push_back(groups_[g].model.time.c_ms);
+              kind.push_back(static_cast<int>(g));
+            }
+          }
+          std::vector<std::vector<double>> cost;
+          for (const std::int64_t len : prefix) {
+            std::vector<double>& row = cost.emplace_back();
+            for (std::size_t p = 0; p < c.size(); ++p) {
+              const PipelineModel& model = groups_[static_cast<std::size_t>(kind[p])].model;
+              row.push_back(Eligible(model, len, theta) ? WorkMs(model, len, theta) : kInf);
+            }
+            key.insert(key.end(), row.begin(), row.end());
+          }
+          auto [it, fresh] = few_pipelines_cache_.try_emplace(std::move(key), 0.0);
+          if (fresh) {
+            // A pipeline's time is c plus its documents' work.
+            std::vector<std::size_t> order(prefix.size());
+            std::iota(order.begin(), order.end(), 0);
+            const ExactSplitResult split = ExactSplit(
+                prefix.size(), kind, order,
+                [&](double load, std::size_t d, std::size_t q) {
+                  return cost[d][q] == kInf ? kInf : (load == 0 ? c[q] : load) + cost[d][q];
+                },
+                kMaxNodes);
+            // An unfinished search proves nothing.
+            it->second = split.finished && split.makespan < kInf ? split.makespan : 0.0;
+          }
+          bound = std::max(bound, it->second);
+        });
     return bound;
   }
 
