@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/peer_lost.h"
 
 extern char** environ;
 
@@ -581,7 +582,11 @@ class LocalLauncher {
         }
         continue;
       }
-      if (stopping_ || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) continue;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      if (stopping_) {
+        PreferRootCause(p, status);
+        continue;
+      }
       if (WIFEXITED(status)) {
         RecordFailure(p.rank, WEXITSTATUS(status),
                       "rank " + std::to_string(p.rank) + " exited with code " +
@@ -594,7 +599,32 @@ class LocalLauncher {
     }
   }
 
-  // The first failure decides the result and stops the others; later exits are consequences.
+  // Which rank exits first after a fault is a race: a rank whose peer died (its collective's
+  // connection closed) may be reaped before the rank that hit the fault (a full disk) and
+  // wrote why. So when the recorded failure is such a consequence (kPeerRankLostText) and a
+  // rank failing during the stop wrote an error of its own, that rank's failure is reported.
+  void PreferRootCause(const RankProcess& p, int status) {
+    if (result_.failed_rank < 0 ||
+        result_.rank_error.find(kPeerRankLostText) == std::string::npos) {
+      return;
+    }
+    const std::string& own = ranks_[static_cast<std::size_t>(p.rank)].first_error;
+    if (own.empty() || own.find(kPeerRankLostText) != std::string::npos) return;
+    result_.failed_rank = p.rank;
+    result_.rank_error = own;
+    if (WIFEXITED(status)) {
+      result_.exit_code = WEXITSTATUS(status);
+      result_.failure = "rank " + std::to_string(p.rank) + " exited with code " +
+                        std::to_string(result_.exit_code);
+    } else {
+      result_.exit_code = kSignalExitBase + WTERMSIG(status);
+      result_.failure =
+          "rank " + std::to_string(p.rank) + " was killed by " + DescribeSignal(WTERMSIG(status));
+    }
+  }
+
+  // The first failure decides the result and stops the others; later exits are consequences
+  // (but see PreferRootCause).
   void RecordFailure(int rank, int exit_code, const std::string& failure) {
     result_.exit_code = exit_code;
     result_.failure = failure;

@@ -137,6 +137,37 @@ TEST(LaunchLocalTest, HeldRankErrorsGiveOneLinePerFailure) {
   EXPECT_NE(k.failure.find("(SIGKILL)"), std::string::npos) << k.failure;
 }
 
+// The rank whose peer died exits first and says only that; the rank that hit the fault
+// (here it ignores the stop signal, writes its own error and exits 1 a moment later) is the
+// one reported.
+TEST(LaunchLocalTest, AFailureCausedByALostPeerGivesWayToTheCause) {
+  Capture capture;
+  LaunchOptions options = Options(2, capture);
+  options.hold_rank_errors = true;
+  options.grace = milliseconds(3000);
+  const LaunchResult r = LaunchLocal(
+      Sh("if [ \"$RANK\" = 1 ]; then echo \"hydraulis: error: rank 1 of 2: all-reduce failed "
+         "(a peer rank may have exited or be stuck; timeout 4000 ms): closed\" >&2; exit 1; fi; "
+         "trap '' TERM; sleep 0.3; echo \"hydraulis: error: ckpt: No space left on device\" >&2; "
+         "exit 1"),
+      options);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.failed_rank, 0);
+  EXPECT_EQ(r.rank_error, "hydraulis: error: ckpt: No space left on device");
+  EXPECT_EQ(r.failure, "rank 0 exited with code 1");
+
+  // Without another rank's own error the lost peer's line stands.
+  Capture alone;
+  LaunchOptions alone_options = Options(2, alone);
+  alone_options.hold_rank_errors = true;
+  const LaunchResult a = LaunchLocal(
+      Sh("if [ \"$RANK\" = 1 ]; then echo \"hydraulis: error: (a peer rank may have exited)\" "
+         ">&2; exit 1; fi; sleep 30"),
+      alone_options);
+  EXPECT_EQ(a.failed_rank, 1);
+  EXPECT_EQ(a.rank_error, "hydraulis: error: (a peer rank may have exited)");
+}
+
 TEST(LaunchLocalTest, EveryRankSeesTheTorchrunEnvironment) {
   Capture capture;
   LaunchResult result = LaunchLocal(

@@ -12,6 +12,7 @@
 
 #include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/peer_lost.h"
 #include "runtime/communication/torch_compat.h"
 
 namespace hydraulis {
@@ -342,9 +343,9 @@ class C10dCommGroup final : public CommGroup {
   // Turns c10d's, Gloo's and NCCL's exceptions (a peer closed its connection, the timeout
   // passed) into one IoError that says which rank, group and operation failed.
   [[noreturn]] void Fail(const std::string& what, const std::exception& e) const {
-    throw IoError(Where() + ": " + what +
-                  " failed (a peer rank may have exited or be stuck; timeout " +
-                  std::to_string(options_.timeout.count()) + " ms): " + e.what());
+    throw IoError(Where() + ": " + what + " failed (" + std::string(kPeerRankLostText) +
+                  " or be stuck; timeout " + std::to_string(options_.timeout.count()) +
+                  " ms): " + e.what());
   }
 
   // Under NCCL, Work::wait() only makes the current CUDA stream wait for the collective
