@@ -30,6 +30,7 @@
 #include "hydraulis/sim/report.h"
 #include "hydraulis/sim/simulator.h"
 #include "hydraulis/sim/system.h"
+#include "hydraulis/spec/ddp_buckets.h"
 #include "hydraulis/spec/scheme.h"
 #include "hydraulis/spec/spec_io.h"
 
@@ -397,7 +398,7 @@ NB_MODULE(_core, m) {
       nb::arg("system") = "ours", nb::arg("steps") = 1, nb::arg("tokens_per_batch") = 200'000,
       nb::arg("max_len") = 32'768, nb::arg("seed") = 1, nb::arg("sync_aware") = true,
       nb::arg("communication") = true, nb::arg("overlap") = true,
-      nb::arg("ddp_bucket_size") = 40'000'000, nb::arg("backward_to_forward") = 2.0);
+      nb::arg("ddp_bucket_size") = kDefaultBucketElements, nb::arg("backward_to_forward") = 2.0);
 
   nb::class_<PySampler>(m, "BatchSampler")
       .def(

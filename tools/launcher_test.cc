@@ -145,12 +145,21 @@ TEST(LaunchLocalTest, AFailureCausedByALostPeerGivesWayToTheCause) {
   LaunchOptions options = Options(2, capture);
   options.hold_rank_errors = true;
   options.grace = milliseconds(3000);
+  // Rank 1 fails only once rank 0 ignores SIGTERM (the file says so), else the launcher's
+  // stop could kill rank 0 before it writes its error.
+  const std::string ready =
+      (std::filesystem::temp_directory_path() / ("lost-peer-" + std::to_string(getpid()))).string();
+  std::filesystem::remove(ready);
   const LaunchResult r = LaunchLocal(
-      Sh("if [ \"$RANK\" = 1 ]; then echo \"hydraulis: error: rank 1 of 2: all-reduce failed "
+      Sh("if [ \"$RANK\" = 1 ]; then while [ ! -e " + ready +
+         " ]; do sleep 0.01; done; echo \"hydraulis: error: rank 1 of 2: all-reduce failed "
          "(a peer rank may have exited or be stuck; timeout 4000 ms): closed\" >&2; exit 1; fi; "
-         "trap '' TERM; sleep 0.3; echo \"hydraulis: error: ckpt: No space left on device\" >&2; "
+         "trap '' TERM; touch " +
+         ready +
+         "; sleep 0.3; echo \"hydraulis: error: ckpt: No space left on device\" >&2; "
          "exit 1"),
       options);
+  std::filesystem::remove(ready);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.failed_rank, 0);
   EXPECT_EQ(r.rank_error, "hydraulis: error: ckpt: No space left on device");

@@ -29,10 +29,8 @@ class MegatronPackingScheduler:
     last_plan.truncated, their seqlen in last_plan.lengths)."""
 
     def __init__(self, planner, dp_size):
-        if not isinstance(dp_size, int) or isinstance(dp_size, bool) or dp_size < 1:
-            raise ValueError(f"dp_size: must be an integer >= 1, got {dp_size!r}")
         self.planner = planner
-        self.dp_size = dp_size
+        self.dp_size = _positive_int(dp_size, "dp_size")
         self.last_plan = None
         self.packed_params = []
 
@@ -137,15 +135,20 @@ def _block_strategies(n, sizes, limit):
 
 
 def _read_profile_json(profile):
+    """The profile's JSON, after the project's own parser has checked it (load_profile: every
+    field named in its error), so a damaged profile fails as it does everywhere else."""
     import json
     import os
+
+    import hydraulis
+    if not isinstance(profile, (dict, str, os.PathLike)):
+        raise TypeError(f"profile: expected a path or a dict (a hydraulis profile), got "
+                        f"{type(profile).__name__}")
+    hydraulis.load_profile(profile)
     if isinstance(profile, dict):
         return profile
-    if isinstance(profile, (str, os.PathLike)):
-        with open(os.fspath(profile), encoding="utf-8") as f:
-            return json.load(f)
-    raise TypeError(f"profile: expected a path or a dict (a hydraulis profile), got "
-                    f"{type(profile).__name__}")
+    with open(os.fspath(profile), encoding="utf-8") as f:
+        return json.load(f)
 
 
 class BlockCosts:

@@ -3,7 +3,8 @@ context-parallel scheduler, against the peer (megatron-core 0.16.1, a pinned tes
 peer, scripts/requirements.txt): constructed by megatron-core's own
 HybridCPDataLoaderWrapper, called as it calls its scheduler, on batches of real Wikipedia
 lengths; its schedules consumed by megatron-core's own hybrid_context_parallel_forward_backward
-(run rank by rank with torch.distributed and CUDA stubbed) and checked against the
+(run rank by rank, with torch.distributed and CUDA replaced by the in-process stand-in
+_CpuTorch below) and checked against the
 runtime's rules; its balance compared with the peer's under stated cost models.
 """
 import contextlib

@@ -5,12 +5,10 @@
 #include <string>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/spec/ddp_buckets.h"
 
 namespace hydraulis {
 namespace {
-
-// The runtime refuses more buckets (step/shard_layout.h).
-constexpr double kMaxBuckets = 65'536;
 
 // Where position x (a fraction of the model) lies in a pipeline of `pp` stages: its stage
 // and how far into the stage's layers, in [0, 1].
@@ -51,10 +49,10 @@ PipelineWindows StageWindowsOf(const PipelineSchedule& schedule, int pp) {
 std::vector<double> BucketBounds(double parameters, std::int64_t bucket_elements) {
   const double size = static_cast<double>(bucket_elements);
   const double buckets = std::ceil(parameters / size);
-  if (buckets > kMaxBuckets) {
+  if (buckets > static_cast<double>(kMaxBuckets)) {
     throw InvalidInput("bucket_elements: " + std::to_string(bucket_elements) + " cuts the " +
                        std::to_string(static_cast<std::int64_t>(parameters)) +
-                       " parameters into more than 65536 buckets");
+                       " parameters into more than " + std::to_string(kMaxBuckets) + " buckets");
   }
   const auto n = static_cast<std::size_t>(std::max(buckets, 1.0));
   std::vector<double> bounds(n + 1);

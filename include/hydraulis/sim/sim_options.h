@@ -8,6 +8,7 @@
 #include "hydraulis/cost/pipeline_time.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/sim/system.h"
+#include "hydraulis/spec/ddp_buckets.h"
 
 namespace hydraulis {
 
@@ -40,7 +41,7 @@ struct CommOptions {
   bool overlap = true;
   // Parameters per bucket of the overlapped collectives (>= 1; the runtime's and
   // Megatron's --ddp-bucket-size, 40M by default). At most 65,536 buckets, as the runtime.
-  std::int64_t bucket_elements = 40'000'000;
+  std::int64_t bucket_elements = kDefaultBucketElements;
 };
 
 // Time of the optimizer step on the optimizer shards (every GPU in parallel).

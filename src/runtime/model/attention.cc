@@ -28,16 +28,21 @@ at::Tensor CuSeqlensOnDevice(const std::vector<std::int64_t>& cu_seqlens, at::De
   return IndicesOn(cu, device);
 }
 
+std::int64_t LongestSegment(const std::vector<std::int64_t>& cu_seqlens) {
+  std::int64_t longest = 0;
+  for (std::size_t i = 0; i + 1 < cu_seqlens.size(); ++i) {
+    longest = std::max(longest, cu_seqlens[i + 1] - cu_seqlens[i]);
+  }
+  return longest;
+}
+
 at::Tensor PackedCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const std::vector<std::int64_t>& cu_seqlens,
                                  const at::Tensor& cu_seqlens_device) {
   if (!UsesFlashAttention(q.device(), q.scalar_type(), q.size(-1)) || cu_seqlens.size() < 2) {
     return SdpaCausalAttention(q, k, v, cu_seqlens);
   }
-  std::int64_t max_len = 0;
-  for (std::size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
-    max_len = std::max(max_len, cu_seqlens[d + 1] - cu_seqlens[d]);
-  }
+  const std::int64_t max_len = LongestSegment(cu_seqlens);
   const at::Tensor cu =
       cu_seqlens_device.defined() ? cu_seqlens_device : CuSeqlensOnDevice(cu_seqlens, q.device());
   // Differentiable: autograd's formula for _flash_attention_forward is the flash backward
@@ -81,15 +86,8 @@ at::Tensor PerDocument(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 
 at::Tensor SdpaCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const std::vector<std::int64_t>& cu_seqlens) {
-  return PerDocument(
-      q, k, v, cu_seqlens, [](const at::Tensor& qd, const at::Tensor& kd, const at::Tensor& vd) {
-        // [1, heads, len, dim]: the CPU flash kernel takes 4-d inputs only
-        // (3-d ones go to the math path, which materialises the scores).
-        return at::scaled_dot_product_attention(qd.unsqueeze(0), kd.unsqueeze(0), vd.unsqueeze(0),
-                                                /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                /*is_causal=*/true)
-            .squeeze(0);
-      });
+  // Equal query and key segments: each document attends to itself, is_causal.
+  return SdpaVarlenCausalAttention(q, k, v, cu_seqlens, cu_seqlens);
 }
 
 at::Tensor DenseCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -140,11 +138,8 @@ at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const
   if (!UsesFlashAttention(q.device(), q.scalar_type(), q.size(-1)) || cu_seqlens_q.size() < 2) {
     return SdpaVarlenCausalAttention(q, k, v, cu_seqlens_q, cu_seqlens_k);
   }
-  std::int64_t max_q = 0, max_k = 0;
-  for (std::size_t i = 0; i + 1 < cu_seqlens_q.size(); ++i) {
-    max_q = std::max(max_q, cu_seqlens_q[i + 1] - cu_seqlens_q[i]);
-    max_k = std::max(max_k, cu_seqlens_k[i + 1] - cu_seqlens_k[i]);
-  }
+  const std::int64_t max_q = LongestSegment(cu_seqlens_q);
+  const std::int64_t max_k = LongestSegment(cu_seqlens_k);
   const at::Tensor cu_q = cu_seqlens_q_device.defined()
                               ? cu_seqlens_q_device
                               : CuSeqlensOnDevice(cu_seqlens_q, q.device());

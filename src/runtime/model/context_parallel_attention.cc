@@ -126,14 +126,6 @@ bool FlashAttentionRuns(const at::Tensor& q, const std::vector<std::int64_t>& cu
   return UsesFlashAttention(q.device(), q.scalar_type(), q.size(-1)) && cu_seqlens_q.size() >= 2;
 }
 
-std::int64_t LongestSegment(const std::vector<std::int64_t>& cu_seqlens) {
-  std::int64_t longest = 0;
-  for (std::size_t i = 0; i + 1 < cu_seqlens.size(); ++i) {
-    longest = std::max(longest, cu_seqlens[i + 1] - cu_seqlens[i]);
-  }
-  return longest;
-}
-
 // Attention over gathered keys whose backward gathers them again instead of keeping them:
 // the gathered keys and values of a layer are a transient, as docs/design.md's memory model
 // ("Context parallelism", Memory) assumes, so a rank's memory per layer grows with its own

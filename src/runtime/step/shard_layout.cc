@@ -22,9 +22,6 @@ OptimizerShardLayout MakeOptimizerShardLayout(std::int64_t numel, int ranks,
   // contiguous shards of the layout before buckets.
   layout.bucket_elements =
       bucket_elements == 0 ? round_up(std::max<std::int64_t>(numel, 1)) : round_up(bucket_elements);
-  // Each bucket costs two collectives per step: a bucket far too small for the model is a
-  // mistake, and would make a layout of billions of entries.
-  constexpr std::int64_t kMaxBuckets = std::int64_t{1} << 16;
   if ((numel + layout.bucket_elements - 1) / layout.bucket_elements > kMaxBuckets) {
     throw InvalidInput("buckets of " + std::to_string(bucket_elements) + " elements cut " +
                        std::to_string(numel) + " parameters into more than " +

@@ -44,6 +44,9 @@ at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const
                                  const at::Tensor& cu_seqlens_q_device = {},
                                  const at::Tensor& cu_seqlens_k_device = {});
 
+// The longest segment of `cu_seqlens` (0 without one): the flash kernels' max_q / max_k.
+std::int64_t LongestSegment(const std::vector<std::int64_t>& cu_seqlens);
+
 // Whether PackedCausalAttention takes the flash path for q on `device` in `dtype` with
 // head dimension `head_dim`.
 bool UsesFlashAttention(at::Device device, at::ScalarType dtype, std::int64_t head_dim);

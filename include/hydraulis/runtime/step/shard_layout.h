@@ -12,11 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace hydraulis {
+#include "hydraulis/spec/ddp_buckets.h"
 
-// Megatron's default bucket (40M elements): few collectives per step, each large enough to
-// run at bandwidth.
-inline constexpr std::int64_t kDefaultBucketElements = 40'000'000;
+namespace hydraulis {
 
 struct ShardBucket {
   std::int64_t offset = 0;        // first element in the padded flat vector
