@@ -180,6 +180,64 @@ TEST(PlannerTest, ChoosesTheFastestPlannedCandidateAndPrunesOnlyWhatCannotWin) {
   }
 }
 
+// Ours computes a candidate's full bound only when the candidate reaches the front of the
+// search's order: what it plans and prunes must be what the sequential search over every
+// candidate's full bound gives (the least cheap bound first, then by full bound, each
+// planned while its bound beats the best plan so far), and some full bounds are skipped.
+TEST(PlannerTest, PlansWhatTheSearchOverEveryFullBoundPlans) {
+  CaseStudy cs;
+  int skipped = 0;
+  for (const char* name : {"llama-32b-64gpu.json", "llama-32b-256gpu-128k.json"}) {
+    const bool long_context = std::string(name).find("128k") != std::string::npos;
+    const std::int64_t max_len = long_context ? 131'072 : 32'768;
+    PlannerOptions options;
+    options.context_tokens = max_len;
+    Planner planner(cs.profile, LoadCandidates(kRoot + "/configs/candidates/" + name, cs.profile),
+                    options);
+    RelaxationTable table(planner.options().schedule);
+    for (const auto& batch : RealBatches(6, long_context ? 524'288 : 200'000, 21, max_len)) {
+      const Plan plan = planner.PlanBatch(batch);
+      const auto counts = LengthCounts(plan.lengths);
+      const auto distinct = DistinctLengths(plan.lengths);
+      std::vector<int> usable;
+      std::vector<double> cheap(plan.candidates.size()), full(plan.candidates.size());
+      for (const CandidateReport& c : plan.candidates) {
+        if (c.status == CandidateStatus::kCannotHold) continue;
+        const auto i = static_cast<std::size_t>(c.index);
+        usable.push_back(c.index);
+        cheap[i] = LongestDocumentBoundMs(distinct, planner.Groups(c.index));
+        full[i] = ComputeLowerBound(planner.Groups(c.index), counts, options.schedule, &table).ms;
+      }
+      std::stable_sort(usable.begin(), usable.end(), [&](int x, int y) {
+        return cheap[static_cast<std::size_t>(x)] < cheap[static_cast<std::size_t>(y)];
+      });
+      std::vector<int> rest(usable.begin() + 1, usable.end());
+      std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) {
+        return full[static_cast<std::size_t>(x)] < full[static_cast<std::size_t>(y)];
+      });
+      const CandidateReport& first = plan.candidates[static_cast<std::size_t>(usable.front())];
+      ASSERT_EQ(first.status, CandidateStatus::kPlanned);
+      double best = first.estimated_step_ms;
+      for (const int i : rest) {
+        const CandidateReport& c = plan.candidates[static_cast<std::size_t>(i)];
+        const double bound = full[static_cast<std::size_t>(i)];
+        if (bound >= best) {
+          EXPECT_EQ(c.status, CandidateStatus::kPruned) << name << " candidate " << i;
+          EXPECT_LE(c.lower_bound_ms, bound);
+          EXPECT_GE(c.lower_bound_ms, plan.estimated_step_ms);
+          if (c.lower_bound_ms < bound) ++skipped;
+          continue;
+        }
+        ASSERT_EQ(c.status, CandidateStatus::kPlanned) << name << " candidate " << i;
+        EXPECT_DOUBLE_EQ(c.lower_bound_ms, bound);
+        if (DefinitelyLess(c.estimated_step_ms, best)) best = c.estimated_step_ms;
+      }
+      EXPECT_DOUBLE_EQ(plan.estimated_step_ms, best);
+    }
+  }
+  EXPECT_GT(skipped, 0);
+}
+
 TEST(PlannerTest, SameInputSamePlanBytes) {
   CaseStudy cs;
   const auto batches = RealBatches(5, 200'000, 5);

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "hydraulis/assign/baselines.h"
 #include "hydraulis/assign/lower_bound.h"
@@ -132,6 +134,70 @@ AssignProblem Planner::Problem(std::span<const std::int64_t> lengths, int i) con
 }
 
 namespace {
+
+// Candidates in the order of their bounds plus overhead, each keyed first by its cheap
+// bound and again by its full bound once computed (never lower): the front is then the
+// next candidate in the order all full bounds would give, or one that needs its full
+// bound first. Ties: the rank given at construction.
+class CandidateOrder {
+ public:
+  struct Entry {
+    double key;
+    int rank;
+    int index;
+    bool full;  // keyed by the full bound
+    bool operator<(const Entry& o) const { return key != o.key ? key < o.key : rank < o.rank; }
+  };
+
+  // `ranked`: candidates by cheap bound (their ranks); the first is left out (planned
+  // before). `promise`: a candidate's bound plus overhead as reported now.
+  template <typename Promise>
+  CandidateOrder(const std::vector<int>& ranked, const Promise& promise) : promise_(promise) {
+    for (std::size_t r = 1; r < ranked.size(); ++r) {
+      const int i = ranked[r];
+      rank_[i] = static_cast<int>(r);
+      entries_.insert({promise(i), static_cast<int>(r), i, false});
+    }
+  }
+
+  const Entry* Front() const { return entries_.empty() ? nullptr : &*entries_.begin(); }
+  Entry Pop() {
+    const Entry e = *entries_.begin();
+    entries_.erase(entries_.begin());
+    return e;
+  }
+  // Pops the first `count` candidates in order that lack a full bound and whose cheap
+  // bound plus overhead is below `best` (so threads can compute the bounds together; a
+  // few may turn out not to be needed).
+  void PopUnbounded(int count, double best, std::vector<int>& out) {
+    std::vector<Entry> bounded;
+    while (static_cast<int>(out.size()) < count && !entries_.empty()) {
+      const Entry e = Pop();
+      if (e.key >= best) {
+        entries_.insert(e);
+        break;
+      }
+      if (e.full) {
+        bounded.push_back(e);
+      } else {
+        out.push_back(e.index);
+      }
+    }
+    entries_.insert(bounded.begin(), bounded.end());
+  }
+  // Puts back candidate i, popped by PopUnbounded, keyed by its full bound now.
+  void PushBounded(int i) { entries_.insert({promise_(i), rank_.at(i), i, true}); }
+  std::vector<int> Remaining() const {
+    std::vector<int> out;
+    for (const Entry& e : entries_) out.push_back(e.index);
+    return out;
+  }
+
+ private:
+  std::function<double(int)> promise_;
+  std::map<int, int> rank_;
+  std::set<Entry> entries_;
+};
 
 // One batch's planning, phase by phase: the long-document rule, the candidates' bounds,
 // the algorithm's search (ours with pruning, or a baseline), and assembling the plan.
@@ -274,13 +340,21 @@ class BatchPlanning {
   // every other whose bound plus overhead can still beat the best score; the rest are
   // pruned. Ours minimises compute time plus the candidate's fixed overhead.
   //
-  // With several threads (PlannerOptions::threads) the full bounds are computed in
-  // parallel, and candidates are assigned in waves of one per thread: the next candidates
-  // in order whose bound can still beat the best plan are assigned at once, then taken in
-  // order as the sequential search would, each pruned if an earlier one of the wave has
-  // since made its bound hopeless (its assignment is then discarded). Every assignment and
-  // bound depends only on its candidate, so the plan is the sequential one, byte for
-  // byte, whatever the thread count; the waves only spend some discarded work.
+  // The others are taken in the order of their full bounds plus overhead (ties: the order
+  // of their cheap bounds, then their index), but a full bound is computed only when the
+  // candidate reaches the front of that order with its cheap bound, which is never above
+  // its full one: so the order is the one all full bounds would give, and a candidate
+  // whose cheap bound already cannot beat the best plan never pays for its full bound
+  // (nor do the rest, which come after it). Such a candidate reports its cheap bound.
+  //
+  // With several threads (PlannerOptions::threads) the full bounds of the next candidates
+  // at the front are computed in parallel, and candidates are assigned in waves of one per
+  // thread: the next candidates in order whose bound can still beat the best plan are
+  // assigned at once, then taken in order as the sequential search would, each pruned if
+  // an earlier one of the wave has since made its bound hopeless (its assignment is then
+  // discarded). Every assignment and bound depends only on its candidate, so the plan is
+  // the sequential one, byte for byte, whatever the thread count; the waves only spend
+  // some discarded work.
   void SearchOurs(std::vector<int> usable) {
     auto promise = [&](int i) { return Report(i).lower_bound_ms + Overhead(i); };
     auto assign = [&](int i) {
@@ -294,50 +368,57 @@ class BatchPlanning {
       Consider(i, std::move(a), score);
     };
     const int threads = Threads();
-    // Plan the candidate with the least cheap bound first, so a good plan is known early;
-    // then the others whose full bounds can still beat it, most promising first.
+    // Plan the candidate with the least cheap bound first, so a good plan is known early.
     std::stable_sort(usable.begin(), usable.end(),
                      [&](int x, int y) { return promise(x) < promise(y); });
     const int first = usable.front();
     Report(first).lower_bound_ms = FullBound(first).ms;
     consider(first, assign(first));
-    std::vector<int> rest(usable.begin() + 1, usable.end());
-    std::vector<int> bounded;
-    for (int i : rest) {
-      if (promise(i) < best_score_) bounded.push_back(i);
-    }
-    std::vector<double> bounds(bounded.size());
-    ParallelFor(static_cast<int>(bounded.size()), threads, [&](int k) {
-      bounds[static_cast<std::size_t>(k)] = FullBound(bounded[static_cast<std::size_t>(k)]).ms;
-    });
-    for (std::size_t k = 0; k < bounded.size(); ++k) Report(bounded[k]).lower_bound_ms = bounds[k];
-    std::stable_sort(rest.begin(), rest.end(),
-                     [&](int x, int y) { return promise(x) < promise(y); });
-    std::vector<Assignment> wave(static_cast<std::size_t>(threads));
-    std::vector<std::size_t> members;
-    for (std::size_t next = 0; next < rest.size();) {
-      // The wave: the next candidates whose bound beats the best plan now, one per thread.
-      members.clear();
-      std::size_t end = next;
-      for (; end < rest.size() && static_cast<int>(members.size()) < threads; ++end) {
-        if (promise(rest[end]) < best_score_) members.push_back(end);
+    CandidateOrder order(usable, [&](int i) { return promise(i); });
+    std::vector<int> wave;
+    std::vector<Assignment> assigned(static_cast<std::size_t>(threads));
+    std::vector<int> unbounded;
+    std::vector<double> bounds;
+    for (;;) {
+      // The wave: the next candidates in order whose bound beats the best plan now.
+      wave.clear();
+      while (static_cast<int>(wave.size()) < threads) {
+        const CandidateOrder::Entry* front = order.Front();
+        if (front == nullptr || promise(front->index) >= best_score_) break;
+        if (front->full) {
+          wave.push_back(order.Pop().index);
+          continue;
+        }
+        // Full bounds for the next candidates at the front that still lack one.
+        unbounded.clear();
+        order.PopUnbounded(kBoundsPerBatch * threads, best_score_, unbounded);
+        bounds.assign(unbounded.size(), 0.0);
+        ParallelFor(static_cast<int>(unbounded.size()), threads, [&](int k) {
+          bounds[static_cast<std::size_t>(k)] =
+              FullBound(unbounded[static_cast<std::size_t>(k)]).ms;
+        });
+        for (std::size_t k = 0; k < unbounded.size(); ++k) {
+          Report(unbounded[k]).lower_bound_ms = bounds[k];
+          order.PushBounded(unbounded[k]);
+        }
       }
-      ParallelFor(static_cast<int>(members.size()), threads, [&](int k) {
-        wave[static_cast<std::size_t>(k)] = assign(rest[members[static_cast<std::size_t>(k)]]);
+      if (wave.empty()) break;
+      ParallelFor(static_cast<int>(wave.size()), threads, [&](int k) {
+        assigned[static_cast<std::size_t>(k)] = assign(wave[static_cast<std::size_t>(k)]);
       });
       // In order, as the sequential search: a candidate runs only if its bound still beats
-      // the best plan, which only falls, so every such candidate is in the wave.
-      for (std::size_t k = 0; next < end; ++next) {
-        const int i = rest[next];
-        const bool in_wave = k < members.size() && members[k] == next;
+      // the best plan, which only falls.
+      for (std::size_t k = 0; k < wave.size(); ++k) {
+        const int i = wave[k];
         if (promise(i) >= best_score_) {
           Report(i).status = CandidateStatus::kPruned;
         } else {
-          consider(i, std::move(wave[k]));
+          consider(i, std::move(assigned[k]));
         }
-        if (in_wave) ++k;
       }
     }
+    // What is left cannot beat the best plan.
+    for (const int i : order.Remaining()) Report(i).status = CandidateStatus::kPruned;
   }
 
   // Threads for this batch: PlannerOptions::threads, or 1 when the batch is too small for
@@ -350,6 +431,9 @@ class BatchPlanning {
     const std::size_t pairs = widest * plan_.lengths.size();
     return pairs < kParallelPairs ? 1 : ResolveThreads(options_.threads);
   }
+  // Full bounds computed together per thread when the search needs one: enough to keep
+  // the threads evenly busy (bounds differ in cost), few enough that little is speculative.
+  static constexpr int kBoundsPerBatch = 8;
   // Pipelines x documents below which a batch is planned on one thread.
   static constexpr std::size_t kParallelPairs = std::size_t{1} << 16;
 
