@@ -357,8 +357,10 @@ class BatchPlanning {
   // some discarded work.
   void SearchOurs(std::vector<int> usable) {
     auto promise = [&](int i) { return Report(i).lower_bound_ms + Overhead(i); };
-    auto assign = [&](int i) {
+    // `spare`: threads the candidate may use itself (a wave smaller than the thread count).
+    auto assign = [&](int i, int spare) {
       TwoStageOptions opts = options_.two_stage;
+      opts.threads = spare;
       opts.pack.relaxations = &relaxations_;
       opts.stop_below_ms = std::max(opts.stop_below_ms, Report(i).lower_bound_ms);
       return AssignTwoStage(Problem(i), opts);
@@ -373,7 +375,7 @@ class BatchPlanning {
                      [&](int x, int y) { return promise(x) < promise(y); });
     const int first = usable.front();
     Report(first).lower_bound_ms = FullBound(first).ms;
-    consider(first, assign(first));
+    consider(first, assign(first, threads));
     CandidateOrder order(usable, [&](int i) { return promise(i); });
     std::vector<int> wave;
     std::vector<Assignment> assigned(static_cast<std::size_t>(threads));
@@ -404,7 +406,8 @@ class BatchPlanning {
       }
       if (wave.empty()) break;
       ParallelFor(static_cast<int>(wave.size()), threads, [&](int k) {
-        assigned[static_cast<std::size_t>(k)] = assign(wave[static_cast<std::size_t>(k)]);
+        assigned[static_cast<std::size_t>(k)] =
+            assign(wave[static_cast<std::size_t>(k)], threads / static_cast<int>(wave.size()));
       });
       // In order, as the sequential search: a candidate runs only if its bound still beats
       // the best plan, which only falls.

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/parallel_for.h"
 #include "hydraulis/base/tolerance.h"
 
 namespace hydraulis {
@@ -354,16 +355,25 @@ double EstimatePipelineMs(const PipelineModel& pipe, std::int64_t tokens, double
 
 Assignment AssignTwoStage(const AssignProblem& problem, const TwoStageOptions& options) {
   if (problem.pipelines.empty()) throw InvalidInput("strategy has no pipelines");
-  Assignment plain = Solver(problem, options, false).Run();
   // With cp pipelines, also the assignment whose estimate charges the exchange of documents
   // that must be sharded: without it a wide cp pipeline looks nearly free and is overloaded
   // when long documents abound (128K), with it narrow ones are favoured too much when few
   // documents need sharding (32K). The faster of the two (the plain one on ties).
   const bool any_cp = std::any_of(problem.pipelines.begin(), problem.pipelines.end(),
                                   [](const PipelineModel& p) { return p.scheme.cp > 1; });
-  if (!any_cp) return plain;
-  Assignment charged = Solver(problem, options, true).Run();
-  return DefinitelyLess(charged.step_ms, plain.step_ms) ? charged : plain;
+  if (!any_cp) return Solver(problem, options, false).Run();
+  std::vector<Assignment> runs(2);
+  if (options.threads >= 2) {
+    ParallelFor(2, 2, [&](int k) {
+      runs[static_cast<std::size_t>(k)] = Solver(problem, options, k == 1).Run();
+    });
+  } else {
+    runs[0] = Solver(problem, options, false).Run();
+    // A plain assignment at the stop level (the caller's lower bound) cannot be beaten.
+    if (runs[0].step_ms <= options.stop_below_ms) return std::move(runs[0]);
+    runs[1] = Solver(problem, options, true).Run();
+  }
+  return DefinitelyLess(runs[1].step_ms, runs[0].step_ms) ? std::move(runs[1]) : std::move(runs[0]);
 }
 
 }  // namespace hydraulis

@@ -21,6 +21,9 @@ struct TwoStageOptions {
   int scanned_group_members = 64;
   // Stop early once the step time is within this relative distance of `stop_below_ms`.
   double stop_below_ms = 0;
+  // Threads for one problem (>= 1): with cp pipelines its two assignments (the plain and
+  // the exchange-charged estimate) run at once on two; the result is the same on any.
+  int threads = 1;
 };
 
 // Estimated time of a pipeline holding documents of total `tokens`, summed document cost
