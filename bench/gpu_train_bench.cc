@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
+#include "launcher.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/runtime/communication/comm_group.h"
@@ -51,6 +52,7 @@ struct Args {
   int port = 29611;
   std::string batches_out;
   std::string json_out;
+  bool plain_allocator = false;
 };
 
 // First-fit decreasing into micro-batches of at most `context` tokens; the packing every
@@ -270,7 +272,15 @@ int main(int argc, char** argv) {
   app.add_option("--port", a.port, "rendezvous port")->capture_default_str();
   app.add_option("--batches-out", a.batches_out, "write the batches run (for peer_train.py)");
   app.add_option("--json", a.json_out, "write the result");
+  app.add_flag("--plain-allocator", a.plain_allocator,
+               "keep glibc's default malloc settings (by default the bench restarts itself under "
+               "the ones `hydraulis train` runs with, unless GLIBC_TUNABLES is set)");
   CLI11_PARSE(app, argc, argv);
+  // The trainer as `hydraulis train` runs it: freed memory kept for reuse (launcher.h).
+  if (!a.plain_allocator && std::getenv("GLIBC_TUNABLES") == nullptr) {
+    hydraulis::tools::RestartSelfWith({{"GLIBC_TUNABLES", hydraulis::tools::kAllocatorTunables}},
+                                      std::vector<std::string>(argv, argv + argc));
+  }
   try {
     return hydraulis::Run(a);
   } catch (const hydraulis::InvalidInput& e) {

@@ -3,7 +3,7 @@
 
 Usage: .venv/bin/python bench/runtime_overhead.py [--bench build/release/bench/gpu_train_bench]
        [--models tiny,small] [--rounds 3] [--steps tiny=30,small=3] [--warmup 1] [--context 2048]
-       [--tokens-per-step 8192] [--dp 1|N] [--report FILE]
+       [--tokens-per-step 8192] [--dp 1|N] [--allocator trainer|same|plain] [--report FILE]
 
 For each model: bench/gpu_train_bench (ours: the distributed trainer on one CPU rank, fp32)
 writes the packed batches of real Wikipedia lengths it trained on; then every round runs
@@ -32,9 +32,13 @@ import sys
 import tempfile
 
 
-def timed(cmd):
+# tools/launcher.h kAllocatorTunables: what `hydraulis train` (and gpu_train_bench) run under.
+ALLOCATOR_TUNABLES = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776"
+
+
+def timed(cmd, env=None):
     """Runs cmd under GNU time; returns (stdout+stderr text, peak RSS in bytes)."""
-    r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
+    r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{(r.stdout + r.stderr)[-8000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr)[1]) * 1024
@@ -55,8 +59,17 @@ def main():
     ap.add_argument("--tokens-per-step", type=int, default=8192)
     ap.add_argument("--lengths", default="data/wikipedia-sample-lengths.txt")
     ap.add_argument("--dp", type=int, default=1, help="data-parallel ranks; > 1 compares with DDP")
+    ap.add_argument("--allocator", choices=["trainer", "same", "plain"], default="trainer",
+                    help="trainer: ours under the malloc settings `hydraulis train` sets for itself "
+                         "(freed memory kept for reuse), the peers as a plain Python run; same: the "
+                         "peers under those settings too; plain: nobody")
     ap.add_argument("--report")
     a = ap.parse_args()
+    peer_env = dict(os.environ)
+    peer_env.pop("GLIBC_TUNABLES", None)
+    if a.allocator == "same":
+        peer_env["GLIBC_TUNABLES"] = ALLOCATOR_TUNABLES
+    ours_flags = ["--plain-allocator"] if a.allocator == "plain" else []
     peers = ["eager", "hf"] if a.dp == 1 else ["ddp"]
     launch = [] if a.dp == 1 else [a.python, "-m", "torch.distributed.run", "--standalone",
                                     "--nproc-per-node", str(a.dp)]
@@ -78,14 +91,14 @@ def main():
                                    "fp32", "--lengths", a.lengths, "--context", str(a.context),
                                    "--tokens-per-step", str(a.tokens_per_step), "--steps",
                                    str(steps), "--warmup", str(a.warmup), "--batches-out",
-                                   batches, "--json", out])
+                                   batches, "--json", out] + ours_flags, env=peer_env)
                 with open(out) as f:
                     return json.load(f)["tokens_per_s"], rss
 
             def peer(impl):
                 text, rss = timed((launch or [a.python]) + ["bench/peer_train.py", "--batches", batches, "--model",
                                    config, "--impl", impl, "--device", "cpu", "--warmup-steps",
-                                   str(a.warmup), "--json", out])
+                                   str(a.warmup), "--json", out], env=peer_env)
                 with open(out) as f:
                     return json.load(f)["tokens_per_s"], rss
 

@@ -41,14 +41,6 @@ inline constexpr RuntimeCommand kRuntimeCommands[] = {
 // The summary of runtime command `name` (InternalError when it is not one).
 std::string RuntimeCommandSummary(std::string_view name);
 
-// glibc malloc settings for CPU training and profiling: never mmap a block of its own, never
-// return the heap to the kernel, as a GPU caching allocator keeps device memory. Otherwise
-// every large tensor (a long document's attention scores) is page-faulted afresh, and a CPU
-// step spends much of its time in the kernel (docs/runtime.md, "Profiler", has the figure).
-// Read when the process starts.
-inline constexpr char kAllocatorTunables[] =
-    "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776";
-
 // The process's command line as main received it (the launcher re-runs it in each rank).
 const std::vector<std::string>& CommandLine();
 

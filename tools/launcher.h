@@ -97,6 +97,15 @@ bool IsLaunchedRank();
 // `verbose` forwards every rank's lines and the launcher's messages instead.
 int LaunchSelf(std::vector<std::string> argv, int nproc, int master_port, bool verbose = false);
 
+// glibc malloc settings for CPU training and profiling: never mmap a block of its own, never
+// return the heap to the kernel, as a GPU caching allocator keeps device memory. Otherwise
+// every large tensor (a long document's attention scores, a step's logits) is page-faulted
+// afresh, and a CPU step spends much of its time in the kernel (docs/runtime.md, "Profiler",
+// has the figure). Read when the process starts: `train`, `profile` and gpu_train_bench
+// restart themselves once with them (RestartSelfWith) unless GLIBC_TUNABLES is set.
+inline constexpr char kAllocatorTunables[] =
+    "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776";
+
 // An environment variable and the value a restarted process gets.
 struct EnvironmentSetting {
   const char* name;
