@@ -27,13 +27,13 @@
 #include <vector>
 
 #include "hydraulis/base/error.h"
-#include "launcher.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/step/distributed_trainer.h"
 #include "hydraulis/spec/model_config.h"
+#include "launcher.h"
 
 namespace hydraulis {
 namespace {
