@@ -209,6 +209,9 @@ class Solver {
         kRepackBudgetPerDocument * static_cast<std::int64_t>(problem_.lengths.size()) +
         kRepackBudgetBase;
     std::int64_t repacked = 0;
+    const std::int64_t extra_budget =
+        kExtraVerifyBudgetPerDocument * static_cast<std::int64_t>(problem_.lengths.size());
+    std::int64_t extra = 0;
     for (int step = 0; step < options_.max_local_search_steps && repacked < budget; ++step) {
       const int crit = Slowest();
       const double limit = packed_[crit].ms;
@@ -272,9 +275,22 @@ class Solver {
       bool accepted = false;
       const int tries =
           std::min<int>(options_.moves_verified_per_step, static_cast<int>(moves.size()));
-      for (int t = 0; t < tries && !accepted && repacked < budget; ++t) {
+      int t = 0;
+      for (; t < tries && !accepted && repacked < budget; ++t) {
         const Move& m = moves[static_cast<std::size_t>(t)];
         repacked += RepackCost(crit) + RepackCost(m.to);
+        accepted = TryMove(crit, m, limit);
+      }
+      // The estimate misjudges some re-packs (cp layouts above all): when every verified
+      // move fails, keep verifying the next ones while a separate, smaller budget lasts,
+      // so the search goes on only where it would have stopped.
+      for (; t < static_cast<int>(moves.size()) && !accepted && extra < extra_budget &&
+             repacked < budget;
+           ++t) {
+        const Move& m = moves[static_cast<std::size_t>(t)];
+        const std::int64_t cost = RepackCost(crit) + RepackCost(m.to);
+        repacked += cost;
+        extra += cost;
         accepted = TryMove(crit, m, limit);
       }
       if (!accepted) return;
@@ -315,6 +331,7 @@ class Solver {
 
   static constexpr int kSwapSources = 64;
   static constexpr std::int64_t kRepackBudgetPerDocument = 4;
+  static constexpr std::int64_t kExtraVerifyBudgetPerDocument = 2;
   static constexpr std::int64_t kRepackBudgetBase = std::int64_t{1} << 19;
 
   const AssignProblem& problem_;
