@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -150,13 +149,11 @@ class CandidateOrder {
   };
 
   // `ranked`: candidates by cheap bound (their ranks); the first is left out (planned
-  // before). `promise`: a candidate's bound plus overhead as reported now.
+  // before). `promise(i)`: candidate i's cheap bound plus overhead.
   template <typename Promise>
-  CandidateOrder(const std::vector<int>& ranked, const Promise& promise) : promise_(promise) {
+  CandidateOrder(const std::vector<int>& ranked, const Promise& promise) {
     for (std::size_t r = 1; r < ranked.size(); ++r) {
-      const int i = ranked[r];
-      rank_[i] = static_cast<int>(r);
-      entries_.insert({promise(i), static_cast<int>(r), i, false});
+      entries_.insert({promise(ranked[r]), static_cast<int>(r), ranked[r], false});
     }
   }
 
@@ -169,7 +166,7 @@ class CandidateOrder {
   // Pops the first `count` candidates in order that lack a full bound and whose cheap
   // bound plus overhead is below `best` (so threads can compute the bounds together; a
   // few may turn out not to be needed).
-  void PopUnbounded(int count, double best, std::vector<int>& out) {
+  void PopUnbounded(int count, double best, std::vector<Entry>& out) {
     std::vector<Entry> bounded;
     while (static_cast<int>(out.size()) < count && !entries_.empty()) {
       const Entry e = Pop();
@@ -177,16 +174,16 @@ class CandidateOrder {
         entries_.insert(e);
         break;
       }
-      if (e.full) {
-        bounded.push_back(e);
-      } else {
-        out.push_back(e.index);
-      }
+      (e.full ? bounded : out).push_back(e);
     }
     entries_.insert(bounded.begin(), bounded.end());
   }
-  // Puts back candidate i, popped by PopUnbounded, keyed by its full bound now.
-  void PushBounded(int i) { entries_.insert({promise_(i), rank_.at(i), i, true}); }
+  // Puts back `e`, popped by PopUnbounded, keyed by its full bound plus overhead now.
+  void PushBounded(Entry e, double key) {
+    e.key = key;
+    e.full = true;
+    entries_.insert(e);
+  }
   std::vector<int> Remaining() const {
     std::vector<int> out;
     for (const Entry& e : entries_) out.push_back(e.index);
@@ -194,8 +191,6 @@ class CandidateOrder {
   }
 
  private:
-  std::function<double(int)> promise_;
-  std::map<int, int> rank_;
   std::set<Entry> entries_;
 };
 
@@ -379,7 +374,7 @@ class BatchPlanning {
     CandidateOrder order(usable, [&](int i) { return promise(i); });
     std::vector<int> wave;
     std::vector<Assignment> assigned(static_cast<std::size_t>(threads));
-    std::vector<int> unbounded;
+    std::vector<CandidateOrder::Entry> unbounded;
     std::vector<double> bounds;
     for (;;) {
       // The wave: the next candidates in order whose bound beats the best plan now.
@@ -397,11 +392,12 @@ class BatchPlanning {
         bounds.assign(unbounded.size(), 0.0);
         ParallelFor(static_cast<int>(unbounded.size()), threads, [&](int k) {
           bounds[static_cast<std::size_t>(k)] =
-              FullBound(unbounded[static_cast<std::size_t>(k)]).ms;
+              FullBound(unbounded[static_cast<std::size_t>(k)].index).ms;
         });
         for (std::size_t k = 0; k < unbounded.size(); ++k) {
-          Report(unbounded[k]).lower_bound_ms = bounds[k];
-          order.PushBounded(unbounded[k]);
+          const int i = unbounded[k].index;
+          Report(i).lower_bound_ms = bounds[k];
+          order.PushBounded(unbounded[k], promise(i));
         }
       }
       if (wave.empty()) break;

@@ -275,22 +275,17 @@ class Solver {
       bool accepted = false;
       const int tries =
           std::min<int>(options_.moves_verified_per_step, static_cast<int>(moves.size()));
-      int t = 0;
-      for (; t < tries && !accepted && repacked < budget; ++t) {
-        const Move& m = moves[static_cast<std::size_t>(t)];
-        repacked += RepackCost(crit) + RepackCost(m.to);
-        accepted = TryMove(crit, m, limit);
-      }
-      // The estimate misjudges some re-packs (cp layouts above all): when every verified
-      // move fails, keep verifying the next ones while a separate, smaller budget lasts,
-      // so the search goes on only where it would have stopped.
-      for (; t < static_cast<int>(moves.size()) && !accepted && extra < extra_budget &&
-             repacked < budget;
-           ++t) {
+      // The estimate misjudges some re-packs (cp layouts above all): when every one of the
+      // first `tries` fails, keep verifying the next moves while a separate, smaller budget
+      // lasts, so the search goes on only where it would have stopped.
+      for (int t = 0; t < static_cast<int>(moves.size()) && !accepted && repacked < budget; ++t) {
         const Move& m = moves[static_cast<std::size_t>(t)];
         const std::int64_t cost = RepackCost(crit) + RepackCost(m.to);
+        if (t >= tries) {
+          if (extra >= extra_budget) break;
+          extra += cost;
+        }
         repacked += cost;
-        extra += cost;
         accepted = TryMove(crit, m, limit);
       }
       if (!accepted) return;
