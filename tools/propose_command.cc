@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "hydraulis/assign/candidate_selection.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/length_source.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/propose/propose.h"
@@ -29,6 +31,9 @@ struct ProposeArgs {
   std::int64_t resolution = 128;
   std::int64_t tokens_per_batch = 200'000;
   int max_strategies = 0;
+  int top_documents = 1;
+  int select_batches = 0;
+  std::uint64_t select_seed = 1;
   CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
   bool quiet = false;
   LengthFlags source;
@@ -58,6 +63,63 @@ OptimizerLayout ParseLayout(const std::string& text) {
   return {parts[0], parts[1], parts[2]};
 }
 
+// --select-batches: proposes every strategy, plans a.select_batches sampled batches with all
+// of them and keeps the fallback, the longest bin's strategy and the a.max_strategies - 1
+// others that most lower those batches' planned steps (assign/candidate_selection.h).
+// Rewrites `p` to the kept strategies and prints what the choice costs on those batches.
+void KeepByPlans(const Profile& profile, std::span<const std::int64_t> lengths,
+                 const ProposeArgs& a, Proposal& p) {
+  const int others = static_cast<int>(p.strategies.size()) - 1;
+  if (others <= a.max_strategies) return;
+  // The strategy proposed for the longest bin stays, so every document stays plannable.
+  std::int64_t longest = 0;
+  for (const ProposedStrategy& s : p.strategies) {
+    if (!s.longest_tokens.empty()) longest = std::max(longest, s.longest_tokens.back());
+  }
+  int longest_index = 0;
+  for (std::size_t i = 0; i < p.strategies.size(); ++i) {
+    const std::vector<std::int64_t>& t = p.strategies[i].longest_tokens;
+    if (std::find(t.begin(), t.end(), longest) != t.end()) {
+      longest_index = static_cast<int>(i);
+      break;
+    }
+  }
+  std::vector<int> always{0};
+  if (longest_index != 0) always.push_back(longest_index);
+  BatchSampler sampler(lengths, {a.tokens_per_batch, a.max_len, a.select_seed});
+  std::vector<std::vector<std::int64_t>> batches;
+  for (int i = 0; i < a.select_batches; ++i) batches.push_back(sampler.Next().lengths);
+  PlannerOptions options;
+  options.context_tokens = a.max_len;
+  options.threads = 0;
+  const int more = a.max_strategies - (longest_index != 0 ? 1 : 0);
+  const CandidateSelection chosen =
+      SelectCandidatesByPlans(profile, p.candidates, batches, always, more, options);
+  std::vector<ProposedStrategy> strategies;
+  CandidateSet candidates = p.candidates;
+  candidates.strategies.clear();
+  for (int i : chosen.kept) {
+    strategies.push_back(std::move(p.strategies[static_cast<std::size_t>(i)]));
+    candidates.strategies.push_back(
+        std::move(p.candidates.strategies[static_cast<std::size_t>(i)]));
+  }
+  double all = 0, kept = 0;
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    all += chosen.all_ms[b];
+    kept += chosen.kept_ms[b];
+  }
+  if (!a.quiet) {
+    const double n = static_cast<double>(batches.size());
+    fmt::print(stderr,
+               "hydraulis: kept {} of {} strategies by planning {} sampled batches (seed {}): "
+               "mean planned step {:.1f} ms, {:.1f} ms with all\n",
+               strategies.size(), p.strategies.size(), batches.size(), a.select_seed, kept / n,
+               all / n);
+  }
+  p.strategies = std::move(strategies);
+  p.candidates = std::move(candidates);
+}
+
 void PrintSummary(const Proposal& p, const ProposeArgs& a) {
   const OptimizerLayout& l = p.candidates.optimizer_layout;
   fmt::print(stderr,
@@ -70,6 +132,9 @@ void PrintSummary(const Proposal& p, const ProposeArgs& a) {
     if (!s.longest_tokens.empty()) {
       served = fmt::format("longest {}..{}", s.longest_tokens.front(), s.longest_tokens.back());
       if (s.fallback) served += ", fallback";
+    } else if (!s.shared_top_tokens.empty()) {
+      served = fmt::format("{} longest {}..{}", s.top_documents, s.shared_top_tokens.front(),
+                           s.shared_top_tokens.back());
     }
     fmt::print(stderr, "  {:<14} {:<40} {:<26} batch share {:5.3f}\n", s.strategy.name,
                StrategyDescription(s.strategy), served, s.batch_share);
@@ -86,10 +151,26 @@ int RunPropose(const ProposeArgs& a) {
   options.resolution_tokens = a.resolution;
   options.tokens_per_batch = a.tokens_per_batch;
   options.max_strategies = a.max_strategies;
+  options.top_documents = a.top_documents;
   options.cp_schemes = a.cp_schemes;
   if (!a.optimizer_layout.empty()) options.optimizer_layout = ParseLayout(a.optimizer_layout);
   const std::vector<std::int64_t> lengths = LoadLengths(a.lengths, a.source.ToOptions());
-  const Proposal proposal = ProposeStrategies(profile, lengths, options);
+  if (a.select_batches < 0) {
+    throw InvalidInput("--select-batches: must be >= 0, got " + std::to_string(a.select_batches));
+  }
+  if (a.select_batches > 0) {
+    if (a.max_strategies < 1) {
+      throw InvalidInput("--select-batches " + std::to_string(a.select_batches) +
+                         ": needs --max-strategies >= 1 (how many strategies to keep)");
+    }
+    if (a.tokens_per_batch < 1) {
+      throw InvalidInput("--select-batches " + std::to_string(a.select_batches) +
+                         ": needs --tokens-per-batch >= 1 (the batches it plans)");
+    }
+    options.max_strategies = 0;
+  }
+  Proposal proposal = ProposeStrategies(profile, lengths, options);
+  if (a.select_batches > 0) KeepByPlans(profile, lengths, a, proposal);
   const std::string json = CandidatesToJson(proposal.candidates);
   // The file must be one `plan` accepts; check before writing anything.
   ParseCandidates(json, "proposed candidates", profile);
@@ -129,6 +210,18 @@ Command AddProposeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-strategies", a->max_strategies,
                   "keep at most this many proposed strategies besides the fallback (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--select-batches", a->select_batches,
+                  "with --max-strategies: plan this many sampled batches with every proposed "
+                  "strategy and keep those that most lower their planned steps (0: keep by "
+                  "batch share)")
+      ->capture_default_str();
+  cmd->add_option("--select-seed", a->select_seed,
+                  "seed of the --select-batches batches (as plan --seed draws them)")
+      ->capture_default_str();
+  cmd->add_option("--top-documents", a->top_documents,
+                  "also propose, for k = 2..this, a strategy per bin holding a batch's k "
+                  "longest documents (1: only its longest)")
       ->capture_default_str();
   AddEnumOption(cmd, "--cp-schemes", a->cp_schemes, kCpSchemesNames,
                 "when the profile's context-parallel schemes take part (needed: only when "

@@ -277,13 +277,17 @@ IntervalLoad ProposalDp::Load(int first_bin, int last_bin) const {
   return LoadOf(first_bin, last_bin + 1, Extra{});
 }
 
-DpSolution ProposalDp::SolveForLongest(int bin) const {
+DpSolution ProposalDp::SolveForLongest(int bin, int present) const {
   if (bin < 0 || bin >= bins_) {
     throw InvalidInput("proposal: no bin " + std::to_string(bin) + " (there are " +
                        std::to_string(bins_) + ")");
   }
+  if (present < 1) {
+    throw InvalidInput("proposal: documents present in the top bin must be >= 1, got " +
+                       std::to_string(present));
+  }
   const int j = bin + 1;
-  const Extra extra = TopExtra(bin);
+  const Extra extra = TopExtra(bin, present);
   // The top group is chosen here on all GPUs (using every GPU is never worse: t never
   // increases with n), so ties go to the solution that uses more of them.
   const int top = levels_ - 1;
@@ -318,30 +322,30 @@ DpSolution ProposalDp::SolveForLongest(int bin) const {
     hi -= c.length;
   }
   std::reverse(solution.groups.begin(), solution.groups.end());
-  if (options_.fill_idle_gpus) Fill(solution.groups, solution.gpus);
+  if (options_.fill_idle_gpus) Fill(solution.groups, solution.gpus, extra);
   return solution;
 }
 
-ProposalDp::Extra ProposalDp::TopExtra(int bin) const {
+ProposalDp::Extra ProposalDp::TopExtra(int bin, int documents) const {
   Extra extra;
   const double present = prefix_documents_[bin + 1] - prefix_documents_[bin];
-  if (options_.longest_present && present < 1.0) {
-    // Scale the bin up to one document of its mean shape.
-    const double factor = 1.0 / present - 1.0;
-    extra.documents = 1.0 - present;
+  const double wanted = documents;
+  if (options_.longest_present && present < wanted) {
+    // Scale the bin up to `documents` documents of its mean shape.
+    const double factor = wanted / present - 1.0;
+    extra.documents = wanted - present;
     extra.tokens = factor * (prefix_tokens_[bin + 1] - prefix_tokens_[bin]);
     extra.squared_tokens = factor * (prefix_squares_[bin + 1] - prefix_squares_[bin]);
   }
   return extra;
 }
 
-void ProposalDp::Fill(std::vector<DpGroup>& groups, int& gpus) const {
+void ProposalDp::Fill(std::vector<DpGroup>& groups, int& gpus, const Extra& top_extra) const {
   const int top = static_cast<int>(groups.size()) - 1;
   auto ms_with = [&](int i, int replicas) {
     const DpGroup& g = groups[static_cast<std::size_t>(i)];
     // The top group keeps its present-document extra.
-    return Group(g.scheme, g.first_bin, g.last_bin + 1, replicas,
-                 i == top ? TopExtra(g.last_bin) : Extra{});
+    return Group(g.scheme, g.first_bin, g.last_bin + 1, replicas, i == top ? top_extra : Extra{});
   };
   for (;;) {
     const int idle = gpus_ - gpus;

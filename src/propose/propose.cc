@@ -28,6 +28,9 @@ void CheckOptions(const ProposeOptions& o) {
   if (o.tokens_per_batch < 0) {
     throw InvalidInput("tokens-per-batch: must be >= 0, got " + std::to_string(o.tokens_per_batch));
   }
+  if (o.top_documents < 1) {
+    throw InvalidInput("top-documents: must be >= 1, got " + std::to_string(o.top_documents));
+  }
   if (o.max_strategies < 0) {
     throw InvalidInput("max-strategies: must be >= 0, got " + std::to_string(o.max_strategies));
   }
@@ -50,20 +53,32 @@ void CheckLayout(const Profile& profile, const OptimizerLayout& l, int gpus) {
   }
 }
 
-// P(the longest of n documents lies in bin b) = F(b)^n - F(b-1)^n, F the histogram's
-// cumulative document share and n = tokens_per_batch / mean length (1 when 0).
-std::vector<double> LongestBinShares(const LengthHistogram& h, std::int64_t tokens_per_batch) {
+// P(the k-th longest of n documents lies in bin b) = P_k(b) - P_k(b-1), with
+// P_k(x) = sum_{i<k} C(n, i) (1 - F(x))^i F(x)^(n-i) the chance that fewer than k lie above
+// x, F the histogram's cumulative document share and n = tokens_per_batch / mean length
+// (1 when 0). k = 1: the longest, F(b)^n - F(b-1)^n.
+std::vector<double> KthLongestBinShares(const LengthHistogram& h, std::int64_t tokens_per_batch,
+                                        int k) {
   const double documents = static_cast<double>(h.documents);
   const double n = tokens_per_batch > 0
                        ? std::max(1.0, static_cast<double>(tokens_per_batch) * documents /
                                            static_cast<double>(h.tokens))
                        : 1.0;
+  auto fewer_than_k_above = [&](double f) {
+    double sum = 0, binomial = 1;  // C(n, i), generalised to real n
+    for (int i = 0; i < k; ++i) {
+      if (i > 0) binomial *= (n - (i - 1)) / i;
+      if (binomial <= 0) break;
+      sum += binomial * std::pow(1.0 - f, i) * std::pow(f, n - i);
+    }
+    return sum;
+  };
   std::vector<double> share;
   std::int64_t below = 0;
   for (const HistogramBin& b : h.bins) {
-    const double lower = std::pow(static_cast<double>(below) / documents, n);
+    const double lower = fewer_than_k_above(static_cast<double>(below) / documents);
     below += b.documents;
-    share.push_back(std::pow(static_cast<double>(below) / documents, n) - lower);
+    share.push_back(fewer_than_k_above(static_cast<double>(below) / documents) - lower);
   }
   return share;
 }
@@ -179,36 +194,42 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
   const auto start = std::chrono::steady_clock::now();
   const ProposalDp dp(out.schemes, histogram, gpus, dp_options);
 
-  const std::vector<double> share = LongestBinShares(histogram, options.tokens_per_batch);
-
   // The fallback first, then one DP answer per longest-document bin in decreasing order
-  // of that bin; an answer equal to an earlier strategy joins it.
+  // of that bin; then, for k = 2..top_documents, one per bin that holds the k longest. An
+  // answer equal to an earlier strategy joins it.
   std::vector<ProposedStrategy> found(1);
   found[0].fallback = true;
   found[0].strategy.name = "homogeneous";
   found[0].strategy.pipelines.assign(static_cast<std::size_t>(layout.dp),
                                      Scheme{1, layout.tp, layout.pp});
-  for (int bin = dp.bin_count() - 1; bin >= 0; --bin) {
-    const DpSolution solution = dp.SolveForLongest(bin);
-    if (solution.groups.empty()) {
-      throw InternalError("proposal: no strategy holds bin " + std::to_string(bin));
+  for (int k = 1; k <= options.top_documents; ++k) {
+    const std::vector<double> share = KthLongestBinShares(histogram, options.tokens_per_batch, k);
+    for (int bin = dp.bin_count() - 1; bin >= 0; --bin) {
+      const DpSolution solution = dp.SolveForLongest(bin, k);
+      if (solution.groups.empty()) {
+        throw InternalError("proposal: no strategy holds bin " + std::to_string(bin));
+      }
+      Strategy strategy;
+      for (const DpGroup& g : solution.groups) {
+        strategy.pipelines.insert(strategy.pipelines.end(), static_cast<std::size_t>(g.replicas),
+                                  out.schemes[static_cast<std::size_t>(g.scheme)].scheme);
+      }
+      Canonicalize(strategy.pipelines);
+      auto same = std::find_if(found.begin(), found.end(), [&](const ProposedStrategy& p) {
+        return p.strategy.pipelines == strategy.pipelines;
+      });
+      if (same == found.end()) {
+        same = found.insert(found.end(), ProposedStrategy{});
+        same->strategy = std::move(strategy);
+        same->top_documents = k;
+      }
+      const std::int64_t longest = histogram.bins[static_cast<std::size_t>(bin)].longest;
+      if (same->longest_tokens.empty() && same->shared_top_tokens.empty()) {
+        same->estimated_ms = solution.makespan_ms;
+      }
+      (k == 1 ? same->longest_tokens : same->shared_top_tokens).push_back(longest);
+      same->batch_share += share[static_cast<std::size_t>(bin)];
     }
-    Strategy strategy;
-    for (const DpGroup& g : solution.groups) {
-      strategy.pipelines.insert(strategy.pipelines.end(), static_cast<std::size_t>(g.replicas),
-                                out.schemes[static_cast<std::size_t>(g.scheme)].scheme);
-    }
-    Canonicalize(strategy.pipelines);
-    auto same = std::find_if(found.begin(), found.end(), [&](const ProposedStrategy& p) {
-      return p.strategy.pipelines == strategy.pipelines;
-    });
-    if (same == found.end()) {
-      same = found.insert(found.end(), ProposedStrategy{});
-      same->strategy = std::move(strategy);
-    }
-    if (same->longest_tokens.empty()) same->estimated_ms = solution.makespan_ms;
-    same->longest_tokens.push_back(histogram.bins[static_cast<std::size_t>(bin)].longest);
-    same->batch_share += share[static_cast<std::size_t>(bin)];
   }
   out.dp_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.bins = dp.bin_count();
@@ -235,7 +256,13 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
   for (std::size_t i : ranked) {
     ProposedStrategy& p = found[i];
     std::sort(p.longest_tokens.begin(), p.longest_tokens.end());
-    if (!p.fallback) p.strategy.name = "up-to-" + std::to_string(p.longest_tokens.back());
+    std::sort(p.shared_top_tokens.begin(), p.shared_top_tokens.end());
+    if (!p.fallback) {
+      p.strategy.name = !p.longest_tokens.empty()
+                            ? "up-to-" + std::to_string(p.longest_tokens.back())
+                            : "up-to-" + std::to_string(p.shared_top_tokens.back()) + "-x" +
+                                  std::to_string(p.top_documents);
+    }
     out.strategies.push_back(std::move(p));
   }
 

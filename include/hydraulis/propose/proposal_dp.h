@@ -61,8 +61,9 @@ struct DpOptions {
   // dataset at once; tokens_per_batch / dataset tokens plans for one global batch.
   double document_scale = 1.0;
   // SolveForLongest: the bin that holds the longest document gets at least one whole
-  // document (a batch whose longest document lies in bin j does contain one), keeping the
-  // bin's mean length. Matters only when document_scale makes the bin's count < 1.
+  // document (a batch whose longest document lies in bin j does contain one), or the
+  // number asked for, keeping the bin's mean length. Matters only when document_scale
+  // makes the bin's count smaller than that.
   bool longest_present = true;
   // SolveForLongest: GPUs the optimum leaves idle (when extra GPUs cannot lower the
   // makespan, e.g. it is one long document's time) go one replica at a time to the slowest
@@ -119,8 +120,10 @@ class ProposalDp {
   double Makespan(int gpus, int bins) const;
 
   // The best groups on all GPUs when the longest document lies in bin `bin`
-  // (0 <= bin < bin_count()): the documents of bins 0..bin, with DpOptions applied.
-  DpSolution SolveForLongest(int bin) const;
+  // (0 <= bin < bin_count()): the documents of bins 0..bin, with DpOptions applied and,
+  // under DpOptions::longest_present, at least `present` (>= 1) whole documents in bin
+  // `bin` (2: a batch whose two longest documents both lie there).
+  DpSolution SolveForLongest(int bin, int present = 1) const;
 
   // The (scaled) documents of bins first..last, inclusive, from the prefix sums.
   IntervalLoad Load(int first_bin, int last_bin) const;
@@ -172,10 +175,12 @@ class ProposalDp {
   IntervalLoad LoadOf(int lo, int hi, const Extra& extra) const;
   // FlatGroupReplicas of scheme k over bins [lo, hi) plus `extra`.
   int FlatReplicas(int k, int lo, int hi, const Extra& extra) const;
-  // What DpOptions::longest_present adds to an interval whose top bin is `bin`.
-  Extra TopExtra(int bin) const;
-  // DpOptions::fill_idle_gpus on a traced solution; groups.back() is the top group.
-  void Fill(std::vector<DpGroup>& groups, int& gpus) const;
+  // What DpOptions::longest_present adds to an interval whose top bin is `bin` so that it
+  // holds `documents` whole documents.
+  Extra TopExtra(int bin, int documents) const;
+  // DpOptions::fill_idle_gpus on a traced solution; groups.back() is the top group, whose
+  // load carries `top_extra`.
+  void Fill(std::vector<DpGroup>& groups, int& gpus, const Extra& top_extra) const;
 
   std::vector<DpScheme> schemes_;
   DpOptions options_;

@@ -51,6 +51,11 @@ struct ProposeOptions {
   // bin (so every document up to max_len stays plannable), then those with the largest
   // batch_share. The fallback is kept in addition.
   int max_strategies = 0;
+  // Besides one strategy per bin that holds a batch's longest document, one per bin that
+  // holds its k longest, for k = 2..top_documents (>= 1; 1: the longest only). The
+  // expected histogram of one batch has fractions of a long document; a batch that draws
+  // two long ones needs two pipelines that hold them (docs/propose.md).
+  int top_documents = 1;
   // Whether cp > 1 schemes of the profile take part.
   CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
 };
@@ -62,10 +67,17 @@ struct ProposedStrategy {
   // Longest document (tokens) of every bin this strategy was the DP's answer for,
   // ascending; empty for a fallback the DP never proposed.
   std::vector<std::int64_t> longest_tokens;
+  // The same for the bins it was the answer for with k >= 2 documents in them
+  // (ProposeOptions::top_documents), ascending.
+  std::vector<std::int64_t> shared_top_tokens;
+  // The k of its first answer (1: a batch's longest document).
+  int top_documents = 1;
   // DP makespan (ms, at the DpOptions scale) for the largest of those bins; 0 if none.
   double estimated_ms = 0;
   // Probability that a batch's longest document lies in one of those bins, for batches
-  // of tokens_per_batch / mean length independent documents (0 tokens_per_batch: one).
+  // of tokens_per_batch / mean length independent documents (0 tokens_per_batch: one),
+  // plus, for each k >= 2 answer, that its k-th longest does: the weight by which
+  // max_strategies ranks strategies.
   double batch_share = 0;
 };
 

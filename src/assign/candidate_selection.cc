@@ -1,0 +1,115 @@
+#include "hydraulis/assign/candidate_selection.h"
+
+#include <algorithm>
+#include <string>
+
+#include "hydraulis/base/error.h"
+#include "hydraulis/base/tolerance.h"
+
+namespace hydraulis {
+namespace {
+
+// A selection's total: first the batches nothing kept holds, then the summed values.
+struct Total {
+  std::size_t unheld = 0;
+  double ms = 0;
+  bool operator<(const Total& o) const {
+    return unheld != o.unheld ? unheld < o.unheld : ms < o.ms;
+  }
+  void Add(double v) {
+    if (v < kInf) {
+      ms += v;
+    } else {
+      ++unheld;
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<int> GreedyCoverSelection(const std::vector<std::vector<double>>& ms,
+                                      std::span<const int> always, int more) {
+  if (more < 0) throw InvalidInput("candidate selection: more must be >= 0");
+  const std::size_t batches = ms.empty() ? 0 : ms.front().size();
+  for (const std::vector<double>& row : ms) {
+    if (row.size() != batches) {
+      throw InvalidInput("candidate selection: every candidate needs one value per batch");
+    }
+  }
+  std::vector<double> best(batches, kInf);
+  std::vector<bool> taken(ms.size(), false);
+  for (int k : always) {
+    if (k < 0 || k >= static_cast<int>(ms.size())) {
+      throw InvalidInput("candidate selection: no candidate " + std::to_string(k));
+    }
+    taken[static_cast<std::size_t>(k)] = true;
+    const std::vector<double>& row = ms[static_cast<std::size_t>(k)];
+    for (std::size_t b = 0; b < batches; ++b) best[b] = std::min(best[b], row[b]);
+  }
+  Total current;
+  for (double v : best) current.Add(v);
+  std::vector<int> added;
+  for (int round = 0; round < more; ++round) {
+    int pick = -1;
+    Total pick_total = current;
+    for (std::size_t s = 0; s < ms.size(); ++s) {
+      if (taken[s]) continue;
+      Total t;
+      for (std::size_t b = 0; b < batches; ++b) t.Add(std::min(best[b], ms[s][b]));
+      if (t < pick_total) {
+        pick = static_cast<int>(s);
+        pick_total = t;
+      }
+    }
+    if (pick < 0) break;
+    taken[static_cast<std::size_t>(pick)] = true;
+    added.push_back(pick);
+    current = pick_total;
+    const std::vector<double>& row = ms[static_cast<std::size_t>(pick)];
+    for (std::size_t b = 0; b < batches; ++b) best[b] = std::min(best[b], row[b]);
+  }
+  return added;
+}
+
+CandidateSelection SelectCandidatesByPlans(const Profile& profile, const CandidateSet& candidates,
+                                           std::span<const std::vector<std::int64_t>> batches,
+                                           std::span<const int> always, int more,
+                                           const PlannerOptions& options) {
+  if (options.algorithm != Algorithm::kOurs || options.only_strategy != -1) {
+    throw InvalidInput("candidate selection: plans with ours over every candidate");
+  }
+  const std::size_t count = candidates.strategies.size();
+  const Planner planner(profile, candidates, options);
+  std::vector<std::vector<double>> ms(count, std::vector<double>(batches.size(), kInf));
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    const Plan plan = planner.PlanBatch(batches[b]);
+    for (const CandidateReport& c : plan.candidates) {
+      double v = kInf;
+      if (c.status == CandidateStatus::kPlanned) {
+        v = c.estimated_step_ms;
+      } else if (c.status == CandidateStatus::kPruned) {
+        v = c.lower_bound_ms;
+      }
+      if (v < kInf && static_cast<std::size_t>(c.index) < options.strategy_overhead_ms.size()) {
+        v += options.strategy_overhead_ms[static_cast<std::size_t>(c.index)];
+      }
+      ms[static_cast<std::size_t>(c.index)][b] = v;
+    }
+  }
+  CandidateSelection out;
+  const std::vector<int> added = GreedyCoverSelection(ms, always, more);
+  out.kept.assign(always.begin(), always.end());
+  out.kept.insert(out.kept.end(), added.begin(), added.end());
+  std::sort(out.kept.begin(), out.kept.end());
+  out.kept.erase(std::unique(out.kept.begin(), out.kept.end()), out.kept.end());
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    double all = kInf, kept = kInf;
+    for (std::size_t s = 0; s < count; ++s) all = std::min(all, ms[s][b]);
+    for (int s : out.kept) kept = std::min(kept, ms[static_cast<std::size_t>(s)][b]);
+    out.all_ms.push_back(all);
+    out.kept_ms.push_back(kept);
+  }
+  return out;
+}
+
+}  // namespace hydraulis
