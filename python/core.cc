@@ -337,13 +337,14 @@ NB_MODULE(_core, m) {
       "propose",
       [](const Profile& profile, nb::handle lengths, int gpus, std::int64_t max_len,
          std::int64_t resolution, std::int64_t tokens_per_batch, int max_strategies,
-         std::optional<std::tuple<int, int, int>> optimizer_layout) {
+         std::optional<std::tuple<int, int, int>> optimizer_layout, int top_documents) {
         ProposeOptions options;
         options.gpus = gpus;
         options.max_len = max_len;
         options.resolution_tokens = resolution;
         options.tokens_per_batch = tokens_per_batch;
         options.max_strategies = max_strategies;
+        options.top_documents = top_documents;
         if (optimizer_layout) {
           const auto [dp, tp, pp] = *optimizer_layout;
           if (dp < 1 || tp < 1 || pp < 1) {
@@ -364,7 +365,7 @@ NB_MODULE(_core, m) {
       nb::arg("profile"), nb::arg("lengths"), nb::kw_only(), nb::arg("gpus"),
       nb::arg("max_len") = 32'768, nb::arg("resolution") = 128,
       nb::arg("tokens_per_batch") = 200'000, nb::arg("max_strategies") = 0,
-      nb::arg("optimizer_layout") = nb::none());
+      nb::arg("optimizer_layout") = nb::none(), nb::arg("top_documents") = 1);
 
   m.def(
       "simulate",

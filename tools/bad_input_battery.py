@@ -108,7 +108,7 @@ def build(b):
                       "--hbm-gbytes-per-s", "--trace-steps", "--ddp-bucket-size"]),
         "propose": (["propose", "--profile", profile, "--lengths", dataset, "--quiet"],
                     ["--gpus", "--max-len", "--resolution", "--tokens-per-batch",
-                     "--max-strategies"]),
+                     "--max-strategies", "--top-documents", "--select-batches"]),
         "stats": (["stats", "--lengths", dataset], ["--max-len", "--resolution"]),
     }
     for sub, (base, flags) in flag_sets.items():
@@ -303,6 +303,9 @@ def build(b):
                  plan + ["--lengths", lengths, "--dataset", dataset],
                  ["stats"], ["summarize"], ["simulate", "--profile", profile],
                  ["propose", "--profile", profile, "--lengths", dataset],
+                 # --select-batches without --max-strategies: nothing to keep.
+                 ["propose", "--profile", profile, "--lengths", dataset, "--gpus", "64",
+                  "--max-len", "4096", "--select-batches", "4", "--quiet"],
                  ["preprocess", "--input", os.path.join(b.tmp, "absent.jsonl"),
                   "--output-prefix", os.path.join(b.tmp, "x")],
                  ["nosuchcommand"], ["stats", "--lengths", dataset, "--format", "csv"],

@@ -68,15 +68,17 @@ def load_candidates(path_or_dict):
 
 
 def propose(profile, lengths, *, gpus, max_len, resolution=128, tokens_per_batch=200000,
-            max_strategies=0, optimizer_layout=None):
+            max_strategies=0, optimizer_layout=None, top_documents=1):
     """Candidate strategies for a cluster of `gpus` GPUs proposed from a length dataset
     (`hydraulis propose`, docs/propose.md): a Candidates object, ready for Planner and
     simulate; its to_json() is the file `hydraulis propose` writes. max_len (the context
     length, required as --max-len is) must fit the largest usable scheme; optimizer_layout
-    is (dp, tp, pp) or None for the default."""
+    is (dp, tp, pp) or None for the default; top_documents is --top-documents (2 adds
+    strategies for batches whose two longest documents share a bin). --select-batches is
+    the CLI's only."""
     return _core.propose(profile, lengths, gpus=gpus, max_len=max_len, resolution=resolution,
                          tokens_per_batch=tokens_per_batch, max_strategies=max_strategies,
-                         optimizer_layout=optimizer_layout)
+                         optimizer_layout=optimizer_layout, top_documents=top_documents)
 
 
 def simulate(profile, candidates, dataset, *, system="ours", steps=1, tokens_per_batch=200000,

@@ -100,7 +100,8 @@ class BatchSampler:
 def propose(profile: Profile, lengths: Union[Sequence[int], npt.NDArray[np.integer]], *,
             gpus: int, max_len: int, resolution: int = 128,
             tokens_per_batch: int = 200000, max_strategies: int = 0,
-            optimizer_layout: Union[tuple[int, int, int], None] = None) -> Candidates: ...
+            optimizer_layout: Union[tuple[int, int, int], None] = None,
+            top_documents: int = 1) -> Candidates: ...
 def simulate(profile: Profile, candidates: Candidates,
              dataset: Union[Sequence[int], npt.NDArray[np.integer]], *, system: str = "ours",
              steps: int = 1, tokens_per_batch: int = 200000, max_len: int = 32768,

@@ -24,6 +24,13 @@ def test_propose_equals_the_cli():
                                  hydraulis.read_lengths(WIKIPEDIA), gpus=64, max_len=16384,
                                  max_strategies=5)
     assert proposed.to_json() == run.stdout
+    run = subprocess.run([BIN, "propose", "--profile", PROFILE, "--lengths", WIKIPEDIA,
+                          "--gpus", "64", "--max-len", "16384", "--top-documents", "2", "--quiet"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    two = hydraulis.propose(hydraulis.load_profile(PROFILE), hydraulis.read_lengths(WIKIPEDIA),
+                            gpus=64, max_len=16384, top_documents=2)
+    assert two.to_json() == run.stdout
     # Ready for planning as it is.
     plan = hydraulis.Planner(hydraulis.load_profile(PROFILE), proposed).plan([4000, 900, 120])
     assert plan.lower_bound_ms <= plan.estimated_step_ms

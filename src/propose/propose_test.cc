@@ -267,35 +267,43 @@ TEST(ProposalDpTest, SolveForLongestIsOptimalConsistentAndFillsIdleGpus) {
       options.fill_idle_gpus = fill;
       const ProposalDp dp(t.schemes, t.histogram, t.gpus, options);
       for (int bin = 0; bin < dp.bin_count(); ++bin) {
-        // The top bin holds at least one document of its mean shape.
-        const HistogramBin& top = t.histogram.bins[static_cast<std::size_t>(bin)];
-        const double present = t.scale * static_cast<double>(top.documents);
-        IntervalLoad extra;
-        if (present < 1) {
-          const double f = 1 / present - 1;
-          extra = {1 - present, f * t.scale * static_cast<double>(top.tokens),
-                   f * t.scale * top.squared_tokens, 0};
-        }
-        const double expected = BruteForce(t.schemes, t.histogram, t.scale, t.gpus, bin + 1, extra);
-        const DpSolution s = dp.SolveForLongest(bin);
-        ASSERT_TRUE(Near(s.makespan_ms, expected)) << "trial " << trial << " bin " << bin << ": dp "
-                                                   << s.makespan_ms << " exhaustive " << expected;
-        if (!(expected < kInf)) {
-          EXPECT_TRUE(s.groups.empty());
-          continue;
-        }
-        // The groups tile bins 0..bin in order, fit the cluster, hold their documents and
-        // reach the makespan (exactly without filling, at most with it).
-        ASSERT_FALSE(s.groups.empty());
-        const int gpus = s.gpus;
-        const double worst = ExpectGroupsTileBins(t, s, bin);
-        if (fill) {
-          EXPECT_LE(worst, s.makespan_ms * (1 + 1e-12));
-          for (const DpGroup& g : s.groups) {
-            EXPECT_GT(t.schemes[static_cast<std::size_t>(g.scheme)].scheme.Gpus(), t.gpus - gpus);
+        for (int wanted : {1, 2}) {
+          // The top bin holds at least `wanted` documents of its mean shape.
+          const HistogramBin& top = t.histogram.bins[static_cast<std::size_t>(bin)];
+          const double present = t.scale * static_cast<double>(top.documents);
+          IntervalLoad extra;
+          if (present < wanted) {
+            const double f = wanted / present - 1;
+            extra = {wanted - present, f * t.scale * static_cast<double>(top.tokens),
+                     f * t.scale * top.squared_tokens, 0};
           }
-        } else {
-          EXPECT_TRUE(Near(worst, s.makespan_ms));
+          const double expected =
+              BruteForce(t.schemes, t.histogram, t.scale, t.gpus, bin + 1, extra);
+          const DpSolution s = dp.SolveForLongest(bin, wanted);
+          ASSERT_TRUE(Near(s.makespan_ms, expected))
+              << "trial " << trial << " bin " << bin << " documents " << wanted << ": dp "
+              << s.makespan_ms << " exhaustive " << expected;
+          // A second document in the top bin never makes the batch faster.
+          if (wanted == 2) {
+            EXPECT_GE(s.makespan_ms, dp.SolveForLongest(bin).makespan_ms);
+          }
+          if (!(expected < kInf)) {
+            EXPECT_TRUE(s.groups.empty());
+            continue;
+          }
+          // The groups tile bins 0..bin in order, fit the cluster, hold their documents and
+          // reach the makespan (exactly without filling, at most with it).
+          ASSERT_FALSE(s.groups.empty());
+          const int gpus = s.gpus;
+          const double worst = ExpectGroupsTileBins(t, s, bin);
+          if (fill) {
+            EXPECT_LE(worst, s.makespan_ms * (1 + 1e-12));
+            for (const DpGroup& g : s.groups) {
+              EXPECT_GT(t.schemes[static_cast<std::size_t>(g.scheme)].scheme.Gpus(), t.gpus - gpus);
+            }
+          } else {
+            EXPECT_TRUE(Near(worst, s.makespan_ms));
+          }
         }
       }
     }
@@ -471,9 +479,14 @@ void ExpectValidProposal(const Proposal& p, const Profile& profile, int gpus) {
       EXPECT_GE(widest, longest) << s.strategy.name;
       EXPECT_TRUE(served.insert(longest).second) << "bin served twice: " << longest;
     }
-    if (!s.fallback) {
-      EXPECT_FALSE(s.longest_tokens.empty());
+    for (std::int64_t longest : s.shared_top_tokens) EXPECT_GE(widest, longest) << s.strategy.name;
+    if (!s.fallback && !s.longest_tokens.empty()) {
       EXPECT_EQ(s.strategy.name, "up-to-" + std::to_string(s.longest_tokens.back()));
+    } else if (!s.fallback) {
+      // Only answers for k >= 2 documents in a bin (ProposeOptions::top_documents).
+      ASSERT_FALSE(s.shared_top_tokens.empty()) << s.strategy.name;
+      EXPECT_EQ(s.strategy.name, "up-to-" + std::to_string(s.shared_top_tokens.back()) + "-x" +
+                                     std::to_string(s.top_documents));
     }
   }
   EXPECT_EQ(static_cast<int>(served.size()), p.bins);
@@ -523,6 +536,47 @@ TEST(ProposeTest, CpSchemesOnlyWhenTheLongestDocumentNeedsThem) {
   EXPECT_GE(widest, 131'072);
   options.cp_schemes = CpSchemes::kNever;
   EXPECT_THROW(ProposeStrategies(profile, RealLengths(), options), InvalidInput);
+}
+
+// A 2M-token batch at 128K draws two documents of the top bin about once in 200 batches
+// (and several above 64K far more often); with top_documents = 2 the proposal adds, after
+// today's strategies unchanged, one per bin for batches whose two longest lie in it, and
+// the one for the top bin holds both at once.
+TEST(ProposeTest, TopDocumentsTwoAddsStrategiesThatHoldTwoLongestDocuments) {
+  const Profile& profile = Profile32b();
+  ProposeOptions options;
+  options.gpus = 256;
+  options.tokens_per_batch = 2'097'152;
+  options.max_len = 131'072;
+  const Proposal one = ProposeStrategies(profile, RealLengths(), options);
+  options.top_documents = 2;
+  const Proposal two = ProposeStrategies(profile, RealLengths(), options);
+  ExpectValidProposal(two, profile, 256);
+  ASSERT_GT(two.strategies.size(), one.strategies.size());
+  for (std::size_t i = 0; i < one.strategies.size(); ++i) {
+    EXPECT_EQ(two.candidates.strategies[i].name, one.candidates.strategies[i].name);
+    EXPECT_EQ(two.candidates.strategies[i].pipelines, one.candidates.strategies[i].pipelines);
+  }
+  const std::int64_t top = two.strategies.at(1).longest_tokens.back();
+  const auto pair = std::find_if(two.strategies.begin(), two.strategies.end(), [&](const auto& s) {
+    return std::find(s.shared_top_tokens.begin(), s.shared_top_tokens.end(), top) !=
+           s.shared_top_tokens.end();
+  });
+  ASSERT_NE(pair, two.strategies.end());
+  auto holding = [&](const ProposedStrategy& s) {
+    int n = 0;
+    for (const Scheme& x : s.strategy.pipelines) {
+      n += CapacityTokens(profile, x, two.candidates.optimizer_layout) >= top ? 1 : 0;
+    }
+    return n;
+  };
+  EXPECT_EQ(holding(two.strategies[1]), 1);
+  EXPECT_GE(holding(*pair), 2) << StrategyDescription(pair->strategy);
+  options.top_documents = 0;
+  EXPECT_NE(InvalidInputMessage([&] {
+              ProposeStrategies(profile, RealLengths(), options);
+            }).find("top-documents"),
+            std::string::npos);
 }
 
 TEST(ProposeTest, DefaultOptimizerLayoutIsTheWidestCapacityHomogeneousLayout) {
