@@ -95,44 +95,26 @@ void KeepByPlans(const Profile& profile, std::span<const std::int64_t> lengths,
   const int more = a.max_strategies - (longest_index != 0 ? 1 : 0);
   const CandidateSelection chosen =
       SelectCandidatesByPlans(profile, p.candidates, batches, always, more, options);
-  // When the sampled batches stop rewarding more strategies, the rest of the K are the
-  // largest batch shares (the rule without --select-batches): a few batches must not
-  // leave a run with fewer strategies than asked for.
-  std::vector<int> kept = chosen.kept;
-  std::vector<int> by_share;
-  for (int i = 1; i < static_cast<int>(p.strategies.size()); ++i) {
-    if (std::find(kept.begin(), kept.end(), i) == kept.end()) by_share.push_back(i);
-  }
-  std::stable_sort(by_share.begin(), by_share.end(), [&](int x, int y) {
-    return p.strategies[static_cast<std::size_t>(x)].batch_share >
-           p.strategies[static_cast<std::size_t>(y)].batch_share;
-  });
-  for (int i : by_share) {
-    if (static_cast<int>(kept.size()) >= a.max_strategies + 1) break;
-    kept.push_back(i);
-  }
-  std::sort(kept.begin(), kept.end());
   std::vector<ProposedStrategy> strategies;
   CandidateSet candidates = p.candidates;
   candidates.strategies.clear();
-  for (int i : kept) {
+  for (int i : chosen.kept) {
     strategies.push_back(std::move(p.strategies[static_cast<std::size_t>(i)]));
     candidates.strategies.push_back(
         std::move(p.candidates.strategies[static_cast<std::size_t>(i)]));
   }
-  double all = 0, kept_ms = 0;
+  double all = 0, kept = 0;
   for (std::size_t b = 0; b < batches.size(); ++b) {
     all += chosen.all_ms[b];
-    kept_ms += chosen.kept_ms[b];
+    kept += chosen.kept_ms[b];
   }
   if (!a.quiet) {
     const double n = static_cast<double>(batches.size());
     fmt::print(stderr,
-               "hydraulis: kept {} of {} strategies by planning {} sampled batches (seed {}; {} "
-               "chosen by plans, the rest by batch share): mean planned step {:.1f} ms, {:.1f} "
-               "ms with all\n",
-               strategies.size(), p.strategies.size(), batches.size(), a.select_seed,
-               chosen.kept.size(), kept_ms / n, all / n);
+               "hydraulis: kept {} of {} strategies by planning {} sampled batches (seed {}): "
+               "mean planned step {:.1f} ms, {:.1f} ms with all\n",
+               strategies.size(), p.strategies.size(), batches.size(), a.select_seed, kept / n,
+               all / n);
   }
   p.strategies = std::move(strategies);
   p.candidates = std::move(candidates);
