@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "hydraulis/assign/candidate_selection.h"
 #include "hydraulis/assign/lookahead.h"
 #include "hydraulis/assign/micro_batch_layout.h"
 #include "hydraulis/assign/plan_json.h"
@@ -366,6 +367,37 @@ NB_MODULE(_core, m) {
       nb::arg("max_len") = 32'768, nb::arg("resolution") = 128,
       nb::arg("tokens_per_batch") = 200'000, nb::arg("max_strategies") = 0,
       nb::arg("optimizer_layout") = nb::none(), nb::arg("top_documents") = 1);
+
+  m.def(
+      "select_candidates",
+      [](const Profile& profile, const CandidatesText& candidates, nb::handle batches, int more,
+         std::vector<int> always, std::int64_t max_len, int threads) {
+        if (max_len < 1) {
+          throw InvalidInput("max_len: must be >= 1, got " + std::to_string(max_len));
+        }
+        if (threads < 0)
+          throw InvalidInput("threads: must be >= 0, got " + std::to_string(threads));
+        const CandidateSet set = ParseCandidates(candidates.json, candidates.source, profile);
+        std::vector<std::vector<std::int64_t>> values;
+        for (nb::handle b : batches) values.push_back(Lengths(b));
+        PlannerOptions options;
+        options.context_tokens = max_len;
+        options.threads = threads;
+        CandidateSelection chosen;
+        {
+          nb::gil_scoped_release release;
+          chosen = SelectCandidatesByPlans(profile, set, values, always, more, options);
+        }
+        CandidateSet kept = set;
+        kept.strategies.clear();
+        for (int i : chosen.kept)
+          kept.strategies.push_back(set.strategies[static_cast<std::size_t>(i)]);
+        std::string json = CandidatesToJson(kept);
+        return nb::make_tuple(CandidatesText{std::move(json), candidates.source + " (selected)"},
+                              chosen.kept, chosen.kept_ms, chosen.all_ms);
+      },
+      nb::arg("profile"), nb::arg("candidates"), nb::arg("batches"), nb::kw_only(), nb::arg("more"),
+      nb::arg("always"), nb::arg("max_len") = 32'768, nb::arg("threads") = 0);
 
   m.def(
       "simulate",

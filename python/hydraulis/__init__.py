@@ -74,11 +74,22 @@ def propose(profile, lengths, *, gpus, max_len, resolution=128, tokens_per_batch
     simulate; its to_json() is the file `hydraulis propose` writes. max_len (the context
     length, required as --max-len is) must fit the largest usable scheme; optimizer_layout
     is (dp, tp, pp) or None for the default; top_documents is --top-documents (2 adds
-    strategies for batches whose two longest documents share a bin). --select-batches is
-    the CLI's only."""
+    strategies for batches whose two longest documents share a bin); select_candidates is
+    --select-batches."""
     return _core.propose(profile, lengths, gpus=gpus, max_len=max_len, resolution=resolution,
                          tokens_per_batch=tokens_per_batch, max_strategies=max_strategies,
                          optimizer_layout=optimizer_layout, top_documents=top_documents)
+
+
+def select_candidates(profile, candidates, batches, *, more, always, max_len=32768, threads=0):
+    """Keeps a few of many candidate strategies by planning sample batches with all of them
+    (`hydraulis propose --select-batches`, docs/propose.md): `always` (indices; include the
+    strategy that holds your longest documents) plus up to `more` others, each added
+    greedily where it most lowers the batches' summed planned step. Returns (Candidates,
+    kept indices, per-batch best ms with the kept ones, per-batch best ms with all);
+    deterministic on any thread count."""
+    return _core.select_candidates(profile, candidates, batches, more=more, always=list(always),
+                                   max_len=max_len, threads=threads)
 
 
 def simulate(profile, candidates, dataset, *, system="ours", steps=1, tokens_per_batch=200000,

@@ -102,6 +102,12 @@ def propose(profile: Profile, lengths: Union[Sequence[int], npt.NDArray[np.integ
             tokens_per_batch: int = 200000, max_strategies: int = 0,
             optimizer_layout: Union[tuple[int, int, int], None] = None,
             top_documents: int = 1) -> Candidates: ...
+def select_candidates(profile: Profile, candidates: Candidates,
+                      batches: Sequence[Union[Sequence[int], npt.NDArray[np.integer]]], *,
+                      more: int, always: Sequence[int], max_len: int = 32768,
+                      threads: int = 0) -> tuple[Candidates, list[int], list[float], list[float]]: ...
+
+
 def simulate(profile: Profile, candidates: Candidates,
              dataset: Union[Sequence[int], npt.NDArray[np.integer]], *, system: str = "ours",
              steps: int = 1, tokens_per_batch: int = 200000, max_len: int = 32768,

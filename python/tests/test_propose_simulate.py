@@ -39,6 +39,31 @@ def test_propose_equals_the_cli():
                           optimizer_layout=(0, 8, 1))
 
 
+def test_select_candidates_keeps_what_the_cli_keeps():
+    run = subprocess.run([BIN, "propose", "--profile", PROFILE, "--lengths", WIKIPEDIA,
+                          "--gpus", "64", "--max-len", "16384", "--top-documents", "2",
+                          "--max-strategies", "3", "--select-batches", "4", "--select-seed", "3",
+                          "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    profile = hydraulis.load_profile(PROFILE)
+    lengths = hydraulis.read_lengths(WIKIPEDIA)
+    proposed = hydraulis.propose(profile, lengths, gpus=64, max_len=16384, top_documents=2)
+    sampler = hydraulis.BatchSampler(lengths, tokens_per_batch=200000, max_len=16384, seed=3)
+    batches = [sampler.next()[0] for _ in range(4)]
+    # The CLI keeps the fallback (0) and the longest bin's strategy (1 here).
+    kept, indices, kept_ms, all_ms = hydraulis.select_candidates(
+        profile, proposed, batches, more=2, always=[0, 1], max_len=16384, threads=2)
+    assert kept.to_json() == run.stdout
+    assert indices[:2] == [0, 1] and len(indices) <= 4
+    assert all(k >= a for k, a in zip(kept_ms, all_ms))
+    count = len(json.loads(proposed.to_json())["strategies"])
+    _, every, kept_ms, all_ms = hydraulis.select_candidates(
+        profile, proposed, batches, more=count, always=[0], max_len=16384)
+    assert kept_ms == all_ms
+    with pytest.raises(ValueError, match="no candidate"):
+        hydraulis.select_candidates(profile, proposed, batches, more=1, always=[count])
+
+
 @pytest.mark.parametrize("system,overlap", [("ours", True), ("static-fixed", True),
                                             ("ours", False)])
 def test_simulate_equals_the_cli(tmp_path, system, overlap):
