@@ -757,6 +757,45 @@ TEST(LowerBoundTest, LongestDocumentBoundOverGroupsIsThePerPipelineBound) {
   }
 }
 
+// A strategy whose short-context pipelines (TP2,PP2: 4,608 tokens) cannot take the
+// documents above 4.6K leaves those to its cp pipelines. Their balanced-share estimate
+// misses the exchange and the slowest rank, so the plain dispatch gives them short
+// documents too, and no single move off a cp pipeline lowers its slowest rank. The
+// calibrated dispatch (and the level moves) must move that work to the idle pipelines.
+TEST(TwoStageTest, CalibratedDispatchRelievesOverloadedCpPipelines) {
+  CaseStudy cs;
+  const std::string json = R"({"format": "hydraulis.candidates/1", "gpus": 256,
+    "optimizer_layout": {"dp": 16, "tp": 16, "pp": 1},
+    "strategies": [{"name": "cp-heavy", "pipelines": [
+      {"count": 2, "cp": 4, "tp": 8, "pp": 1}, {"count": 2, "cp": 4, "tp": 4, "pp": 1},
+      {"count": 7, "cp": 2, "tp": 4, "pp": 1}, {"count": 26, "cp": 1, "tp": 2, "pp": 2}]}]})";
+  const CandidateSet candidates = ParseCandidates(json, "cp-heavy", cs.profile);
+  PlannerOptions options;
+  options.context_tokens = 131'072;
+  const Planner planner(cs.profile, candidates, options);
+  // The bundled sample, so the batches are the same with or without the shared data; cut
+  // to the widest pipeline's capacity (CP4,TP8).
+  const std::vector<std::int64_t> dataset =
+      ReadLengths(kRoot + "/data/wikipedia-sample-lengths.txt");
+  BatchSampler sampler(dataset, {2'097'152, 96'256, 1});
+  double before = 0, after = 0;
+  int improved = 0;
+  for (int b = 0; b < 8; ++b) {
+    const AssignProblem problem = planner.Problem(sampler.Next().lengths, 0);
+    TwoStageOptions plain;
+    plain.cp_calibration_rounds = 0;
+    const Assignment x = AssignTwoStage(problem, plain);
+    const Assignment y = AssignTwoStage(problem, TwoStageOptions{});
+    EXPECT_EQ(CheckAssignment(problem, y), "");
+    before += x.step_ms;
+    after += y.step_ms;
+    improved += y.step_ms < 0.98 * x.step_ms ? 1 : 0;
+  }
+  // Measured: 3 of the 8 batches 2-6 % faster, none slower, 1.7 % in all.
+  EXPECT_GE(improved, 3);
+  EXPECT_LT(after, 0.99 * before) << "calibrated " << after << " ms, plain " << before << " ms";
+}
+
 TEST(TwoStageTest, LargeGroupsDispatchAsWellAsTheFullScan) {
   // 160 TP4 and 8 TP16 pipelines: stage 1 offers a document only the least-loaded of the
   // 160 identical TP4 pipelines instead of scanning them all. On real batches its plans

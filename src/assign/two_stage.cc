@@ -69,7 +69,7 @@ class Solver {
                      [](const PipelineModel& m) { return m.scheme.cp > 1; })) {
       return;
     }
-    for (int round = 0; round < kCalibrationRounds; ++round) {
+    for (int round = 0; round < options_.cp_calibration_rounds; ++round) {
       const double before = packed_[Slowest()].ms;
       const auto saved_docs = docs_;
       const auto saved_packed = packed_;
@@ -383,7 +383,6 @@ class Solver {
   }
 
   static constexpr int kSwapSources = 64;
-  static constexpr int kCalibrationRounds = 3;
   static constexpr std::int64_t kRepackBudgetPerDocument = 4;
   static constexpr std::int64_t kExtraVerifyBudgetPerDocument = 2;
   static constexpr std::int64_t kRepackBudgetBase = std::int64_t{1} << 19;
