@@ -19,10 +19,14 @@ struct TwoStageOptions {
   // pipelines, and only the least-loaded member of a larger group (>= 1): the plain scan
   // costs O(pipelines) per document, which strategies of thousands of pipelines cannot pay.
   int scanned_group_members = 64;
-  // Strategies with cp pipelines: rounds of re-dispatching with each cp pipeline's
-  // estimate scaled by its packed time over its estimate, kept while the packed step falls
-  // (>= 0; 0: none). docs/design.md, "Stage 1".
+  // When the local search stops above stop_below_ms with a cp pipeline the slowest: rounds
+  // of re-dispatching with each cp pipeline's estimate scaled by its packed time over its
+  // estimate, then a second local search; the faster result is kept (>= 0; 0: none).
+  // docs/design.md, "Stage 1".
   int cp_calibration_rounds = 3;
+  // ... only on strategies of at most this many pipelines: at 16,384 GPUs (1,800 and more)
+  // it doubled the slowest steps' planning time and changed no plan (docs/benchmarks.md).
+  int cp_calibration_max_pipelines = 512;
   // Stop early once the step time is within this relative distance of `stop_below_ms`.
   double stop_below_ms = 0;
   // Threads for one problem (>= 1): with cp pipelines its two assignments (the plain and
