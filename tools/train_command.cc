@@ -132,17 +132,19 @@ int Train(TrainArgs& a) {
       std::fflush(stderr);
       std::_Exit(3);
     }
-    const TrainingStepRecord r = job.RunStep();
-    if (!chief) continue;
-    PrintStep(r);
-    // One complete line per step, flushed, so a log read during or after a failed run
-    // never holds half a record.
-    if (log.is_open()) {
-      log << StepLogLine(r, run.compute(), run.profile_derived()) << '\n' << std::flush;
-      if (!log)
-        throw IoError("--log-json " + a.log_json + ": write failed (step " +
-                      std::to_string(r.step) + ")");
-    }
+    // Printed and logged before the step's checkpoint is saved (RunStep's on_step).
+    job.RunStep([&](const TrainingStepRecord& r) {
+      if (!chief) return;
+      PrintStep(r);
+      // One complete line per step, flushed, so a log read during or after a failed run
+      // never holds half a record.
+      if (log.is_open()) {
+        log << StepLogLine(r, run.compute(), run.profile_derived()) << '\n' << std::flush;
+        if (!log)
+          throw IoError("--log-json " + a.log_json + ": write failed (step " +
+                        std::to_string(r.step) + ")");
+      }
+    });
   }
   run.trainer().control().Barrier();  // rank 0 hosts the store: no rank may still need it
   if (chief) {

@@ -132,7 +132,8 @@ void TrainingJob::Save(int steps_done) {
                  trainer_.control(), options_.keep_checkpoints);
 }
 
-TrainingStepRecord TrainingJob::RunStep() {
+TrainingStepRecord TrainingJob::RunStep(
+    const std::function<void(const TrainingStepRecord&)>& on_step) {
   if (done()) throw InternalError("TrainingJob::RunStep: the job is done");
   TrainingStepRecord record;
   record.step = next_step_;
@@ -146,11 +147,14 @@ TrainingStepRecord TrainingJob::RunStep() {
   record.result = Train(planned.plan, documents, record.step);
   CheckUpdate(record);
   ++next_step_;
+  Describe(planned.plan, record);
+  // Before the checkpoint: a process killed in between must not leave a saved step that
+  // its log never recorded (the resume would start after it).
+  if (on_step) on_step(record);
   if (!options_.checkpoint_dir.empty() &&
       (done() || (options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0))) {
     Save(next_step_);
   }
-  Describe(planned.plan, record);
   return record;
 }
 

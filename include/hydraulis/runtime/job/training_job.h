@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,8 +78,9 @@ class TrainingJob {
   // Runs step next_step() (a collective over all ranks) and saves a checkpoint when the
   // cadence or the end says so. A non-finite loss or gradient norm without
   // skip_nonfinite_steps throws Error naming the step, before any update or checkpoint
-  // (the same on every rank).
-  TrainingStepRecord RunStep();
+  // (the same on every rank). `on_step`, when given, gets the step's record before its
+  // checkpoint is saved, so a step log it writes is never behind the newest checkpoint.
+  TrainingStepRecord RunStep(const std::function<void(const TrainingStepRecord&)>& on_step = {});
 
   // Totals over the steps this process ran (a resumed run counts from its resume).
   struct Totals {
