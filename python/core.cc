@@ -388,10 +388,7 @@ NB_MODULE(_core, m) {
           nb::gil_scoped_release release;
           chosen = SelectCandidatesByPlans(profile, set, values, always, more, options);
         }
-        CandidateSet kept = set;
-        kept.strategies.clear();
-        for (int i : chosen.kept)
-          kept.strategies.push_back(set.strategies[static_cast<std::size_t>(i)]);
+        const CandidateSet kept = KeptCandidates(set, chosen.kept);
         std::string json = CandidatesToJson(kept);
         return nb::make_tuple(CandidatesText{std::move(json), candidates.source + " (selected)"},
                               chosen.kept, chosen.kept_ms, chosen.all_ms);

@@ -96,13 +96,10 @@ void KeepByPlans(const Profile& profile, std::span<const std::int64_t> lengths,
   const CandidateSelection chosen =
       SelectCandidatesByPlans(profile, p.candidates, batches, always, more, options);
   std::vector<ProposedStrategy> strategies;
-  CandidateSet candidates = p.candidates;
-  candidates.strategies.clear();
   for (int i : chosen.kept) {
     strategies.push_back(std::move(p.strategies[static_cast<std::size_t>(i)]));
-    candidates.strategies.push_back(
-        std::move(p.candidates.strategies[static_cast<std::size_t>(i)]));
   }
+  CandidateSet candidates = KeptCandidates(p.candidates, chosen.kept);
   double all = 0, kept = 0;
   for (std::size_t b = 0; b < batches.size(); ++b) {
     all += chosen.all_ms[b];

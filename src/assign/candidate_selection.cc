@@ -71,6 +71,18 @@ std::vector<int> GreedyCoverSelection(const std::vector<std::vector<double>>& ms
   return added;
 }
 
+CandidateSet KeptCandidates(const CandidateSet& candidates, std::span<const int> kept) {
+  CandidateSet out = candidates;
+  out.strategies.clear();
+  for (int i : kept) {
+    if (i < 0 || i >= static_cast<int>(candidates.strategies.size())) {
+      throw InvalidInput("candidate selection: no candidate " + std::to_string(i));
+    }
+    out.strategies.push_back(candidates.strategies[static_cast<std::size_t>(i)]);
+  }
+  return out;
+}
+
 CandidateSelection SelectCandidatesByPlans(const Profile& profile, const CandidateSet& candidates,
                                            std::span<const std::vector<std::int64_t>> batches,
                                            std::span<const int> always, int more,

@@ -33,6 +33,9 @@ struct CandidateSelection {
 std::vector<int> GreedyCoverSelection(const std::vector<std::vector<double>>& ms,
                                       std::span<const int> always, int more);
 
+// The candidates of `candidates` at the indices `kept` (ascending, valid), in that order.
+CandidateSet KeptCandidates(const CandidateSet& candidates, std::span<const int> kept);
+
 // Plans every batch with ours over all of `candidates` (PlannerOptions `options`, whose
 // only_strategy must be -1) and keeps `always` plus up to `more` candidates chosen by
 // GreedyCoverSelection. A candidate's value on a batch is its planned step time, or its
