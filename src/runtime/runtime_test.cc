@@ -19,6 +19,7 @@
 #include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/model/host_copy.h"
 #include "hydraulis/runtime/model/packed_batch.h"
+#include "hydraulis/runtime/model/rms_norm.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/spec/model_config.h"
 #include "runtime/testing/reference_trainer.h"
@@ -161,6 +162,52 @@ TEST(AttentionTest, RotaryIsIdentityAtPositionZeroAndKeepsNorms) {
   at::Tensor pos = at::tensor(std::vector<std::int64_t>{1, 7, 300});
   at::Tensor y = ApplyRotary(x, pos, 10000.0);
   EXPECT_LT(RelativeError(y.norm(2, {2}), x.norm(2, {2})), 1e-6);
+}
+
+// The rotation as one autograd node (no rotated copy) against the rotate-half formula
+// through autograd: the same values and the same input gradient.
+TEST(AttentionTest, RotaryMatchesRotateHalfFormulaAndItsGradient) {
+  at::manual_seed(3);
+  const at::Tensor pos = at::tensor(std::vector<std::int64_t>{0, 5, 1, 900, 17});
+  const RotaryTable table = MakeRotaryTable(pos, 8, 10000.0, at::kFloat);
+  const at::Tensor x = at::randn({5, 3, 8}, at::kFloat).requires_grad_(true);
+  const at::Tensor ref_x = x.detach().clone().requires_grad_(true);
+  const at::Tensor upstream = at::randn({5, 3, 8}, at::kFloat);
+  const at::Tensor y = ApplyRotary(x, table);
+  const at::Tensor rotated =
+      at::cat({-ref_x.slice(2, 4, 8), ref_x.slice(2, 0, 4)}, 2);  // rotate_half
+  const at::Tensor ref = ref_x * table.cos + rotated * table.sin;
+  EXPECT_LT(RelativeError(y, ref), 1e-6);
+  (y * upstream).sum().backward();
+  (ref * upstream).sum().backward();
+  EXPECT_LT(RelativeError(x.grad(), ref_x.grad()), 1e-6);
+}
+
+// The RMSNorm node against the decomposed formula through autograd, in fp32 and bf16: the
+// values and the gradients of input and weight.
+TEST(RmsNormTest, MatchesDecomposedFormulaAndItsGradients) {
+  at::manual_seed(4);
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const double tolerance = dtype == at::kFloat ? 1e-5 : 2e-2;
+    const at::Tensor x0 = at::randn({2, 7, 16}, at::kFloat).mul_(3).to(dtype);
+    const at::Tensor w0 = at::randn({16}, at::kFloat).to(dtype);
+    const at::Tensor x = x0.clone().requires_grad_(true);
+    const at::Tensor w = w0.clone().requires_grad_(true);
+    const at::Tensor rx = x0.clone().requires_grad_(true);
+    const at::Tensor rw = w0.clone().requires_grad_(true);
+    const at::Tensor upstream = at::randn({2, 7, 16}, at::kFloat).to(dtype);
+    const at::Tensor y = RmsNorm(x, w, 1e-5);
+    ASSERT_EQ(y.scalar_type(), dtype);
+    ASSERT_EQ(y.sizes(), x.sizes());
+    const at::Tensor xf = rx.to(at::kFloat);
+    const at::Tensor ref =
+        (xf * at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + 1e-5)).to(dtype) * rw;
+    EXPECT_LT(RelativeError(y.to(at::kFloat), ref.to(at::kFloat)), tolerance);
+    (y * upstream).sum().backward();
+    (ref * upstream).sum().backward();
+    EXPECT_LT(RelativeError(x.grad().to(at::kFloat), rx.grad().to(at::kFloat)), tolerance);
+    EXPECT_LT(RelativeError(w.grad().to(at::kFloat), rw.grad().to(at::kFloat)), tolerance);
+  }
 }
 
 TEST(ModelTest, PackedEqualsPerDocument) {

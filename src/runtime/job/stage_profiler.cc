@@ -218,12 +218,14 @@ double ActivationBytesPerTokenHiddenLayer(const ModelConfig& config, int tp) {
   const double hidden = s.hidden;
   const double kv_width = static_cast<double>(s.kv_heads) * config.head_dim();
   const double head_dim = config.head_dim();
-  // Every tp rank: the attention and MLP RMSNorms' input, x * rsqrt(...) and output (3 each),
-  // their two per-token rsqrt values, and the rotary cos and sin tables of q and k.
-  const double replicated = 6 * hidden + 2 + 4 * head_dim;
-  // This rank's shard: q and k before rotary, their rotated halves and after rotary (3 each),
-  // v, the attention output, and the SwiGLU gate, silu(gate), up and their product.
-  const double sharded = (4 * hidden + 4 * kv_width + 4.0 * s.ffn) / tp;
+  // Every tp rank: the attention and MLP RMSNorms' input and output (2 each; rms_norm.h keeps
+  // no normalised copy), their two per-token rsqrt values, and the rotary cos and sin tables
+  // of q and k.
+  const double replicated = 4 * hidden + 2 + 4 * head_dim;
+  // This rank's shard: q and k after rotary (the rotation keeps neither its input nor a
+  // rotated copy), v, the attention output, and the SwiGLU gate, silu(gate), up and their
+  // product.
+  const double sharded = (2 * hidden + 2 * kv_width + 4.0 * s.ffn) / tp;
   return kFp32Bytes * (replicated + sharded) / (hidden / tp);
 }
 

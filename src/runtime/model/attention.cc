@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/model/host_copy.h"
 
@@ -170,19 +172,18 @@ at::Tensor SdpaVarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, c
     at::Tensor qs = q.slice(0, cu_seqlens_q[i], cu_seqlens_q[i + 1]).transpose(0, 1).unsqueeze(0);
     at::Tensor ks = k.slice(0, cu_seqlens_k[i], cu_seqlens_k[i + 1]).transpose(0, 1);
     at::Tensor vs = v.slice(0, cu_seqlens_k[i], cu_seqlens_k[i + 1]).transpose(0, 1);
-    if (group > 1) {
-      ks = ks.repeat_interleave(group, 0);
-      vs = vs.repeat_interleave(group, 0);
-    }
+    // enable_gqa: query head h reads key/value head h / group inside the kernel, with no
+    // repeated copies of k and v (nor their gradients' sums in backward).
+    const bool gqa = group > 1;
     at::Tensor out;
     if (lq == lk) {
       out = at::scaled_dot_product_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), {}, 0.0,
-                                             /*is_causal=*/true);
+                                             /*is_causal=*/true, std::nullopt, gqa);
     } else {
       // Query j sits at key row lk - lq + j: it sees keys up to there.
       const at::Tensor visible = at::ones({lq, lk}, q.options().dtype(at::kBool)).tril(lk - lq);
       out = at::scaled_dot_product_attention(qs, ks.unsqueeze(0), vs.unsqueeze(0), visible, 0.0,
-                                             /*is_causal=*/false);
+                                             /*is_causal=*/false, std::nullopt, gqa);
     }
     outputs.push_back(out.squeeze(0).transpose(0, 1));
   }
@@ -240,13 +241,40 @@ RotaryTable MakeRotaryTable(const at::Tensor& positions, std::int64_t head_dim, 
   return {full.cos().to(dtype), full.sin().to(dtype)};
 }
 
+namespace {
+
+// out = x * cos + rotate_half(x) * sin, with rotate_half(x) = [-x2, x1], as one autograd node:
+// out1 = x1 c - x2 s and out2 = x2 c + x1 s (cos and sin repeat over the two halves), so
+// dx1 = g1 c + g2 s and dx2 = g2 c - g1 s. Written with multiply-adds into halves of one
+// output, it makes no rotated copy, no negation and no zero-filled slice gradients.
+struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& cos, const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return Rotate(x, cos, sin, /*inverse=*/false);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return {Rotate(grads[0], saved[0], saved[1], /*inverse=*/true), at::Tensor(), at::Tensor()};
+  }
+  // The rotation by +angle (forward) or -angle (its transpose, for the gradient).
+  static at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                           bool inverse) {
+    const std::int64_t dim = x.size(2);
+    const std::int64_t half = dim / 2;
+    at::Tensor out = at::mul(x, cos);
+    const double sign = inverse ? -1.0 : 1.0;
+    out.slice(2, 0, half).addcmul_(x.slice(2, half, dim), sin.slice(2, 0, half), -sign);
+    out.slice(2, half, dim).addcmul_(x.slice(2, 0, half), sin.slice(2, half, dim), sign);
+    return out;
+  }
+};
+
+}  // namespace
+
 at::Tensor ApplyRotary(const at::Tensor& x, const RotaryTable& table) {
-  const std::int64_t dim = x.size(2);
-  const std::int64_t half = dim / 2;
-  at::Tensor x1 = x.slice(2, 0, half);
-  at::Tensor x2 = x.slice(2, half, dim);
-  at::Tensor rotated = at::cat({-x2, x1}, 2);
-  return x * table.cos + rotated * table.sin;
+  return RotaryFunction::apply(x, table.cos, table.sin);
 }
 
 at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& positions, double theta) {

@@ -9,20 +9,13 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/attention.h"
+#include "hydraulis/runtime/model/rms_norm.h"
 
 namespace hydraulis {
 namespace {
 
 // Standard deviation of the initial weight matrices (GPT-2 / LLaMA reference init).
 constexpr double kInitStd = 0.02;
-
-// Normalised in fp32 and cast back before the weight, as transformers' LlamaRMSNorm and
-// Megatron do under bf16; in fp32 the casts are no-ops.
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-  return normed.to(x.scalar_type()) * weight;
-}
 
 // x [tokens, in] times a weight stored [out, in], as torch.nn.Linear without bias.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
@@ -70,6 +63,14 @@ struct ReduceFromTensorParallel : public torch::autograd::Function<ReduceFromTen
     return {grads[0], at::Tensor()};
   }
 };
+
+// x + g(Linear(y, weight)). Without tensor parallelism the sum is the product's accumulator
+// (one addmm: no separate addition pass or temporary, and its gradient is the output's).
+at::Tensor Residual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight,
+                    CommGroup* group) {
+  if (group == nullptr) return at::addmm(x, y, weight.t());
+  return x + ReduceFromTensorParallel::apply(Linear(y, weight), group);
+}
 
 }  // namespace
 
@@ -380,9 +381,6 @@ at::Tensor Transformer::RunStage(const at::Tensor& token_ids, const at::Tensor& 
   auto f = [&](const at::Tensor& t) {
     return group == nullptr ? t : CopyToTensorParallel::apply(t, group);
   };
-  auto g = [&](const at::Tensor& t) {
-    return group == nullptr ? t : ReduceFromTensorParallel::apply(t, group);
-  };
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     fetch(layer_ends_[i]);
@@ -393,9 +391,9 @@ at::Tensor Transformer::RunStage(const at::Tensor& token_ids, const at::Tensor& 
     q = ApplyRotary(q, rotary);
     k = ApplyRotary(k, rotary);
     at::Tensor attn = attend(q, k, v);
-    x = x + g(Linear(attn.reshape({tokens, heads * dim}), l.wo));
+    x = Residual(x, attn.reshape({tokens, heads * dim}), l.wo, group);
     h = f(RmsNorm(x, l.mlp_norm, config_.norm_eps));
-    x = x + g(Linear(at::silu(Linear(h, l.w_gate)) * Linear(h, l.w_up), l.w_down));
+    x = Residual(x, at::silu(Linear(h, l.w_gate)) * Linear(h, l.w_up), l.w_down, group);
   }
   if (!part_.has_head) return x;
   fetch(parameters_.size());
