@@ -94,7 +94,7 @@ def build(b):
     # Flags taking a real number: 1e23 is a finite number there, legitimately accepted.
     float_flags = {"--backward-to-forward", "--nvlink-gbytes-per-s", "--network-gbits-per-node",
                    "--p2p-latency-us", "--collective-latency-us", "--grad-bytes-per-param",
-                   "--optimizer-ms", "--hbm-gbytes-per-s"}
+                   "--optimizer-ms", "--hbm-gbytes-per-s", "--select-tolerance"}
     flag_sets = {
         "plan": (plan + ["--lengths", lengths],
                  ["--seed", "--backward-to-forward"]),
@@ -108,7 +108,8 @@ def build(b):
                       "--hbm-gbytes-per-s", "--trace-steps", "--ddp-bucket-size"]),
         "propose": (["propose", "--profile", profile, "--lengths", dataset, "--quiet"],
                     ["--gpus", "--max-len", "--resolution", "--tokens-per-batch",
-                     "--max-strategies", "--top-documents", "--select-batches"]),
+                     "--max-strategies", "--top-documents", "--select-batches",
+                     "--select-tolerance"]),
         "stats": (["stats", "--lengths", dataset], ["--max-len", "--resolution"]),
     }
     for sub, (base, flags) in flag_sets.items():

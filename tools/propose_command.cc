@@ -2,7 +2,9 @@
 // (method.md 2.4, docs/propose.md), written in the format `hydraulis plan` reads.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,6 +36,7 @@ struct ProposeArgs {
   int top_documents = 1;
   int select_batches = 0;
   std::uint64_t select_seed = 1;
+  double select_tolerance = 0.0;
   CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
   bool quiet = false;
   LengthFlags source;
@@ -92,6 +95,7 @@ void KeepByPlans(const Profile& profile, std::span<const std::int64_t> lengths,
   PlannerOptions options;
   options.context_tokens = a.max_len;
   options.threads = 0;
+  options.prune_tolerance = a.select_tolerance;
   const int more = a.max_strategies - (longest_index != 0 ? 1 : 0);
   const CandidateSelection chosen =
       SelectCandidatesByPlans(profile, p.candidates, batches, always, more, options);
@@ -155,6 +159,10 @@ int RunPropose(const ProposeArgs& a) {
   if (a.select_batches < 0) {
     throw InvalidInput("--select-batches: must be >= 0, got " + std::to_string(a.select_batches));
   }
+  if (!(a.select_tolerance >= 0.0) || !std::isfinite(a.select_tolerance)) {
+    throw InvalidInput("--select-tolerance: must be a finite number >= 0, got " +
+                       std::to_string(a.select_tolerance));
+  }
   if (a.select_batches > 0) {
     if (a.max_strategies < 1) {
       throw InvalidInput("--select-batches " + std::to_string(a.select_batches) +
@@ -213,6 +221,9 @@ Command AddProposeCommand(CLI::App& app) {
                   "strategy and keep those that most lower their planned steps (0: keep by "
                   "batch share)")
       ->capture_default_str();
+  cmd->add_option("--select-tolerance", a->select_tolerance,
+                  "with --select-batches: skip planning a strategy on a batch when its lower "
+                  "bound is within this fraction of the best plan found (e.g. 0.02; default 0)");
   cmd->add_option("--select-seed", a->select_seed,
                   "seed of the --select-batches batches (as plan --seed draws them)")
       ->capture_default_str();

@@ -283,6 +283,41 @@ TEST(PlannerTest, PlansAreTheSameBytesOnAnyThreadCount) {
             std::string::npos);
 }
 
+// A prune tolerance t skips candidates whose bound is within t of the best plan: the plan is
+// never more than t above the exact search's, and no more candidates are planned.
+TEST(PlannerTest, PruneToleranceBoundsTheLossAndPlansNoMore) {
+  CaseStudy cs;
+  PlannerOptions exact;
+  PlannerOptions loose = exact;
+  loose.prune_tolerance = 0.05;
+  const Planner a(cs.profile, cs.candidates, exact);
+  const Planner b(cs.profile, cs.candidates, loose);
+  auto planned = [](const Plan& p) {
+    int n = 0;
+    for (const CandidateReport& c : p.candidates) n += c.status == CandidateStatus::kPlanned;
+    return n;
+  };
+  int fewer = 0;
+  for (const auto& batch : RealBatches(8, 200'000, 13)) {
+    const Plan pa = a.PlanBatch(batch);
+    const Plan pb = b.PlanBatch(batch);
+    EXPECT_GE(pb.estimated_step_ms, pa.estimated_step_ms * (1 - 1e-12));
+    EXPECT_LE(pb.estimated_step_ms, pa.estimated_step_ms * 1.05 * (1 + 1e-12));
+    EXPECT_LE(planned(pb), planned(pa));
+    fewer += planned(pb) < planned(pa);
+  }
+  EXPECT_GT(fewer, 0);
+  for (const double bad :
+       {-0.1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    PlannerOptions o;
+    o.prune_tolerance = bad;
+    EXPECT_NE(test_support::InvalidInputMessage([&] {
+                Planner(cs.profile, cs.candidates, o);
+              }).find("prune tolerance"),
+              std::string::npos);
+  }
+}
+
 // Every plan says how it stands: time-limit exactly when a solver stopped at its limit,
 // optimal exactly when its time meets the lower bound, within-gap otherwise.
 TEST(PlannerTest, PlansCarryTheirSolveStatus) {

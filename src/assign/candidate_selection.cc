@@ -100,7 +100,9 @@ CandidateSelection SelectCandidatesByPlans(const Profile& profile, const Candida
       if (c.status == CandidateStatus::kPlanned) {
         v = c.estimated_step_ms;
       } else if (c.status == CandidateStatus::kPruned) {
-        v = c.lower_bound_ms;
+        // Pruned within the tolerance, its bound may sit below the best plan; it is credited
+        // with no gain over that plan, which it could beat by at most the tolerance.
+        v = std::max(c.lower_bound_ms, plan.estimated_step_ms);
       }
       if (v < kInf && static_cast<std::size_t>(c.index) < options.strategy_overhead_ms.size()) {
         v += options.strategy_overhead_ms[static_cast<std::size_t>(c.index)];

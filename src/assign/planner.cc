@@ -56,6 +56,10 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
     throw InvalidInput("threads must be >= 0 (0: one per hardware thread), got " +
                        std::to_string(options_.threads));
   }
+  if (!(options_.prune_tolerance >= 0.0) || !std::isfinite(options_.prune_tolerance)) {
+    throw InvalidInput("prune tolerance must be a finite number >= 0, got " +
+                       std::to_string(options_.prune_tolerance));
+  }
   if (options_.context_tokens < 1) {
     throw InvalidInput("context length must be >= 1, got " +
                        std::to_string(options_.context_tokens));
@@ -381,14 +385,14 @@ class BatchPlanning {
       wave.clear();
       while (static_cast<int>(wave.size()) < threads) {
         const CandidateOrder::Entry* front = order.Front();
-        if (front == nullptr || promise(front->index) >= best_score_) break;
+        if (front == nullptr || promise(front->index) >= PruneAbove()) break;
         if (front->full) {
           wave.push_back(order.Pop().index);
           continue;
         }
         // Full bounds for the next candidates at the front that still lack one.
         unbounded.clear();
-        order.PopUnbounded(kBoundsPerBatch * threads, best_score_, unbounded);
+        order.PopUnbounded(kBoundsPerBatch * threads, PruneAbove(), unbounded);
         bounds.assign(unbounded.size(), 0.0);
         ParallelFor(static_cast<int>(unbounded.size()), threads, [&](int k) {
           bounds[static_cast<std::size_t>(k)] =
@@ -409,7 +413,7 @@ class BatchPlanning {
       // the best plan, which only falls.
       for (std::size_t k = 0; k < wave.size(); ++k) {
         const int i = wave[k];
-        if (promise(i) >= best_score_) {
+        if (promise(i) >= PruneAbove()) {
           Report(i).status = CandidateStatus::kPruned;
         } else {
           consider(i, std::move(assigned[k]));
@@ -419,6 +423,10 @@ class BatchPlanning {
     // What is left cannot beat the best plan.
     for (const int i : order.Remaining()) Report(i).status = CandidateStatus::kPruned;
   }
+
+  // A candidate whose bound is at or above this cannot beat the best plan by more than
+  // PlannerOptions::prune_tolerance: the best plan's score itself when the tolerance is 0.
+  double PruneAbove() const { return best_score_ / (1.0 + options_.prune_tolerance); }
 
   // Threads for this batch: PlannerOptions::threads, or 1 when the batch is too small for
   // threads to pay for their start.

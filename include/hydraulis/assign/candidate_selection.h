@@ -38,9 +38,10 @@ CandidateSet KeptCandidates(const CandidateSet& candidates, std::span<const int>
 
 // Plans every batch with ours over all of `candidates` (PlannerOptions `options`, whose
 // only_strategy must be -1) and keeps `always` plus up to `more` candidates chosen by
-// GreedyCoverSelection. A candidate's value on a batch is its planned step time, or its
-// lower bound where the planner pruned it (its plan would be no faster than the chosen
-// one), or +inf where it cannot hold the batch; plus its overhead. Deterministic: the
+// GreedyCoverSelection. A candidate's value on a batch is its planned step time, or where the
+// planner pruned it the larger of its lower bound and the chosen plan's step (its plan would
+// be no faster than the chosen one, or at most options.prune_tolerance faster), or +inf
+// where it cannot hold the batch; plus its overhead. Deterministic: the
 // same inputs give the same selection on every thread count.
 CandidateSelection SelectCandidatesByPlans(const Profile& profile, const CandidateSet& candidates,
                                            std::span<const std::vector<std::int64_t>> batches,

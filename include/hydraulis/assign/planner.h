@@ -55,6 +55,11 @@ struct PlannerOptions {
   // cp > 1 pipelines shard every document of a micro-batch (Megatron-LM's rule, the
   // static-cp baseline) instead of laying them out by the cost model (cost/cp_layout.h).
   bool shard_every_document = false;
+  // Ours skips a candidate whose lower bound is within this fraction of the best plan found
+  // so far (bound >= best / (1 + tolerance)): it could lower the step by at most that much.
+  // 0 (the default) plans every candidate that can beat the best at all. Candidate selection
+  // (candidate_selection.h) uses a small tolerance to plan fewer strategies per batch.
+  double prune_tolerance = 0.0;
   // Threads that compute candidates' bounds and assignments (>= 0; 0: one per hardware
   // thread). The plan is the same for every count (planner.cc, SearchOurs); batches of
   // fewer than 2^16 pipeline-document pairs use one. The trainer's ranks plan on one
