@@ -371,7 +371,7 @@ NB_MODULE(_core, m) {
   m.def(
       "select_candidates",
       [](const Profile& profile, const CandidatesText& candidates, nb::handle batches, int more,
-         std::vector<int> always, std::int64_t max_len, int threads) {
+         std::vector<int> always, std::int64_t max_len, int threads, double prune_tolerance) {
         if (max_len < 1) {
           throw InvalidInput("max_len: must be >= 1, got " + std::to_string(max_len));
         }
@@ -383,6 +383,7 @@ NB_MODULE(_core, m) {
         PlannerOptions options;
         options.context_tokens = max_len;
         options.threads = threads;
+        options.prune_tolerance = prune_tolerance;  // the Planner rejects a bad one
         CandidateSelection chosen;
         {
           nb::gil_scoped_release release;
@@ -394,7 +395,8 @@ NB_MODULE(_core, m) {
                               chosen.kept, chosen.kept_ms, chosen.all_ms);
       },
       nb::arg("profile"), nb::arg("candidates"), nb::arg("batches"), nb::kw_only(), nb::arg("more"),
-      nb::arg("always"), nb::arg("max_len") = 32'768, nb::arg("threads") = 0);
+      nb::arg("always"), nb::arg("max_len") = 32'768, nb::arg("threads") = 0,
+      nb::arg("prune_tolerance") = 0.0);
 
   m.def(
       "simulate",

@@ -81,15 +81,17 @@ def propose(profile, lengths, *, gpus, max_len, resolution=128, tokens_per_batch
                          optimizer_layout=optimizer_layout, top_documents=top_documents)
 
 
-def select_candidates(profile, candidates, batches, *, more, always, max_len=32768, threads=0):
+def select_candidates(profile, candidates, batches, *, more, always, max_len=32768, threads=0,
+                      prune_tolerance=0.0):
     """Keeps a few of many candidate strategies by planning sample batches with all of them
     (`hydraulis propose --select-batches`, docs/propose.md): `always` (indices; include the
     strategy that holds your longest documents) plus up to `more` others, each added
     greedily where it most lowers the batches' summed planned step. Returns (Candidates,
     kept indices, per-batch best ms with the kept ones, per-batch best ms with all);
-    deterministic on any thread count."""
+    deterministic on any thread count. prune_tolerance is --select-tolerance (0: exact)."""
     return _core.select_candidates(profile, candidates, batches, more=more, always=list(always),
-                                   max_len=max_len, threads=threads)
+                                   max_len=max_len, threads=threads,
+                                   prune_tolerance=prune_tolerance)
 
 
 def simulate(profile, candidates, dataset, *, system="ours", steps=1, tokens_per_batch=200000,

@@ -62,6 +62,29 @@ def test_select_candidates_keeps_what_the_cli_keeps():
     assert kept_ms == all_ms
     with pytest.raises(ValueError, match="no candidate"):
         hydraulis.select_candidates(profile, proposed, batches, more=1, always=[count])
+    with pytest.raises(ValueError, match="prune tolerance"):
+        hydraulis.select_candidates(profile, proposed, batches, more=1, always=[0],
+                                    prune_tolerance=-0.5)
+
+
+def test_select_tolerance_is_the_cli_flag():
+    run = subprocess.run([BIN, "propose", "--profile", PROFILE, "--lengths", WIKIPEDIA,
+                          "--gpus", "64", "--max-len", "16384", "--top-documents", "2",
+                          "--max-strategies", "3", "--select-batches", "4", "--select-seed", "3",
+                          "--select-tolerance", "0.05", "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    profile = hydraulis.load_profile(PROFILE)
+    lengths = hydraulis.read_lengths(WIKIPEDIA)
+    proposed = hydraulis.propose(profile, lengths, gpus=64, max_len=16384, top_documents=2)
+    sampler = hydraulis.BatchSampler(lengths, tokens_per_batch=200000, max_len=16384, seed=3)
+    batches = [sampler.next()[0] for _ in range(4)]
+    exact = hydraulis.select_candidates(profile, proposed, batches, more=2, always=[0, 1],
+                                        max_len=16384)
+    loose = hydraulis.select_candidates(profile, proposed, batches, more=2, always=[0, 1],
+                                        max_len=16384, prune_tolerance=0.05)
+    assert loose[0].to_json() == run.stdout
+    # Pruned within 5 %, the best plan over every candidate is at most 5 % above the exact one.
+    assert all(e <= l <= e * 1.05 * (1 + 1e-12) for e, l in zip(exact[3], loose[3]))
 
 
 @pytest.mark.parametrize("system,overlap", [("ours", True), ("static-fixed", True),
