@@ -2,6 +2,7 @@
 #include "hydraulis/base/tolerance.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -12,6 +13,13 @@ namespace {
 std::int64_t Len(const AssignProblem& problem, int d) {
   return problem.lengths[static_cast<std::size_t>(d)];
 }
+
+// Micro-batch counts TryRankBins tries above the first.
+constexpr int kMaxRankBinCounts = 16;
+// How far below its estimate a rank-bin packing's laid-out time may come (the layout rule
+// may place its documents better): packings estimated slower than the best so far by
+// more than this are not laid out.
+constexpr double kEstimateSlack = 0.05;
 
 // Micro-batch times, then the order with the least exact 1F1B time among a few shapes:
 // the schedule exposes the first micro-batch's forward and the last one's backward, so
@@ -361,6 +369,177 @@ bool ShapedPack(const AssignProblem& problem, const PipelineModel& pipe, std::sp
   return true;
 }
 
+namespace {
+
+// RankBinPack, also giving the packing's time as its own rank loads have it (the sum over
+// micro-batches of c plus the slowest rank), which LayOutMicroBatch's layout of the same
+// micro-batches matches or beats in most cases: cheap to compare counts by.
+bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
+                    std::span<const int> docs, int v, MicroBatches& out, double& estimate_ms) {
+  const ShardCost& cost = pipe.shard;
+  const auto cp = static_cast<std::size_t>(cost.cp);
+  const auto bins = static_cast<std::size_t>(v);
+  if (cp < 2 || v < 1) return false;
+  std::vector<double> load(bins * cp, 0.0), memory(bins * cp, 0.0);
+  std::vector<std::int64_t> tokens(bins, 0);
+  MicroBatches mbs(bins);
+  auto slowest = [&](std::size_t b) {
+    return *std::max_element(load.begin() + static_cast<std::ptrdiff_t>(b * cp),
+                             load.begin() + static_cast<std::ptrdiff_t>((b + 1) * cp));
+  };
+  auto fullest = [&](std::size_t b) {
+    return *std::max_element(memory.begin() + static_cast<std::ptrdiff_t>(b * cp),
+                             memory.begin() + static_cast<std::ptrdiff_t>((b + 1) * cp));
+  };
+  // A sharded document goes to the micro-batch whose slowest rank is least loaded (ties:
+  // the lowest index) among those with room on every rank.
+  auto shard = [&](int d) {
+    const std::int64_t s = Len(problem, d);
+    const double share_memory = cost.ShardedMemoryTokens(s);
+    std::size_t chosen = bins;
+    double least = 0;
+    for (std::size_t b = 0; b < bins; ++b) {
+      if (tokens[b] + s > pipe.capacity_tokens || !cost.FitsRank(fullest(b) + share_memory)) {
+        continue;
+      }
+      const double t = slowest(b);
+      if (chosen == bins || t < least) chosen = b, least = t;
+    }
+    if (chosen == bins) return false;
+    const double share = cost.ShardedDocumentMs(s);
+    for (std::size_t r = 0; r < cp; ++r) {
+      load[chosen * cp + r] += share;
+      memory[chosen * cp + r] += share_memory;
+    }
+    tokens[chosen] += s;
+    mbs[chosen].push_back(d);
+    return true;
+  };
+  const std::vector<int> order = LongestFirst(problem.lengths, docs);
+  for (int d : order) {
+    if (!cost.FitsRank(static_cast<double>(Len(problem, d))) && !shard(d)) return false;
+  }
+  // Whole documents, longest first, each on the least-loaded rank with room (ties: the
+  // lowest micro-batch, then rank): a min-heap of (load, rank), popped until one fits.
+  using Entry = std::pair<double, std::size_t>;
+  std::vector<Entry> heap, skipped;
+  auto rebuild = [&] {
+    heap.clear();
+    for (std::size_t k = 0; k < bins * cp; ++k) heap.push_back({load[k], k});
+    std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  };
+  rebuild();
+  for (int d : order) {
+    const std::int64_t s = Len(problem, d);
+    const auto tokens_s = static_cast<double>(s);
+    if (!cost.FitsRank(tokens_s)) continue;
+    std::size_t chosen = bins * cp;
+    skipped.clear();
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      const std::size_t k = heap.back().second;
+      heap.pop_back();
+      if (tokens[k / cp] + s <= pipe.capacity_tokens && cost.FitsRank(memory[k] + tokens_s)) {
+        chosen = k;
+        break;
+      }
+      skipped.push_back({load[k], k});
+    }
+    for (const Entry& e : skipped) {
+      heap.push_back(e);
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
+    if (chosen == bins * cp) {
+      // No rank holds it whole beside what is there: sharded, it needs less of each.
+      if (!shard(d)) return false;
+      rebuild();
+      continue;
+    }
+    load[chosen] += cost.whole.DocumentMs(s);
+    memory[chosen] += tokens_s;
+    heap.push_back({load[chosen], chosen});
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    tokens[chosen / cp] += s;
+    mbs[chosen / cp].push_back(d);
+  }
+  out.clear();
+  estimate_ms = 0;
+  for (std::size_t b = 0; b < bins; ++b) {
+    if (mbs[b].empty()) continue;
+    estimate_ms += cost.whole.c_ms + slowest(b);
+    std::sort(mbs[b].begin(), mbs[b].end());
+    out.push_back(std::move(mbs[b]));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool RankBinPack(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
+                 int v, MicroBatches& out) {
+  double estimate_ms = 0;
+  return RankBinPacking(problem, pipe, docs, v, out, estimate_ms);
+}
+
+namespace {
+
+// For a cp > 1 pipeline: rank-bin packings (RankBinPack) from the fewest micro-batches their
+// memory allows upward, kept in `result` where their exact time is lower. Each further
+// micro-batch costs c and buys room to place documents whole; stops after two counts in a
+// row that do not improve.
+void TryRankBins(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
+                 int fewest, PackResult& result) {
+  const ShardCost& cost = pipe.shard;
+  if (cost.cp < 2 || cost.shard_every_document) return;
+  double demand = 0;  // rank memory the documents need, over all ranks of the pipeline
+  bool any_whole = false;
+  // No packing beats the documents' balanced work (with the exchange of those no rank
+  // holds whole) plus c for each micro-batch the tokens need: where the fewest
+  // micro-batches' packing reaches that, there is nothing to gain.
+  double floor_ms = 0;
+  std::int64_t total = 0;
+  for (int d : docs) {
+    const std::int64_t s = Len(problem, d);
+    floor_ms += pipe.DocumentWorkMs(s);
+    total += s;
+    if (cost.FitsRank(static_cast<double>(s))) {
+      demand += static_cast<double>(s);
+      any_whole = true;
+    } else {
+      demand += cost.cp * cost.ShardedMemoryTokens(s);
+    }
+  }
+  floor_ms += static_cast<double>((total + pipe.capacity_tokens - 1) / pipe.capacity_tokens) *
+              cost.whole.c_ms;
+  if (!any_whole || !DefinitelyLess(floor_ms, result.ms)) return;
+  const int n = static_cast<int>(docs.size());
+  const int from = std::max(
+      fewest, static_cast<int>(std::ceil(demand / (cost.cp * cost.rank_capacity_tokens) - 1e-9)));
+  // Counts compared by the packings' own estimate; the best is laid out exactly.
+  MicroBatches candidate, best;
+  double best_estimate = std::numeric_limits<double>::infinity();
+  int misses = 0;
+  for (int v = from; v <= std::min(n, from + kMaxRankBinCounts) && misses < 2; ++v) {
+    double estimate_ms = 0;
+    if (!RankBinPacking(problem, pipe, docs, v, candidate, estimate_ms)) continue;
+    if (DefinitelyLess(estimate_ms, best_estimate)) {
+      best_estimate = estimate_ms;
+      best.swap(candidate);
+      misses = 0;
+    } else {
+      ++misses;
+    }
+  }
+  if (best.empty() || !DefinitelyLess(best_estimate * (1 - kEstimateSlack), result.ms)) return;
+  const double ms = OrderForSchedule(problem, pipe, best);
+  if (DefinitelyLess(ms, result.ms)) {
+    result.ms = ms;
+    result.micro_batches = std::move(best);
+  }
+}
+
+}  // namespace
+
 PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
                         std::span<const int> docs, const PackOptions& options) {
   PackResult result;
@@ -369,8 +548,10 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
   for (auto& mb : fewest) std::sort(mb.begin(), mb.end());
   const int pp = pipe.scheme.pp;
   if (pp == 1) {
+    const int count = static_cast<int>(fewest.size());
     result.ms = OrderForSchedule(problem, pipe, fewest);
     result.micro_batches = std::move(fewest);
+    if (options.rank_bins) TryRankBins(problem, pipe, docs, count, result);
     return result;
   }
   double total_work = 0;
@@ -408,6 +589,7 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
       }
     }
   }
+  if (options.rank_bins) TryRankBins(problem, pipe, docs, v_min, result);
   return result;
 }
 

@@ -18,6 +18,9 @@ struct PackOptions {
   // Optional cache of 1F1B relaxations (not owned). When set, pp > 1 pipelines also try
   // packings shaped like the relaxation's optimum: small micro-batches at both ends.
   RelaxationTable* relaxations = nullptr;
+  // cp > 1 pipelines also try RankBinPack's packings (more micro-batches, documents whole
+  // on their ranks) and keep the fastest; off only to measure what they buy.
+  bool rank_bins = true;
 };
 
 struct PackResult {
@@ -26,11 +29,13 @@ struct PackResult {
 };
 
 // Packs `docs` (indices into problem.lengths, each no longer than the capacity) for
-// `pipeline`. With pp == 1 the time is sum of document costs + v*c, so it minimises v
-// (first-fit and best-fit decreasing on tokens). With pp > 1 it tries each v from the
+// `pipeline`. With pp == 1 and cp == 1 the time is sum of document costs + v*c, so it
+// minimises v (first-fit and best-fit decreasing on tokens). With pp > 1 it tries each v from the
 // smallest feasible upward, balances micro-batch times under the capacity (longest
 // first, then moves and swaps out of the slowest micro-batch), orders the micro-batches
-// for the 1F1B schedule, and keeps the v with the least exact time. Deterministic.
+// for the 1F1B schedule, and keeps the v with the least exact time. For cp > 1 it also
+// tries RankBinPack from the fewest micro-batches the ranks' memory allows upward (see
+// PackOptions::rank_bins). Deterministic.
 PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipeline,
                         std::span<const int> docs, const PackOptions& options = {});
 
@@ -44,6 +49,17 @@ bool BalancedPack(const AssignProblem& problem, const PipelineModel& pipeline,
 // has room. Empty micro-batches are dropped. Returns false when a document finds no room.
 bool ShapedPack(const AssignProblem& problem, const PipelineModel& pipeline,
                 std::span<const int> docs, std::span<const double> target_ms, MicroBatches& out);
+
+// Packs the documents of a cp > 1 pipeline into exactly `v` micro-batches by their cp
+// ranks: documents no rank can hold whole (longer than its memory) are sharded, each into
+// the micro-batch whose slowest rank is least loaded; the others, longest first, go whole
+// to the least-loaded rank (over all v * cp ranks) whose memory and micro-batch still have
+// room. Sharding pays the key/value exchange on every rank, so several documents placed
+// whole side by side are much cheaper, but MinCountPack's fullest micro-batches leave no
+// rank room for them. Empty micro-batches are dropped. Returns false when a document finds
+// no room. The micro-batches' layouts are LayOutMicroBatch's, as for every packing.
+bool RankBinPack(const AssignProblem& problem, const PipelineModel& pipeline,
+                 std::span<const int> docs, int v, MicroBatches& out);
 
 // `docs` ordered longest first, ties by index (the order every packer and dispatcher
 // walks documents in).
