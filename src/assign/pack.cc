@@ -374,23 +374,18 @@ namespace {
 // RankBinPack, also giving the packing's time as its own rank loads have it (the sum over
 // micro-batches of c plus the slowest rank), which LayOutMicroBatch's layout of the same
 // micro-batches matches or beats in most cases: cheap to compare counts by.
+// `order`: the documents longest first (LongestFirst).
 bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
-                    std::span<const int> docs, int v, MicroBatches& out, double& estimate_ms) {
+                    std::span<const int> order, int v, MicroBatches& out, double& estimate_ms) {
   const ShardCost& cost = pipe.shard;
   const auto cp = static_cast<std::size_t>(cost.cp);
   const auto bins = static_cast<std::size_t>(v);
   if (cp < 2 || v < 1) return false;
   std::vector<double> load(bins * cp, 0.0), memory(bins * cp, 0.0);
+  // Per micro-batch: its slowest rank's load and its fullest rank's memory.
+  std::vector<double> slowest(bins, 0.0), fullest(bins, 0.0);
   std::vector<std::int64_t> tokens(bins, 0);
   MicroBatches mbs(bins);
-  auto slowest = [&](std::size_t b) {
-    return *std::max_element(load.begin() + static_cast<std::ptrdiff_t>(b * cp),
-                             load.begin() + static_cast<std::ptrdiff_t>((b + 1) * cp));
-  };
-  auto fullest = [&](std::size_t b) {
-    return *std::max_element(memory.begin() + static_cast<std::ptrdiff_t>(b * cp),
-                             memory.begin() + static_cast<std::ptrdiff_t>((b + 1) * cp));
-  };
   // A sharded document goes to the micro-batch whose slowest rank is least loaded (ties:
   // the lowest index) among those with room on every rank.
   auto shard = [&](int d) {
@@ -399,10 +394,10 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
     std::size_t chosen = bins;
     double least = 0;
     for (std::size_t b = 0; b < bins; ++b) {
-      if (tokens[b] + s > pipe.capacity_tokens || !cost.FitsRank(fullest(b) + share_memory)) {
+      if (tokens[b] + s > pipe.capacity_tokens || !cost.FitsRank(fullest[b] + share_memory)) {
         continue;
       }
-      const double t = slowest(b);
+      const double t = slowest[b];
       if (chosen == bins || t < least) chosen = b, least = t;
     }
     if (chosen == bins) return false;
@@ -411,11 +406,12 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
       load[chosen * cp + r] += share;
       memory[chosen * cp + r] += share_memory;
     }
+    slowest[chosen] += share;
+    fullest[chosen] += share_memory;
     tokens[chosen] += s;
     mbs[chosen].push_back(d);
     return true;
   };
-  const std::vector<int> order = LongestFirst(problem.lengths, docs);
   for (int d : order) {
     if (!cost.FitsRank(static_cast<double>(Len(problem, d))) && !shard(d)) return false;
   }
@@ -457,6 +453,8 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
     }
     load[chosen] += cost.whole.DocumentMs(s);
     memory[chosen] += tokens_s;
+    slowest[chosen / cp] = std::max(slowest[chosen / cp], load[chosen]);
+    fullest[chosen / cp] = std::max(fullest[chosen / cp], memory[chosen]);
     heap.push_back({load[chosen], chosen});
     std::push_heap(heap.begin(), heap.end(), std::greater<>());
     tokens[chosen / cp] += s;
@@ -466,7 +464,7 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
   estimate_ms = 0;
   for (std::size_t b = 0; b < bins; ++b) {
     if (mbs[b].empty()) continue;
-    estimate_ms += cost.whole.c_ms + slowest(b);
+    estimate_ms += cost.whole.c_ms + slowest[b];
     std::sort(mbs[b].begin(), mbs[b].end());
     out.push_back(std::move(mbs[b]));
   }
@@ -478,15 +476,15 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
 bool RankBinPack(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
                  int v, MicroBatches& out) {
   double estimate_ms = 0;
-  return RankBinPacking(problem, pipe, docs, v, out, estimate_ms);
+  return RankBinPacking(problem, pipe, LongestFirst(problem.lengths, docs), v, out, estimate_ms);
 }
 
 namespace {
 
 // For a cp > 1 pipeline: rank-bin packings (RankBinPack) from the fewest micro-batches their
 // memory allows upward, kept in `result` where their exact time is lower. Each further
-// micro-batch costs c and buys room to place documents whole; stops after two counts in a
-// row that do not improve.
+// micro-batch costs c and buys room to place documents whole; stops at the first count
+// that does not improve.
 void TryRankBins(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
                  int fewest, PackResult& result) {
   const ShardCost& cost = pipe.shard;
@@ -516,19 +514,15 @@ void TryRankBins(const AssignProblem& problem, const PipelineModel& pipe, std::s
   const int from = std::max(
       fewest, static_cast<int>(std::ceil(demand / (cost.cp * cost.rank_capacity_tokens) - 1e-9)));
   // Counts compared by the packings' own estimate; the best is laid out exactly.
+  const std::vector<int> order = LongestFirst(problem.lengths, docs);
   MicroBatches candidate, best;
   double best_estimate = std::numeric_limits<double>::infinity();
-  int misses = 0;
-  for (int v = from; v <= std::min(n, from + kMaxRankBinCounts) && misses < 2; ++v) {
+  for (int v = from; v <= std::min(n, from + kMaxRankBinCounts); ++v) {
     double estimate_ms = 0;
-    if (!RankBinPacking(problem, pipe, docs, v, candidate, estimate_ms)) continue;
-    if (DefinitelyLess(estimate_ms, best_estimate)) {
-      best_estimate = estimate_ms;
-      best.swap(candidate);
-      misses = 0;
-    } else {
-      ++misses;
-    }
+    if (!RankBinPacking(problem, pipe, order, v, candidate, estimate_ms)) continue;
+    if (!DefinitelyLess(estimate_ms, best_estimate)) break;
+    best_estimate = estimate_ms;
+    best.swap(candidate);
   }
   if (best.empty() || !DefinitelyLess(best_estimate * (1 - kEstimateSlack), result.ms)) return;
   const double ms = OrderForSchedule(problem, pipe, best);
