@@ -152,8 +152,10 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
   if (cost.shard_every_document) return AllSharded(n);
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t x, std::size_t y) { return lengths[x] > lengths[y]; });
+  // Longest first, ties in micro-batch order (a stable order without stable_sort's buffer).
+  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return lengths[x] != lengths[y] ? lengths[x] > lengths[y] : x < y;
+  });
   // How many of the longest documents the time rule would shard: each whose whole time
   // exceeds the balanced share of it and the documents after it plus its own exchange.
   double unsharded_ms = 0;
