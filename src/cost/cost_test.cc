@@ -163,6 +163,25 @@ TEST(OneFOneBTest, BoundedByClosedFormAndCriticalPath) {
   EXPECT_GT(above_approximation, 0);
 }
 
+TEST(OneFOneBTest, FastPathIsTheEventSimulationBitForBit) {
+  // OneFOneBMs computes each stage's order instead of storing it; an observer forces
+  // RunOneFOneB's general path. Both must give the same makespan, bit for bit, and the
+  // observed operations must be the schedule's 2 pp v.
+  Rng rng(41);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int pp = 2 + static_cast<int>(rng.Below(7));
+    const int v = 1 + static_cast<int>(rng.Below(20));
+    std::vector<double> t(static_cast<std::size_t>(v));
+    for (auto& x : t) x = 1 + 99 * rng.Uniform() * rng.Uniform();
+    ScheduleOptions options;
+    options.backward_to_forward = 0.5 + 3 * rng.Uniform();
+    int ops = 0;
+    const double general = RunOneFOneB(t, {}, pp, options, [&](const OneFOneBOp&) { ++ops; });
+    EXPECT_EQ(OneFOneBMs(t, pp, options), general) << "pp " << pp << " v " << v;
+    EXPECT_EQ(ops, 2 * pp * v);
+  }
+}
+
 TEST(OneFOneBTest, EmptyPipelineTakesNoTime) {
   std::vector<double> none;
   EXPECT_EQ(OneFOneBMs(none, 4), 0.0);

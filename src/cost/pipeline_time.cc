@@ -1,6 +1,7 @@
 #include "hydraulis/cost/pipeline_time.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -8,7 +9,71 @@
 
 namespace hydraulis {
 
+namespace {
+
+// Operation k of stage s's fixed 1F1B order over v micro-batches: +j+1 is the forward of
+// micro-batch j, -(j+1) its backward (RunOneFOneB's order, computed instead of stored).
+int OpAt(int s, int k, int pp, int v) {
+  const int warmup = std::min(pp - 1 - s, v);
+  if (k < warmup) return k + 1;
+  const int steady = 2 * (v - warmup);
+  if (k < warmup + steady) {
+    const int q = k - warmup;
+    return q % 2 == 0 ? warmup + q / 2 + 1 : -(q / 2 + 1);
+  }
+  return -(v - warmup + (k - warmup - steady) + 1);
+}
+
+// RunOneFOneB without delays or an observer, the packers' hot path: the same operations
+// in the same order (so the same makespan, bit for bit), with reused per-thread storage
+// instead of per-call vectors.
+double OneFOneBMakespan(std::span<const double> stage_ms, int pp, double fwd_share) {
+  const int v = static_cast<int>(stage_ms.size());
+  thread_local std::vector<double> f_end, b_end, free_at;
+  thread_local std::vector<int> pos;
+  const double kUnset = -std::numeric_limits<double>::infinity();
+  const std::size_t cells = static_cast<std::size_t>(pp) * v;
+  f_end.assign(cells, kUnset);
+  b_end.assign(cells, kUnset);
+  free_at.assign(static_cast<std::size_t>(pp), 0.0);
+  pos.assign(static_cast<std::size_t>(pp), 0);
+  auto at = [v](int s, int j) { return static_cast<std::size_t>(s) * v + j; };
+  const int per_stage = 2 * v;
+  std::size_t done = 0;
+  const std::size_t total_ops = static_cast<std::size_t>(2) * pp * v;
+  while (done < total_ops) {
+    bool progressed = false;
+    for (int s = 0; s < pp; ++s) {
+      while (pos[s] < per_stage) {
+        const int op = OpAt(s, pos[s], pp, v);
+        const int j = std::abs(op) - 1;
+        double ready;
+        if (op > 0) {
+          ready = s == 0 ? 0.0 : f_end[at(s - 1, j)];
+        } else {
+          ready = s == pp - 1 ? f_end[at(s, j)] : b_end[at(s + 1, j)];
+        }
+        if (ready == kUnset) break;
+        const double start = std::max(ready, free_at[s]);
+        const double dur = stage_ms[j] * (op > 0 ? fwd_share : 1.0 - fwd_share);
+        free_at[s] = start + dur;
+        (op > 0 ? f_end : b_end)[at(s, j)] = free_at[s];
+        ++pos[s];
+        ++done;
+        progressed = true;
+      }
+    }
+    if (!progressed) throw InternalError("1F1B simulation deadlocked");
+  }
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+
+}  // namespace
+
 double OneFOneBMs(std::span<const double> stage_ms, int pp, const ScheduleOptions& options) {
+  if (pp > 1 && !stage_ms.empty()) {
+    return OneFOneBMakespan(stage_ms, pp, 1.0 / (1.0 + options.backward_to_forward));
+  }
   return RunOneFOneB(stage_ms, {}, pp, options);
 }
 
