@@ -4,6 +4,7 @@
 #include <string>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/parallel_for.h"
 #include "hydraulis/base/tolerance.h"
 
 namespace hydraulis {
@@ -91,9 +92,15 @@ CandidateSelection SelectCandidatesByPlans(const Profile& profile, const Candida
     throw InvalidInput("candidate selection: plans with ours over every candidate");
   }
   const std::size_t count = candidates.strategies.size();
-  const Planner planner(profile, candidates, options);
+  // The batches are independent: each planned on one thread, several at once (plans are
+  // the same for every thread count, and each job writes only its batch's column), which
+  // keeps the threads busier than one batch's candidates do.
+  PlannerOptions one_thread = options;
+  one_thread.threads = 1;
+  const Planner planner(profile, candidates, one_thread);
   std::vector<std::vector<double>> ms(count, std::vector<double>(batches.size(), kInf));
-  for (std::size_t b = 0; b < batches.size(); ++b) {
+  ParallelFor(static_cast<int>(batches.size()), ResolveThreads(options.threads), [&](int job) {
+    const auto b = static_cast<std::size_t>(job);
     const Plan plan = planner.PlanBatch(batches[b]);
     for (const CandidateReport& c : plan.candidates) {
       double v = kInf;
@@ -109,7 +116,7 @@ CandidateSelection SelectCandidatesByPlans(const Profile& profile, const Candida
       }
       ms[static_cast<std::size_t>(c.index)][b] = v;
     }
-  }
+  });
   CandidateSelection out;
   const std::vector<int> added = GreedyCoverSelection(ms, always, more);
   out.kept.assign(always.begin(), always.end());

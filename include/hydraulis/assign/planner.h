@@ -68,9 +68,10 @@ struct PlannerOptions {
 };
 
 // Holds the candidate set with each pipeline's time model and capacity, computed once.
-// Not thread-safe: one thread at a time may call PlanBatch (the Python binding serialises
-// calls with a lock; the trainer plans on one look-ahead thread); PlanBatch itself may use
-// several threads (PlannerOptions::threads).
+// PlanBatch may run on several threads at once (candidate selection plans its batches
+// so): its only shared mutable state, the relaxation table, is locked, and the laid-out
+// time table is per thread. PlanBatch itself may use several threads
+// (PlannerOptions::threads). The Python binding still serialises its calls with a lock.
 class Planner {
  public:
   // Precondition: `candidates` was validated against `profile` (spec_io.h).
