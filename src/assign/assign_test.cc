@@ -208,8 +208,21 @@ TEST(PlannerTest, PlansWhatTheSearchOverEveryFullBoundPlans) {
         cheap[i] = LongestDocumentBoundMs(distinct, planner.Groups(c.index));
         full[i] = ComputeLowerBound(planner.Groups(c.index), counts, options.schedule, &table).ms;
       }
+      // Ties at the least cheap bound go by their coarse load there, least first.
+      double least = kInf;
+      for (int i : usable) least = std::min(least, cheap[static_cast<std::size_t>(i)]);
+      std::vector<double> room(plan.candidates.size(), 0.0);
+      if (std::count_if(usable.begin(), usable.end(),
+                        [&](int i) { return cheap[static_cast<std::size_t>(i)] == least; }) >= 2) {
+        for (int i : usable) {
+          if (cheap[static_cast<std::size_t>(i)] == least) {
+            room[static_cast<std::size_t>(i)] = CoarseLoadMs(planner.Groups(i), counts, least);
+          }
+        }
+      }
       std::stable_sort(usable.begin(), usable.end(), [&](int x, int y) {
-        return cheap[static_cast<std::size_t>(x)] < cheap[static_cast<std::size_t>(y)];
+        const auto a = static_cast<std::size_t>(x), b = static_cast<std::size_t>(y);
+        return cheap[a] != cheap[b] ? cheap[a] < cheap[b] : room[a] < room[b];
       });
       std::vector<int> rest(usable.begin() + 1, usable.end());
       std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) {
@@ -834,6 +847,32 @@ TEST(LowerBoundTest, MoreLongDocumentsThanThePipelinesThatHoldThemShareOne) {
   EXPECT_NEAR(ComputeLowerBound(p).ms, 121.0, 1e-6);
   p.lengths = {60, 60, 60, 60, 5, 5, 5, 5};  // one each
   EXPECT_LE(ComputeLowerBound(p).ms, 61.0 + 1e-6);
+}
+
+TEST(LowerBoundTest, CoarseLoadRanksStrategiesByTheRoomTheyLeave) {
+  // CoarseLoadMs orders candidates whose bounds tie: twice the pipelines of every group,
+  // half the load (the LP scales); and on one group it is the closed form, the work over
+  // the pipelines, within what merging lengths into runs changes (a few per cent).
+  CaseStudy cs;
+  const OptimizerLayout& layout = cs.candidates.optimizer_layout;
+  const PipelineModel tp4 = MakePipelineModel(cs.profile, *cs.profile.Find({1, 4, 1}), layout);
+  const PipelineModel tp8 = MakePipelineModel(cs.profile, *cs.profile.Find({1, 8, 1}), layout);
+  const PipelineModel tp16 = MakePipelineModel(cs.profile, *cs.profile.Find({1, 16, 1}), layout);
+  for (const auto& batch : RealBatches(4, 400'000, 37, tp4.capacity_tokens)) {
+    const auto counts = LengthCounts(batch);
+    const double theta = 1e9;  // every group eligible for every document
+    const std::vector<PipelineGroup> mixed = {{tp4, 4}, {tp8, 2}, {tp16, 1}};
+    const std::vector<PipelineGroup> doubled = {{tp4, 8}, {tp8, 4}, {tp16, 2}};
+    EXPECT_NEAR(CoarseLoadMs(doubled, counts, theta), CoarseLoadMs(mixed, counts, theta) / 2,
+                1e-6 * CoarseLoadMs(mixed, counts, theta));
+    const std::vector<PipelineGroup> one = {{tp4, 16}};
+    double work = 0;
+    for (const auto& [s, n] : counts) {
+      work += n * (tp4.time.DocumentMs(s) + tp4.time.c_ms * static_cast<double>(s) /
+                                                static_cast<double>(tp4.capacity_tokens));
+    }
+    EXPECT_NEAR(CoarseLoadMs(one, counts, theta), work / 16, 0.05 * work / 16);
+  }
 }
 
 TEST(LowerBoundTest, LongestDocumentBoundOverGroupsIsThePerPipelineBound) {

@@ -20,6 +20,8 @@ namespace {
 
 constexpr int kBisectionSteps = 24;
 constexpr double kRelaxationMinGpuShare = 0.25;
+// Runs of lengths CoarseLoadMs merges a batch into.
+constexpr double kCoarseRuns = 64;
 
 // Identical pipelines form one group: the LP is symmetric in them.
 struct Group {
@@ -568,12 +570,20 @@ class LowerBoundSearch {
     const double forced =
         std::max({ForcedDocumentsBound(docs_, groups_, theta, schedule_), FewPipelinesBound(theta),
                   PigeonholeBound(docs_, groups_, theta)});
-    if (groups_.size() == 1) return std::max(forced, DualValue(docs_, groups_, {1.0}, theta));
-    if (groups_.size() == 2) return std::max(forced, TwoGroupBound(docs_, groups_, theta));
-    if (!planes_) planes_ = std::make_unique<CuttingPlanes>(docs_, groups_);
-    return std::max(forced, DualValue(docs_, groups_, planes_->Prices(theta), theta));
+    return std::max(forced, Lp(theta));
   }
 
+ public:
+  // The LP relaxation's value alone at step time theta (plain units, no forced-document
+  // terms).
+  double Lp(double theta) {
+    if (groups_.size() == 1) return DualValue(docs_, groups_, {1.0}, theta);
+    if (groups_.size() == 2) return TwoGroupBound(docs_, groups_, theta);
+    if (!planes_) planes_ = std::make_unique<CuttingPlanes>(docs_, groups_);
+    return DualValue(docs_, groups_, planes_->Prices(theta), theta);
+  }
+
+ private:
   // T* >= LP(T*): in an optimal plan every document sits where its critical path
   // pp*(w + c) is <= T*, and every pipeline's work is <= T*, so kappa(T*) applies. LP(theta)
   // never rises with theta, so T* >= the least theta with LP(theta) <= theta. Without the
@@ -774,6 +784,45 @@ LowerBound ComputeLowerBound(std::span<const PipelineGroup> groups,
                              const ScheduleOptions& schedule, RelaxationTable* relaxations) {
   if (length_counts.empty()) return LowerBound{};
   return LowerBoundSearch(groups, length_counts, schedule, relaxations).Run();
+}
+
+double CoarseLoadMs(std::span<const PipelineGroup> groups,
+                    std::span<const std::pair<std::int64_t, double>> length_counts, double theta) {
+  if (length_counts.empty() || groups.empty()) return 0;
+  // Runs of consecutive distinct lengths with about equal tokens, each as its token-mean
+  // length with the run's tokens; the longest length keeps a run of its own, so what may
+  // hold it stays as it is.
+  double tokens = 0;
+  for (const auto& [s, n] : length_counts) tokens += n * static_cast<double>(s);
+  const double per_run = tokens / kCoarseRuns;
+  std::vector<std::pair<std::int64_t, double>> runs;
+  double run_tokens = 0, run_count = 0;
+  auto close = [&] {
+    if (run_count <= 0) return;
+    const auto mean = static_cast<std::int64_t>(run_tokens / run_count);
+    runs.push_back({std::max<std::int64_t>(1, mean), run_count});
+    run_tokens = run_count = 0;
+  };
+  for (std::size_t k = 0; k + 1 < length_counts.size(); ++k) {
+    const auto& [s, n] = length_counts[k];
+    run_tokens += n * static_cast<double>(s);
+    run_count += n;
+    if (run_tokens >= per_run) close();
+  }
+  close();
+  runs.push_back(length_counts.back());
+  // Means of neighbouring runs can coincide; the LP wants each length once.
+  std::vector<std::pair<std::int64_t, double>> merged;
+  for (const auto& r : runs) {
+    if (!merged.empty() && merged.back().first == r.first) {
+      merged.back().second += r.second;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  std::sort(merged.begin(), merged.end());
+  const ScheduleOptions schedule;
+  return LowerBoundSearch(groups, merged, schedule, nullptr).Lp(theta);
 }
 
 LowerBound ComputeLowerBound(const AssignProblem& problem, RelaxationTable* relaxations) {

@@ -370,8 +370,28 @@ class BatchPlanning {
     };
     const int threads = Threads();
     // Plan the candidate with the least cheap bound first, so a good plan is known early.
-    std::stable_sort(usable.begin(), usable.end(),
-                     [&](int x, int y) { return promise(x) < promise(y); });
+    // Where several share it (the longest document sets all their bounds: at 128K often
+    // hundreds), the one with the most room left for the rest of the batch first
+    // (CoarseLoadMs at that bound, least first; ties: the index): the search order among
+    // equal bounds decides how many are assigned before one reaches the bound.
+    std::vector<double> room(static_cast<std::size_t>(CandidateCount()), 0.0);
+    double least = kInf;
+    for (int i : usable) least = std::min(least, promise(i));
+    std::vector<int> tied;
+    for (int i : usable) {
+      if (promise(i) == least) tied.push_back(i);
+    }
+    if (tied.size() >= 2) {
+      ParallelFor(static_cast<int>(tied.size()), threads, [&](int k) {
+        const int i = tied[static_cast<std::size_t>(k)];
+        room[static_cast<std::size_t>(i)] =
+            CoarseLoadMs(planner_.Groups(i), length_counts_, Report(i).lower_bound_ms);
+      });
+    }
+    std::stable_sort(usable.begin(), usable.end(), [&](int x, int y) {
+      if (promise(x) != promise(y)) return promise(x) < promise(y);
+      return room[static_cast<std::size_t>(x)] < room[static_cast<std::size_t>(y)];
+    });
     const int first = usable.front();
     Report(first).lower_bound_ms = FullBound(first).ms;
     consider(first, assign(first, threads));

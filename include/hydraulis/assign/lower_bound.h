@@ -43,6 +43,14 @@ LowerBound ComputeLowerBound(std::span<const PipelineGroup> groups,
                              const ScheduleOptions& schedule,
                              RelaxationTable* relaxations = nullptr);
 
+// Not a bound: the fractional relaxation's makespan at step time `theta` over the batch's
+// lengths merged into about 64 runs (each at its token-mean length), without the
+// forced-document terms. Where candidates' bounds tie (the longest document sets them all),
+// it says which strategy has the most room left for the rest of the batch: the planner
+// tries those first. About a hundredth of a full bound's cost at 16,384 GPUs.
+double CoarseLoadMs(std::span<const PipelineGroup> groups,
+                    std::span<const std::pair<std::int64_t, double>> length_counts, double theta);
+
 // The distinct lengths of `lengths`, ascending, each with how many times it occurs.
 std::vector<std::pair<std::int64_t, double>> LengthCounts(std::span<const std::int64_t> lengths);
 
