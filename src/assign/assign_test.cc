@@ -208,22 +208,26 @@ TEST(PlannerTest, PlansWhatTheSearchOverEveryFullBoundPlans) {
         cheap[i] = LongestDocumentBoundMs(distinct, planner.Groups(c.index));
         full[i] = ComputeLowerBound(planner.Groups(c.index), counts, options.schedule, &table).ms;
       }
-      // Ties at the least cheap bound go by their coarse load there, least first.
-      double least = kInf;
-      for (int i : usable) least = std::min(least, cheap[static_cast<std::size_t>(i)]);
-      std::vector<double> room(plan.candidates.size(), 0.0);
-      if (std::count_if(usable.begin(), usable.end(),
-                        [&](int i) { return cheap[static_cast<std::size_t>(i)] == least; }) >= 2) {
-        for (int i : usable) {
-          if (cheap[static_cast<std::size_t>(i)] == least) {
-            room[static_cast<std::size_t>(i)] = CoarseLoadMs(planner.Groups(i), counts, least);
-          }
-        }
-      }
       std::stable_sort(usable.begin(), usable.end(), [&](int x, int y) {
-        const auto a = static_cast<std::size_t>(x), b = static_cast<std::size_t>(y);
-        return cheap[a] != cheap[b] ? cheap[a] < cheap[b] : room[a] < room[b];
+        return cheap[static_cast<std::size_t>(x)] < cheap[static_cast<std::size_t>(y)];
       });
+      // After the first, the others tied at the least cheap bound go by their coarse load
+      // there, least first, when the first plan did not reach that bound.
+      const double least = cheap[static_cast<std::size_t>(usable.front())];
+      const double first_plan =
+          plan.candidates[static_cast<std::size_t>(usable.front())].estimated_step_ms;
+      auto tied_end = std::find_if(usable.begin() + 1, usable.end(), [&](int i) {
+        return cheap[static_cast<std::size_t>(i)] != least;
+      });
+      if (first_plan > least && tied_end - usable.begin() > 2) {
+        std::vector<double> room(plan.candidates.size(), 0.0);
+        for (auto it = usable.begin() + 1; it != tied_end; ++it) {
+          room[static_cast<std::size_t>(*it)] = CoarseLoadMs(planner.Groups(*it), counts, least);
+        }
+        std::stable_sort(usable.begin() + 1, tied_end, [&](int x, int y) {
+          return room[static_cast<std::size_t>(x)] < room[static_cast<std::size_t>(y)];
+        });
+      }
       std::vector<int> rest(usable.begin() + 1, usable.end());
       std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) {
         return full[static_cast<std::size_t>(x)] < full[static_cast<std::size_t>(y)];

@@ -370,31 +370,13 @@ class BatchPlanning {
     };
     const int threads = Threads();
     // Plan the candidate with the least cheap bound first, so a good plan is known early.
-    // Where several share it (the longest document sets all their bounds: at 128K often
-    // hundreds), the one with the most room left for the rest of the batch first
-    // (CoarseLoadMs at that bound, least first; ties: the index): the search order among
-    // equal bounds decides how many are assigned before one reaches the bound.
-    std::vector<double> room(static_cast<std::size_t>(CandidateCount()), 0.0);
-    double least = kInf;
-    for (int i : usable) least = std::min(least, promise(i));
-    std::vector<int> tied;
-    for (int i : usable) {
-      if (promise(i) == least) tied.push_back(i);
-    }
-    if (tied.size() >= 2) {
-      ParallelFor(static_cast<int>(tied.size()), threads, [&](int k) {
-        const int i = tied[static_cast<std::size_t>(k)];
-        room[static_cast<std::size_t>(i)] =
-            CoarseLoadMs(planner_.Groups(i), length_counts_, Report(i).lower_bound_ms);
-      });
-    }
-    std::stable_sort(usable.begin(), usable.end(), [&](int x, int y) {
-      if (promise(x) != promise(y)) return promise(x) < promise(y);
-      return room[static_cast<std::size_t>(x)] < room[static_cast<std::size_t>(y)];
-    });
+    std::stable_sort(usable.begin(), usable.end(),
+                     [&](int x, int y) { return promise(x) < promise(y); });
     const int first = usable.front();
+    const double least = promise(first);
     Report(first).lower_bound_ms = FullBound(first).ms;
     consider(first, assign(first, threads));
+    OrderTiesByRoom(usable, least, promise, threads);
     CandidateOrder order(usable, [&](int i) { return promise(i); });
     std::vector<int> wave;
     std::vector<Assignment> assigned(static_cast<std::size_t>(threads));
@@ -442,6 +424,35 @@ class BatchPlanning {
     }
     // What is left cannot beat the best plan.
     for (const int i : order.Remaining()) Report(i).status = CandidateStatus::kPruned;
+  }
+
+  // Where the first plan did not reach the least cheap bound and other candidates share
+  // that bound (the longest document sets the bound of every candidate that runs it on
+  // the same scheme: at 128K often hundreds), they are tried in order of CoarseLoadMs at
+  // it, least first (ties: as before), instead of by index: the room a strategy leaves
+  // for the rest of the batch says which can reach the bound. usable[0] is the first.
+  template <typename Promise>
+  void OrderTiesByRoom(std::vector<int>& usable, double least, const Promise& promise,
+                       int threads) {
+    if (PruneAbove() <= least) return;  // every tied candidate is pruned anyway
+    auto tied_end =
+        std::find_if(usable.begin() + 1, usable.end(), [&](int i) { return promise(i) != least; });
+    const auto tied = static_cast<int>(tied_end - usable.begin()) - 1;
+    if (tied < 2) return;
+    std::vector<double> room(static_cast<std::size_t>(tied));
+    ParallelFor(tied, threads, [&](int k) {
+      const int i = usable[static_cast<std::size_t>(k) + 1];
+      room[static_cast<std::size_t>(k)] =
+          CoarseLoadMs(planner_.Groups(i), length_counts_, Report(i).lower_bound_ms);
+    });
+    std::vector<int> order(static_cast<std::size_t>(tied));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+      return room[static_cast<std::size_t>(x)] < room[static_cast<std::size_t>(y)];
+    });
+    std::vector<int> sorted;
+    for (int k : order) sorted.push_back(usable[static_cast<std::size_t>(k) + 1]);
+    std::copy(sorted.begin(), sorted.end(), usable.begin() + 1);
   }
 
   // A candidate whose bound is at or above this cannot beat the best plan by more than
