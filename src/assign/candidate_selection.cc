@@ -97,6 +97,7 @@ CandidateSelection SelectCandidatesByPlans(const Profile& profile, const Candida
   // keeps the threads busier than one batch's candidates do.
   PlannerOptions one_thread = options;
   one_thread.threads = 1;
+  one_thread.order_ties_by_room = false;  // see PlannerOptions::order_ties_by_room
   const Planner planner(profile, candidates, one_thread);
   std::vector<std::vector<double>> ms(count, std::vector<double>(batches.size(), kInf));
   ParallelFor(static_cast<int>(batches.size()), ResolveThreads(options.threads), [&](int job) {

@@ -434,7 +434,7 @@ class BatchPlanning {
   template <typename Promise>
   void OrderTiesByRoom(std::vector<int>& usable, double least, const Promise& promise,
                        int threads) {
-    if (PruneAbove() <= least) return;  // every tied candidate is pruned anyway
+    if (!options_.order_ties_by_room || PruneAbove() <= least) return;
     auto tied_end =
         std::find_if(usable.begin() + 1, usable.end(), [&](int i) { return promise(i) != least; });
     const auto tied = static_cast<int>(tied_end - usable.begin()) - 1;

@@ -60,6 +60,12 @@ struct PlannerOptions {
   // 0 (the default) plans every candidate that can beat the best at all. Candidate selection
   // (candidate_selection.h) uses a small tolerance to plan fewer strategies per batch.
   double prune_tolerance = 0.0;
+  // After a first plan that misses the least cheap bound, try the other candidates tied at
+  // it by their coarse LP load there, least first (planner.cc, SearchOurs); off: by index.
+  // The plan's time is the same either way. Candidate selection turns it off: it credits
+  // a pruned candidate with the chosen plan's time, and trying likely winners first leaves
+  // more candidates with such (optimistic) credits instead of plans of their own.
+  bool order_ties_by_room = true;
   // Threads that compute candidates' bounds and assignments (>= 0; 0: one per hardware
   // thread). The plan is the same for every count (planner.cc, SearchOurs); batches of
   // fewer than 2^16 pipeline-document pairs use one. The trainer's ranks plan on one
