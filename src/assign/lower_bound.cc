@@ -811,7 +811,8 @@ double CoarseLoadMs(std::span<const PipelineGroup> groups,
   }
   close();
   runs.push_back(length_counts.back());
-  // Means of neighbouring runs can coincide; the LP wants each length once.
+  // Runs of ascending lengths have ascending means, but neighbouring ones can coincide
+  // (rounded down); the LP wants each length once.
   std::vector<std::pair<std::int64_t, double>> merged;
   for (const auto& r : runs) {
     if (!merged.empty() && merged.back().first == r.first) {
@@ -820,7 +821,6 @@ double CoarseLoadMs(std::span<const PipelineGroup> groups,
       merged.push_back(r);
     }
   }
-  std::sort(merged.begin(), merged.end());
   const ScheduleOptions schedule;
   return LowerBoundSearch(groups, merged, schedule, nullptr).Lp(theta);
 }

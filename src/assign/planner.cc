@@ -439,20 +439,15 @@ class BatchPlanning {
         std::find_if(usable.begin() + 1, usable.end(), [&](int i) { return promise(i) != least; });
     const auto tied = static_cast<int>(tied_end - usable.begin()) - 1;
     if (tied < 2) return;
-    std::vector<double> room(static_cast<std::size_t>(tied));
+    std::vector<double> room(static_cast<std::size_t>(CandidateCount()), 0.0);
     ParallelFor(tied, threads, [&](int k) {
       const int i = usable[static_cast<std::size_t>(k) + 1];
-      room[static_cast<std::size_t>(k)] =
+      room[static_cast<std::size_t>(i)] =
           CoarseLoadMs(planner_.Groups(i), length_counts_, Report(i).lower_bound_ms);
     });
-    std::vector<int> order(static_cast<std::size_t>(tied));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    std::stable_sort(usable.begin() + 1, tied_end, [&](int x, int y) {
       return room[static_cast<std::size_t>(x)] < room[static_cast<std::size_t>(y)];
     });
-    std::vector<int> sorted;
-    for (int k : order) sorted.push_back(usable[static_cast<std::size_t>(k) + 1]);
-    std::copy(sorted.begin(), sorted.end(), usable.begin() + 1);
   }
 
   // A candidate whose bound is at or above this cannot beat the best plan by more than
