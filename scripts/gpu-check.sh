@@ -4,9 +4,12 @@
 #   summary.txt   environment (nvidia-smi, torch, transformers), pass/fail per stage, the
 #                 throughput figures and ours/peer
 #   build.txt     the build's output (when it builds here)
-#   tests.txt     GPU tests (flash vs dense attention, bf16 vs fp32, NCCL, 2 ranks on 1 GPU;
-#                 on cuda a GPU test that would skip fails: HYDRAULIS_REQUIRE_GPU), and with
+#   tests.txt     GPU tests (flash vs dense attention, bf16 vs fp32, NCCL, 2 ranks on 1 GPU,
+#                 cp; on cuda a GPU test that would skip fails: HYDRAULIS_REQUIRE_GPU), each in
+#                 its own process (a crash hides no other test), and with
 #                 GPU_CHECK_CPU_TESTS=1 the runtime's CPU tests on this machine's torch
+#   train.txt     the training CLI on one GPU (bf16, NCCL): 6 steps straight, and 3 steps +
+#                 checkpoint + resume to 6; the resumed losses must equal the straight ones
 #   bench.txt     the throughput runs' output
 #   ours.json     bench/gpu_train_bench: llama-1b, 8K context, ~64K tokens/step, bf16
 #   peer-hf.json, peer-eager.json   bench/peer_train.py on the same batches
@@ -37,6 +40,7 @@ GTEST_FILTER=${GPU_CHECK_GTEST_FILTER:-*}
 LIMIT_BUILD=${GPU_CHECK_LIMIT_BUILD:-900}
 LIMIT_GPU_TESTS=${GPU_CHECK_LIMIT_GPU_TESTS:-150}
 LIMIT_CPU_TESTS=${GPU_CHECK_LIMIT_CPU_TESTS:-300}
+LIMIT_TRAIN=${GPU_CHECK_LIMIT_TRAIN:-90}
 LIMIT_OURS=${GPU_CHECK_LIMIT_OURS:-100}
 LIMIT_PEER=${GPU_CHECK_LIMIT_PEER:-90}
 failed=0
@@ -79,16 +83,22 @@ if [ -z "$prefer_prebuilt" ] && command -v cmake > /dev/null && command -v g++ >
   stage "build (against $PY's torch)" "$LIMIT_BUILD" "$OUT/build.txt" bash -c "
     cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DHYDRAULIS_PYTHON=$PY \
       -DHYDRAULIS_WERROR=OFF &&
-    cmake --build build/gpu -j\$(nproc) --target gpu_test runtime_test gpu_train_bench hydraulis hydraulis-runtime"
+    cmake --build build/gpu -j\$(nproc) --target gpu_test runtime_test gpu_train_bench hydraulis hydraulis-runtime &&
+    scripts/make-demo-corpus.sh $work/demo.jsonl && head -n 60 $work/demo.jsonl > $work/corpus.jsonl &&
+    build/gpu/tools/hydraulis preprocess --input $work/corpus.jsonl --output-prefix $work/corpus \
+      --tokenizer byte"
   [ -x build/gpu/src/runtime/gpu_test ] && bin=build/gpu
+  corpus=$work/corpus
 fi
 if [ -z "$bin" ] && [ -x "$PREBUILT/gpu_test" ]; then
   note "using prebuilt binaries from $PREBUILT (built against torch $(cat "$PREBUILT/torch-version" 2>/dev/null); this machine's: $("$PY" -c 'import torch; print(torch.__version__)' 2>&1))"
   # This machine's libtorch first, then the libraries packed beside the binaries.
   export LD_LIBRARY_PATH="$torch_lib:$(cd "$PREBUILT" && pwd)/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   bin=$work/prebuilt
-  mkdir -p "$bin/src/runtime" "$bin/bench"
+  mkdir -p "$bin/src/runtime" "$bin/bench" "$bin/tools"
   cp "$PREBUILT/gpu_test" "$PREBUILT/runtime_test" "$bin/src/runtime/"
+  cp "$PREBUILT/hydraulis-runtime" "$bin/tools/"
+  corpus=$PREBUILT/corpus
   # The tests read configs/ through the source path compiled into them: point it here.
   built_in=$(cat "$PREBUILT/source-dir" 2>/dev/null || true)
   if [ -n "$built_in" ] && [ ! -e "$built_in" ]; then
@@ -100,14 +110,56 @@ if [ -z "$bin" ]; then
   note "FAIL no build: neither CMake with the Debian packages nor $PREBUILT"
   failed=1
 else
+  # Each GPU test in its own process: a crash or hang in one hides none of the others (a
+  # test gets the stage's limit less 10 s); the failing ones are named in the summary.
+  gpu_tests() {
+    local failing=() t
+    for t in $("$bin/src/runtime/gpu_test" --gtest_list_tests --gtest_filter="$GTEST_FILTER" |
+               awk '/^[^ ]/ {suite = $1} /^  [^ ]/ {print suite $1}'); do
+      timeout --kill-after=5 $((LIMIT_GPU_TESTS - 10)) "$bin/src/runtime/gpu_test" \
+        --gtest_filter="$t" || failing+=("$t")
+    done
+    [ ${#failing[@]} -eq 0 ] || { note "failing GPU tests: ${failing[*]}"; return 1; }
+  }
+  export -f gpu_tests note
+  export bin GTEST_FILTER LIMIT_GPU_TESTS summary
   if [ "$DEVICE" = cuda ]; then
     # A GPU test that finds no GPU fails here instead of skipping.
     stage "GPU tests" "$LIMIT_GPU_TESTS" "$OUT/tests.txt" env HYDRAULIS_REQUIRE_GPU=1 \
-      "$bin/src/runtime/gpu_test" --gtest_filter="$GTEST_FILTER"
+      bash -c gpu_tests
   else
     stage "GPU tests (dry run: they skip without a GPU)" "$LIMIT_GPU_TESTS" "$OUT/tests.txt" \
-      "$bin/src/runtime/gpu_test" --gtest_filter="$GTEST_FILTER"
+      bash -c gpu_tests
   fi
+  # The training CLI on one device (bf16 and NCCL on cuda): a run interrupted by a
+  # checkpoint and resumed must give the uninterrupted run's losses (relative 1e-3 on cuda,
+  # whose embedding backward adds with atomics; bit for bit on the CPU).
+  train=("$bin/tools/hydraulis-runtime" train --nproc 1 --device "$DEVICE" --data "$corpus"
+         --tokens-per-batch 16384 --max-len 2048 --seed 1)
+  stage "training CLI: checkpoint and resume" "$LIMIT_TRAIN" "$OUT/train.txt" bash -c '
+    "$@" --steps 6 --log-json '"$work"'/straight.jsonl &&
+    "$@" --steps 3 --checkpoint-dir '"$work"'/checkpoints --log-json '"$work"'/first.jsonl &&
+    "$@" --steps 6 --checkpoint-dir '"$work"'/checkpoints --resume \
+      --log-json '"$work"'/resumed.jsonl &&
+    '"$PY"' - '"$work $DEVICE"' << "EOF"
+import json, sys
+work, device = sys.argv[1], sys.argv[2]
+def losses(name):
+    return {r["step"]: (r["loss"], r["device"], r["precision"])
+            for r in map(json.loads, open(f"{work}/{name}.jsonl"))}
+straight, first, resumed = losses("straight"), losses("first"), losses("resumed")
+assert sorted(straight) == list(range(6)) and sorted(first) == list(range(3)), (straight, first)
+assert sorted(resumed) == [3, 4, 5], resumed
+tolerance = 1e-3 if device == "cuda" else 0.0
+worst = 0.0
+for step, (loss, dev, precision) in sorted({**first, **resumed}.items()):
+    error = abs(loss - straight[step][0]) / straight[step][0]
+    worst = max(worst, error)
+    print(f"step {step}: {dev} {precision} loss {loss:.6f} straight {straight[step][0]:.6f}"
+          f" relative {error:.2e}")
+print(f"worst relative difference {worst:.2e} (tolerance {tolerance:g})")
+sys.exit(0 if worst <= tolerance else 1)
+EOF' _ "${train[@]}"
   if [ "${GPU_CHECK_CPU_TESTS:-0}" = 1 ]; then
     stage "runtime CPU tests on this torch" "$LIMIT_CPU_TESTS" "$OUT/tests.txt" \
       "$bin/src/runtime/runtime_test"

@@ -2,7 +2,8 @@
 # Packs what scripts/gpu-check.sh runs, from binaries an existing release build already
 # made (it builds nothing: run `./scripts/build.sh release` first), into one folder of at
 # most 32 MiB to carry to a GPU machine that has PyTorch but not the compiler or the Debian
-# packages: gpu_test, runtime_test, gpu_train_bench; in lib/ the shared libraries they need
+# packages: gpu_test, runtime_test, gpu_train_bench, hydraulis-runtime (the training CLI) and
+# corpus.{bin,idx} for it; in lib/ the shared libraries they need
 # from this machine outside libtorch and glibc (CBC's, BLAS/LAPACK, libstdc++ of g++ 12);
 # torch-version (that machine's torch must be this version: the binaries load its libtorch)
 # and source-dir (the tests' compiled-in source path).
@@ -13,7 +14,7 @@ dest=${1:-build/gpu-prebuilt}
 build=${HYDRAULIS_BUILD_DIR:-build/release}
 limit_mib=32
 binaries=("$build/src/runtime/gpu_test" "$build/src/runtime/runtime_test"
-          "$build/bench/gpu_train_bench")
+          "$build/bench/gpu_train_bench" "$build/tools/hydraulis-runtime")
 for b in "${binaries[@]}"; do
   if [ ! -x "$b" ]; then
     echo "pack-gpu-prebuilt: $b is missing: build it first (./scripts/build.sh release)" >&2
@@ -36,6 +37,17 @@ for b in "${binaries[@]}"; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {pr
     esac
     cp -L "$lib" "$dest.tmp/lib/$(basename "$lib")"
   done
+# The training CLI's corpus: the first 60 documents of the demo corpus (about 0.8M byte
+# tokens), preprocessed by the release build (the GPU machine lacks the Debian texts).
+demo=$build/demo-corpus.jsonl
+if [ ! -f "$demo" ]; then
+  echo "pack-gpu-prebuilt: $demo is missing: build it first (./scripts/build.sh release)" >&2
+  exit 2
+fi
+head -n 60 "$demo" > "$dest.tmp/corpus.jsonl"
+"$build/tools/hydraulis" preprocess --input "$dest.tmp/corpus.jsonl" \
+  --output-prefix "$dest.tmp/corpus" --tokenizer byte > /dev/null
+rm "$dest.tmp/corpus.jsonl"
 "$py" -c 'import torch; print(torch.__version__)' > "$dest.tmp/torch-version"
 pwd > "$dest.tmp/source-dir"
 size_kib=$(du -sk "$dest.tmp" | cut -f1)

@@ -26,7 +26,8 @@ dry() {  # OUT and any overrides as arguments
 dry "$tmp/out" || fail "dry run exited $? ($(tail -3 "$tmp/out.log"))"
 s=$tmp/out/summary.txt
 grep -q "using prebuilt binaries from $tmp/prebuilt" "$s" || fail "prebuilt path not named"
-for stage in "GPU tests" "throughput: hydraulis" "throughput: peer (hf)" \
+for stage in "GPU tests" "training CLI: checkpoint and resume" "throughput: hydraulis" \
+             "throughput: peer (hf)" \
              "throughput: peer (eager)"; do
   grep -q "PASS $stage" "$s" || fail "stage '$stage' did not pass"
 done
