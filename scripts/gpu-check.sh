@@ -9,7 +9,11 @@
 #                 its own process (a crash hides no other test), and with
 #                 GPU_CHECK_CPU_TESTS=1 the runtime's CPU tests on this machine's torch
 #   train.txt     the training CLI on one GPU (bf16, NCCL): 6 steps straight, and 3 steps +
-#                 checkpoint + resume to 6; the resumed losses must equal the straight ones
+#                 checkpoint + resume to 6; the resumed losses must equal the straight ones.
+#                 Then the cost model on this GPU: `profile` fits the throughput model's
+#                 <1,1,1> scheme here, and `train` with that profile runs 8 steps; the mean
+#                 absolute error of the predicted step time over steps 1.. must be at most
+#                 GPU_CHECK_PREDICTION_TOLERANCE (default 0.15, the issue's bar on the CPU)
 #   bench.txt     the throughput runs' output
 #   ours.json     bench/gpu_train_bench: llama-1b, 8K context, ~64K tokens/step, bf16
 #   peer-hf.json, peer-eager.json   bench/peer_train.py on the same batches
@@ -41,8 +45,12 @@ LIMIT_BUILD=${GPU_CHECK_LIMIT_BUILD:-900}
 LIMIT_GPU_TESTS=${GPU_CHECK_LIMIT_GPU_TESTS:-150}
 LIMIT_CPU_TESTS=${GPU_CHECK_LIMIT_CPU_TESTS:-300}
 LIMIT_TRAIN=${GPU_CHECK_LIMIT_TRAIN:-90}
+LIMIT_PREDICTION=${GPU_CHECK_LIMIT_PREDICTION:-150}
 LIMIT_OURS=${GPU_CHECK_LIMIT_OURS:-100}
 LIMIT_PEER=${GPU_CHECK_LIMIT_PEER:-90}
+PREDICTION_TOLERANCE=${GPU_CHECK_PREDICTION_TOLERANCE:-0.15}
+# GPU_CHECK_PEERS=0 leaves the peers' throughput runs out (a second run on the same GPU).
+PEERS=${GPU_CHECK_PEERS:-1}
 failed=0
 check_start=$SECONDS
 work=$(mktemp -d)  # scratch that does not come back (the batches file, prebuilt copies)
@@ -164,12 +172,31 @@ EOF' _ "${train[@]}"
     stage "runtime CPU tests on this torch" "$LIMIT_CPU_TESTS" "$OUT/tests.txt" \
       "$bin/src/runtime/runtime_test"
   fi
+  stage "cost model: fitted here, predicted against measured" "$LIMIT_PREDICTION" \
+    "$OUT/train.txt" bash -c '
+    "$1" profile --model "$2" --schemes 1x1 --device "$3" --max-len "$4" \
+      --output '"$work"'/profile.json &&
+    "$1" train --nproc 1 --model "$2" --profile '"$work"'/profile.json --device "$3" \
+      --max-len "$4" --tokens-per-batch "$5" --data "$6" --steps 8 --seed 1 \
+      --log-json '"$work"'/predicted.jsonl &&
+    '"$PY"' - '"$work"'/predicted.jsonl '"$PREDICTION_TOLERANCE"' << "EOF"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])][1:]  # step 0 warms up
+measured = sum(r["step_ms"] for r in rows) / len(rows)
+predicted = sum(r["predicted_step_ms"] for r in rows) / len(rows)
+error = sum(abs(r["predicted_step_ms"] - r["step_ms"]) / r["step_ms"] for r in rows) / len(rows)
+device, precision = rows[0]["device"], rows[0]["precision"]
+print(f"{device} {precision}, steps 1-{len(rows)}: measured {measured:.1f} ms,"
+      f" predicted {predicted:.1f} ms, mean absolute error {100 * error:.1f} %"
+      f" (tolerance {100 * float(sys.argv[2]):.0f} %)")
+sys.exit(0 if error <= float(sys.argv[2]) else 1)
+EOF' _ "$bin/tools/hydraulis-runtime" "$MODEL" "$DEVICE" "$CONTEXT" "$TOKENS" "$corpus"
   stage "throughput: hydraulis" "$LIMIT_OURS" "$OUT/bench.txt" "$bin/bench/gpu_train_bench" \
     --model "$MODEL" --device "$DEVICE" --lengths data/wikipedia-sample-lengths.txt \
     --context "$CONTEXT" --tokens-per-step "$TOKENS" --steps "$STEPS" --warmup 3 \
     --batches-out "$work/batches.json" --json "$OUT/ours.json"
 fi
-if [ -f "$work/batches.json" ]; then
+if [ -f "$work/batches.json" ] && [ "$PEERS" = 1 ]; then
   for impl in hf eager; do
     stage "throughput: peer ($impl)" "$LIMIT_PEER" "$OUT/bench.txt" env PYTHONUNBUFFERED=1 "$PY" \
       bench/peer_train.py --batches "$work/batches.json" --model "$MODEL" \

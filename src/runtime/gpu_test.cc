@@ -23,6 +23,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -193,7 +194,11 @@ Plan TwoMicroBatchesOnTwoCpRanks() {
   return plan;
 }
 
-std::vector<double> TrainLosses(const ComputeOptions& compute, CommBackend backend, int steps) {
+// The losses of `steps` steps on one rank; with `repeat` every step trains on step 0's
+// documents, which the model can learn (the random tokens of new documents every step
+// leave nothing to learn: the loss stays near ln(vocab)).
+std::vector<double> TrainLosses(const ComputeOptions& compute, CommBackend backend, int steps,
+                                bool repeat = false) {
   const ModelConfig c = Tiny();
   Rendezvous rendezvous(OneRank(backend));
   AdamWOptions adam;
@@ -201,22 +206,33 @@ std::vector<double> TrainLosses(const ComputeOptions& compute, CommBackend backe
   DistributedTrainer trainer(c, 11, adam, rendezvous, {Single(1, 1, 1)}, compute);
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) {
-    losses.push_back(trainer.Step(TwoMicroBatches(), StepDocuments(s, c)).loss);
+    losses.push_back(trainer.Step(TwoMicroBatches(), StepDocuments(repeat ? 0 : s, c)).loss);
   }
   return losses;
 }
 
+// The CPU reference of the test below learns (runs everywhere: the first GPU run found this
+// test asserting learning on new random documents every step, which the CPU run failed too).
+TEST(GpuTest, CpuReferenceLearnsRepeatedDocuments) {
+  const std::vector<double> reference = TrainLosses({}, CommBackend::kGloo, 20, true);
+  EXPECT_LT(reference.back(), 0.9 * reference.front());
+}
+
 TEST(GpuTest, Bf16TrainingTracksCpuFp32For20Steps) {
   REQUIRE_GPU();
-  const std::vector<double> reference = TrainLosses({}, CommBackend::kGloo, 20);
-  const std::vector<double> bf16 = TrainLosses(Cuda(Precision::kBf16), CommBackend::kGloo, 20);
+  const std::vector<double> reference = TrainLosses({}, CommBackend::kGloo, 20, true);
+  const std::vector<double> bf16 =
+      TrainLosses(Cuda(Precision::kBf16), CommBackend::kGloo, 20, true);
   double worst = 0.0;
   for (std::size_t s = 0; s < reference.size(); ++s) {
     worst = std::max(worst, std::abs(bf16[s] - reference[s]) / reference[s]);
   }
+  std::cout << "[ bf16 vs fp32 ] losses " << reference.front() << " -> " << reference.back()
+            << " (fp32), " << bf16.front() << " -> " << bf16.back()
+            << " (bf16); worst relative difference " << worst << "\n";
   EXPECT_LT(worst, 2e-2);
-  EXPECT_LT(reference.back(), reference.front());  // it learned
-  EXPECT_LT(bf16.back(), bf16.front());
+  EXPECT_LT(reference.back(), 0.9 * reference.front());  // it learned
+  EXPECT_LT(bf16.back(), 0.9 * bf16.front());
 }
 
 TEST(GpuTest, NcclRunsWithWorldSizeOne) {
