@@ -29,6 +29,7 @@ struct PlanArgs {
   bool no_timing = false;
   double backward_to_forward = 2.0;
   int threads = 0;
+  double prune_tolerance = 0.0;
   LengthFlags source;
 };
 
@@ -62,6 +63,7 @@ int RunPlan(const PlanArgs& a) {
   options.seed = a.seed;
   options.schedule.backward_to_forward = a.backward_to_forward;
   options.threads = a.threads;
+  options.prune_tolerance = a.prune_tolerance;
   Planner planner(profile, candidates, options);
   std::string out;
   if (!a.lengths.empty()) {
@@ -125,6 +127,12 @@ Command AddPlanCommand(CLI::App& app) {
                   "threads that plan candidates (0: one per hardware thread); the plans are "
                   "the same for every count")
       ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  cmd->add_option("--prune-tolerance", a->prune_tolerance,
+                  "skip a candidate whose lower bound is within this fraction of the best plan "
+                  "found (0: plan every candidate that can beat it); a plan is then at most "
+                  "this fraction slower than with 0")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   a->source.AddTo(cmd);
   cmd->add_flag("--pretty", a->pretty, "indent the JSON (single-batch mode)");

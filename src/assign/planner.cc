@@ -247,6 +247,11 @@ class BatchPlanning {
   LowerBound FullBound(int i) {
     return ComputeLowerBound(planner_.Groups(i), length_counts_, options_.schedule, &relaxations_);
   }
+  // FullBound's time, from the first wave's speculation when it computed it.
+  double FullBoundMs(int i) {
+    const auto it = speculated_bounds_.find(i);
+    return it != speculated_bounds_.end() ? it->second : FullBound(i).ms;
+  }
   CandidateReport& Report(int i) { return plan_.candidates[static_cast<std::size_t>(i)]; }
   double Overhead(int i) const {
     return options_.strategy_overhead_ms.empty()
@@ -357,12 +362,19 @@ class BatchPlanning {
   void SearchOurs(std::vector<int> usable) {
     auto promise = [&](int i) { return Report(i).lower_bound_ms + Overhead(i); };
     // `spare`: threads the candidate may use itself (a wave smaller than the thread count).
-    auto assign = [&](int i, int spare) {
+    // Candidate i's assignment; it stops at `full_bound` (i's full bound), as low as any
+    // plan of i can go.
+    auto assign_at = [&](int i, double full_bound, int spare) {
       TwoStageOptions opts = options_.two_stage;
       opts.threads = spare;
       opts.pack.relaxations = &relaxations_;
-      opts.stop_below_ms = std::max(opts.stop_below_ms, Report(i).lower_bound_ms);
+      opts.stop_below_ms = std::max(opts.stop_below_ms, full_bound);
       return AssignTwoStage(Problem(i), opts);
+    };
+    auto assign = [&](int i, int spare) {
+      if (const auto it = speculated_.find(i); it != speculated_.end())
+        return std::move(it->second);
+      return assign_at(i, Report(i).lower_bound_ms, spare);
     };
     auto consider = [&](int i, Assignment a) {
       const double score = a.step_ms + Overhead(i);
@@ -374,7 +386,8 @@ class BatchPlanning {
                      [&](int x, int y) { return promise(x) < promise(y); });
     const int first = usable.front();
     const double least = promise(first);
-    Report(first).lower_bound_ms = FullBound(first).ms;
+    Speculate(usable, threads, assign_at);
+    Report(first).lower_bound_ms = FullBoundMs(first);
     consider(first, assign(first, threads));
     OrderTiesByRoom(usable, least, promise, threads);
     CandidateOrder order(usable, [&](int i) { return promise(i); });
@@ -398,7 +411,7 @@ class BatchPlanning {
         bounds.assign(unbounded.size(), 0.0);
         ParallelFor(static_cast<int>(unbounded.size()), threads, [&](int k) {
           bounds[static_cast<std::size_t>(k)] =
-              FullBound(unbounded[static_cast<std::size_t>(k)].index).ms;
+              FullBoundMs(unbounded[static_cast<std::size_t>(k)].index);
         });
         for (std::size_t k = 0; k < unbounded.size(); ++k) {
           const int i = unbounded[k].index;
@@ -424,6 +437,33 @@ class BatchPlanning {
     }
     // What is left cannot beat the best plan.
     for (const int i : order.Remaining()) Report(i).status = CandidateStatus::kPruned;
+  }
+
+  // With 4 or more threads, the first candidate alone leaves most of them idle (its two
+  // assignments, plain and exchange-charged, take two), and so does a wave after it when
+  // few candidates are left to beat the best plan. So the first threads / 2 candidates by
+  // cheap bound get their full bounds and assignments at once, two threads each, before
+  // the search; the search then takes them from here instead of computing them when it
+  // reaches them. Bounds and assignments depend only on their candidate, so the plan is
+  // the one of one thread, byte for byte; a speculated candidate the search prunes only
+  // cost its threads' time.
+  template <typename AssignAt>
+  void Speculate(const std::vector<int>& usable, int threads, const AssignAt& assign_at) {
+    const int count = std::min(static_cast<int>(usable.size()), threads / 2);
+    if (count < 2) return;
+    std::vector<double> bounds(static_cast<std::size_t>(count));
+    std::vector<Assignment> assigned(static_cast<std::size_t>(count));
+    ParallelFor(count, count, [&](int k) {
+      const int i = usable[static_cast<std::size_t>(k)];
+      bounds[static_cast<std::size_t>(k)] = FullBound(i).ms;
+      assigned[static_cast<std::size_t>(k)] =
+          assign_at(i, bounds[static_cast<std::size_t>(k)], threads / count);
+    });
+    for (int k = 0; k < count; ++k) {
+      const int i = usable[static_cast<std::size_t>(k)];
+      speculated_bounds_[i] = bounds[static_cast<std::size_t>(k)];
+      speculated_[i] = std::move(assigned[static_cast<std::size_t>(k)]);
+    }
   }
 
   // Where the first plan did not reach the least cheap bound and other candidates share
@@ -528,6 +568,9 @@ class BatchPlanning {
   int static_index_ = -1;
   Plan plan_;
   std::vector<std::pair<std::int64_t, double>> length_counts_;  // of plan_.lengths
+  // Speculate's full bounds and assignments, by candidate.
+  std::map<int, double> speculated_bounds_;
+  std::map<int, Assignment> speculated_;
   Assignment best_;
   int best_index_ = -1;
   double best_score_ = kInf;

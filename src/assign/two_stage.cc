@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <unordered_map>
+#include <vector>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/parallel_for.h"
@@ -209,12 +211,42 @@ class Solver {
 
   void Repack(int p) {
     if (packed_.size() != static_cast<std::size_t>(P_)) packed_.resize(P_);
-    packed_[p] = PackPipeline(problem_, problem_.pipelines[p], docs_[p], options_.pack);
+    packed_[p] = Packed(p);
     Load l;
     for (int d : docs_[p]) l = With(p, l, d);
     load_[p] = l;
     est_[p] = Estimate(p, l);
   }
+
+  // PackPipeline of pipeline p's documents, remembered by the exact list: about a third
+  // of the search's re-packs repeat one (the slowest pipeline without the same document,
+  // tried against several destinations; a calibrated dispatch that gives a pipeline what
+  // the first one gave it). PackPipeline is a function of its arguments, so the plan is
+  // the same bit for bit. The memory is bounded by the documents it holds.
+  PackResult Packed(int p) {
+    PackKey key{p, docs_[p]};
+    if (const auto it = packs_.find(key); it != packs_.end()) return it->second;
+    PackResult r = PackPipeline(problem_, problem_.pipelines[p], docs_[p], options_.pack);
+    if (packed_documents_ > kRememberedDocuments) {
+      packs_.clear();
+      packed_documents_ = 0;
+    }
+    packed_documents_ += 2 * static_cast<std::int64_t>(key.docs.size());
+    packs_.emplace(std::move(key), r);
+    return r;
+  }
+  struct PackKey {
+    int p;
+    std::vector<int> docs;
+    bool operator==(const PackKey&) const = default;
+  };
+  struct PackKeyHash {
+    std::size_t operator()(const PackKey& k) const {
+      std::uint64_t h = 1469598103934665603ULL ^ static_cast<std::uint64_t>(k.p);
+      for (int d : k.docs) h = (h ^ static_cast<std::uint32_t>(d)) * 1099511628211ULL;
+      return static_cast<std::size_t>(h);
+    }
+  };
 
   int Slowest() const {
     int s = 0;
@@ -410,6 +442,10 @@ class Solver {
   std::vector<double> est_;
   std::vector<double> scale_;  // per pipeline: what Calibrate learnt of its estimate
   std::vector<PackResult> packed_;
+  std::unordered_map<PackKey, PackResult, PackKeyHash> packs_;
+  std::int64_t packed_documents_ = 0;  // held by packs_, keys and packings
+  // About 32 MB of document indices.
+  static constexpr std::int64_t kRememberedDocuments = std::int64_t{1} << 23;
 };
 
 }  // namespace
