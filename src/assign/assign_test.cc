@@ -285,9 +285,10 @@ TEST(PlannerTest, PlansAreTheSameBytesOnAnyThreadCount) {
     one.context_tokens = max_len;
     PlannerOptions three = one;
     three.threads = 3;
-    // 8: the first 4 candidates are assigned at once, before the search (Speculate).
+    // 64: two threads for each usable candidate, all assigned at once before the search
+    // (Speculate).
     PlannerOptions eight = one;
-    eight.threads = 8;
+    eight.threads = 64;
     Planner a(cs.profile, candidates, one);
     Planner b(cs.profile, candidates, three);
     Planner c(cs.profile, candidates, eight);

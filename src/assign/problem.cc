@@ -1,8 +1,11 @@
 #include "hydraulis/assign/problem.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "hydraulis/cost/capacity.h"
 
@@ -71,24 +74,40 @@ namespace {
 
 // The laid-out time of a cp micro-batch depends only on its lengths (in order) and the
 // shard cost, and the local search re-packs the same micro-batches again and again (on a
-// 1,024-GPU 128K batch 55 % of the calls repeat an earlier one): each thread keeps the
-// answers. The key is the cost's fields' bits, then the lengths; the table is emptied
-// when it reaches kMaxEntries, so memory stays bounded (about 15 MB a thread).
+// 1,024-GPU 128K batch 55 % of the calls repeat an earlier one). One table for the whole
+// process keeps the answers, shared by every thread: the planner's threads are started
+// per parallel section, and a table of their own started empty every time (planning with
+// more threads got slower). It is split into kShards parts, each behind its own mutex, so
+// threads seldom wait for one another. The key is the cost's fields' bits, then the
+// lengths; a part is emptied when it reaches kMaxEntriesPerShard, so memory stays bounded
+// (about 30 MB). A value is a function of its key, so sharing changes no result.
 class LaidOutTimes {
  public:
+  static LaidOutTimes& Shared() {
+    static LaidOutTimes table;
+    return table;
+  }
+
   double Get(std::span<const std::int64_t> lengths, const ShardCost& cost) {
-    key_.clear();
+    thread_local std::vector<std::int64_t> key;  // scratch: no allocation on a hit
+    key.clear();
     for (const double x : {cost.whole.a_ms_per_token2, cost.whole.b_ms_per_token, cost.whole.c_ms,
                            cost.kv_ms_per_token, cost.kv_memory_ratio, cost.rank_capacity_tokens}) {
-      key_.push_back(std::bit_cast<std::int64_t>(x));
+      key.push_back(std::bit_cast<std::int64_t>(x));
     }
-    key_.push_back(cost.cp);
-    key_.push_back(cost.shard_every_document ? 1 : 0);
-    key_.insert(key_.end(), lengths.begin(), lengths.end());
-    if (auto it = times_.find(key_); it != times_.end()) return it->second;
+    key.push_back(cost.cp);
+    key.push_back(cost.shard_every_document ? 1 : 0);
+    key.insert(key.end(), lengths.begin(), lengths.end());
+    const std::size_t hash = KeyHash{}(key);
+    Shard& shard = shards_[hash % kShards];
+    {
+      const std::lock_guard lock(shard.mutex);
+      if (auto it = shard.times.find(key); it != shard.times.end()) return it->second;
+    }
     const double ms = LaidOutStageMs(lengths, LayOutMicroBatch(lengths, cost), cost);
-    if (times_.size() >= kMaxEntries) times_.clear();
-    times_.emplace(key_, ms);
+    const std::lock_guard lock(shard.mutex);
+    if (shard.times.size() >= kMaxEntriesPerShard) shard.times.clear();
+    shard.times.emplace(key, ms);
     return ms;
   }
 
@@ -106,17 +125,20 @@ class LaidOutTimes {
       return static_cast<std::size_t>(h);
     }
   };
-  static constexpr std::size_t kMaxEntries = std::size_t{1} << 16;
-  std::vector<std::int64_t> key_;  // scratch: no allocation on a hit
-  std::unordered_map<std::vector<std::int64_t>, double, KeyHash> times_;
+  struct Shard {
+    std::mutex mutex;
+    std::unordered_map<std::vector<std::int64_t>, double, KeyHash> times;
+  };
+  static constexpr std::size_t kShards = 64;
+  static constexpr std::size_t kMaxEntriesPerShard = std::size_t{1} << 11;
+  std::array<Shard, kShards> shards_;
 };
 
 }  // namespace
 
 double MicroBatchMs(std::span<const std::int64_t> lengths, const PipelineModel& pipeline) {
   if (pipeline.scheme.cp > 1) {
-    thread_local LaidOutTimes times;
-    return times.Get(lengths, pipeline.shard);
+    return LaidOutTimes::Shared().Get(lengths, pipeline.shard);
   }
   double t = pipeline.time.c_ms;
   for (std::int64_t s : lengths) t += pipeline.time.DocumentMs(s);
