@@ -471,7 +471,8 @@ NB_MODULE(_core, m) {
           "__init__",
           [](PyPlanner* self, const Profile& profile, const CandidatesText& candidates,
              const std::string& algorithm, std::uint64_t seed, std::int64_t max_len,
-             bool reject_overlong, double backward_to_forward, int threads) {
+             bool reject_overlong, double backward_to_forward, int threads,
+             double prune_tolerance) {
             if (max_len < 1) {
               throw InvalidInput("max_len: must be >= 1, got " + std::to_string(max_len));
             }
@@ -487,11 +488,13 @@ NB_MODULE(_core, m) {
             options.seed = seed;
             options.schedule.backward_to_forward = backward_to_forward;
             options.threads = threads;
+            options.prune_tolerance = prune_tolerance;  // the Planner rejects a bad one
             new (self) PyPlanner(profile, set, options);
           },
           nb::arg("profile"), nb::arg("candidates"), nb::kw_only(), nb::arg("algorithm") = "ours",
           nb::arg("seed") = 1, nb::arg("max_len") = 32'768, nb::arg("reject_overlong") = false,
-          nb::arg("backward_to_forward") = 2.0, nb::arg("threads") = 1)
+          nb::arg("backward_to_forward") = 2.0, nb::arg("threads") = 1,
+          nb::arg("prune_tolerance") = 0.0)
       .def(
           "plan",
           [](PyPlanner& planner, nb::handle lengths) {

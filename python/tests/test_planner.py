@@ -138,6 +138,25 @@ def test_plans_are_the_same_on_any_thread_count(tmp_path, lengths):
                           threads=-1)
 
 
+def test_prune_tolerance_bounds_the_loss_and_matches_the_cli(tmp_path, lengths):
+    # Skipping candidates whose bound is within T of the best plan costs at most T.
+    profile, candidates = hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES)
+    exact = hydraulis.Planner(profile, candidates)
+    tolerant = hydraulis.Planner(profile, candidates, prune_tolerance=0.05)
+    pruned_more = 0
+    for i in range(10):
+        batch = lengths[i * 300:(i + 1) * 300]
+        a, b = exact.plan(batch), tolerant.plan(batch)
+        assert b.estimated_step_ms <= 1.05 * a.estimated_step_ms + 1e-9
+        pruned = [sum(c["status"] == "pruned" for c in json.loads(p.to_json())["candidates"])
+                  for p in (a, b)]
+        pruned_more += pruned[1] - pruned[0]
+    assert pruned_more > 0  # the tolerance did skip candidates
+    assert b.to_json() == cli_plan(tmp_path, batch, "--prune-tolerance", "0.05")
+    with pytest.raises(ValueError, match="prune tolerance"):
+        hydraulis.Planner(profile, candidates, prune_tolerance=-0.1)
+
+
 def test_overlong_documents_are_truncated_or_rejected(lengths):
     profile, candidates = hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES)
     batch = [10_000_000] + lengths[:50].tolist()
