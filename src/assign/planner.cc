@@ -247,7 +247,7 @@ class BatchPlanning {
   LowerBound FullBound(int i) {
     return ComputeLowerBound(planner_.Groups(i), length_counts_, options_.schedule, &relaxations_);
   }
-  // FullBound's time, from the first wave's speculation when it computed it.
+  // FullBound's time, from Speculate when it computed it.
   double FullBoundMs(int i) {
     const auto it = speculated_bounds_.find(i);
     return it != speculated_bounds_.end() ? it->second : FullBound(i).ms;
