@@ -1,10 +1,12 @@
 #include "hydraulis/assign/planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <set>
 
@@ -420,10 +422,7 @@ class BatchPlanning {
         }
       }
       if (wave.empty()) break;
-      ParallelFor(static_cast<int>(wave.size()), threads, [&](int k) {
-        assigned[static_cast<std::size_t>(k)] =
-            assign(wave[static_cast<std::size_t>(k)], threads / static_cast<int>(wave.size()));
-      });
+      AssignWave(wave, threads, assigned, assign);
       // In order, as the sequential search: a candidate runs only if its bound still beats
       // the best plan, which only falls.
       for (std::size_t k = 0; k < wave.size(); ++k) {
@@ -437,6 +436,72 @@ class BatchPlanning {
     }
     // What is left cannot beat the best plan.
     for (const int i : order.Remaining()) Report(i).status = CandidateStatus::kPruned;
+  }
+
+  // The wave's assignments, into assigned[k]. With more candidates than threads per two,
+  // each candidate's two searches (plain and exchange-charged, two_stage.h) are separate
+  // jobs, all plain ones first, taken by the threads as they come free: a candidate's pair
+  // run one after the other on one thread left the other threads idle when the wave's
+  // candidates differ in cost. A charged search whose plain one has already reached the
+  // candidate's bound is skipped, as AssignTwoStage skips it; one that ran anyway loses to
+  // the plain result (nothing beats the bound). So each result is AssignTwoStage's.
+  template <typename Assign>
+  void AssignWave(const std::vector<int>& wave, int threads, std::vector<Assignment>& assigned,
+                  const Assign& assign) {
+    const auto w = static_cast<int>(wave.size());
+    std::vector<int> searched;  // positions in the wave not speculated
+    for (int k = 0; k < w; ++k) {
+      if (!speculated_.contains(wave[static_cast<std::size_t>(k)])) searched.push_back(k);
+    }
+    if (threads >= 2 * w || searched.size() < 2) {
+      ParallelFor(w, threads, [&](int k) {
+        assigned[static_cast<std::size_t>(k)] =
+            assign(wave[static_cast<std::size_t>(k)], std::max(1, threads / w));
+      });
+      return;
+    }
+    for (int k = 0; k < w; ++k) {
+      const int i = wave[static_cast<std::size_t>(k)];
+      if (speculated_.contains(i)) assigned[static_cast<std::size_t>(k)] = assign(i, 1);
+    }
+    const auto n = searched.size();
+    std::vector<AssignProblem> problems(n);
+    std::vector<TwoStageOptions> opts(n, options_.two_stage);
+    std::vector<int> jobs;  // plain searches (s), then charged ones (n + s)
+    for (std::size_t s = 0; s < n; ++s) {
+      const int i = wave[static_cast<std::size_t>(searched[s])];
+      problems[s] = Problem(i);
+      opts[s].threads = 1;
+      opts[s].pack.relaxations = &relaxations_;
+      opts[s].stop_below_ms = std::max(opts[s].stop_below_ms, Report(i).lower_bound_ms);
+      jobs.push_back(static_cast<int>(s));
+    }
+    for (std::size_t s = 0; s < n; ++s) {
+      if (HasExchangeSearch(problems[s])) jobs.push_back(static_cast<int>(n + s));
+    }
+    std::vector<Assignment> plain(n), charged(n);
+    std::vector<char> charged_ran(n, 0);
+    std::unique_ptr<std::atomic<bool>[]> plain_done(new std::atomic<bool>[n]);
+    for (std::size_t s = 0; s < n; ++s) plain_done[s] = false;
+    ParallelFor(static_cast<int>(jobs.size()), threads, [&](int j) {
+      const auto job = static_cast<std::size_t>(jobs[static_cast<std::size_t>(j)]);
+      if (job < n) {
+        plain[job] = AssignTwoStageSearch(problems[job], opts[job], false);
+        plain_done[job].store(true, std::memory_order_release);
+        return;
+      }
+      const std::size_t s = job - n;
+      if (plain_done[s].load(std::memory_order_acquire) && PlainSearchIsFinal(plain[s], opts[s])) {
+        return;
+      }
+      charged[s] = AssignTwoStageSearch(problems[s], opts[s], true);
+      charged_ran[s] = 1;
+    });
+    for (std::size_t s = 0; s < n; ++s) {
+      assigned[static_cast<std::size_t>(searched[s])] =
+          charged_ran[s] ? FasterSearch(std::move(plain[s]), std::move(charged[s]))
+                         : std::move(plain[s]);
+    }
   }
 
   // With two threads per usable candidate or more, the first candidate alone leaves most

@@ -474,27 +474,43 @@ double EstimatePipelineMs(const PipelineModel& pipe, std::int64_t tokens, double
   return best;
 }
 
-Assignment AssignTwoStage(const AssignProblem& problem, const TwoStageOptions& options) {
+bool HasExchangeSearch(const AssignProblem& problem) {
+  return std::any_of(problem.pipelines.begin(), problem.pipelines.end(),
+                     [](const PipelineModel& p) { return p.scheme.cp > 1; });
+}
+
+Assignment AssignTwoStageSearch(const AssignProblem& problem, const TwoStageOptions& options,
+                                bool charge_exchange) {
   if (problem.pipelines.empty()) throw InvalidInput("strategy has no pipelines");
+  return Solver(problem, options, charge_exchange).Run();
+}
+
+bool PlainSearchIsFinal(const Assignment& plain, const TwoStageOptions& options) {
+  return plain.step_ms <= options.stop_below_ms;
+}
+
+Assignment FasterSearch(Assignment plain, Assignment charged) {
+  return DefinitelyLess(charged.step_ms, plain.step_ms) ? std::move(charged) : std::move(plain);
+}
+
+Assignment AssignTwoStage(const AssignProblem& problem, const TwoStageOptions& options) {
   // With cp pipelines, also the assignment whose estimate charges the exchange of documents
   // that must be sharded: without it a wide cp pipeline looks nearly free and is overloaded
   // when long documents abound (128K), with it narrow ones are favoured too much when few
   // documents need sharding (32K). The faster of the two (the plain one on ties).
-  const bool any_cp = std::any_of(problem.pipelines.begin(), problem.pipelines.end(),
-                                  [](const PipelineModel& p) { return p.scheme.cp > 1; });
-  if (!any_cp) return Solver(problem, options, false).Run();
+  if (!HasExchangeSearch(problem)) return AssignTwoStageSearch(problem, options, false);
   std::vector<Assignment> runs(2);
   if (options.threads >= 2) {
     ParallelFor(2, 2, [&](int k) {
-      runs[static_cast<std::size_t>(k)] = Solver(problem, options, k == 1).Run();
+      runs[static_cast<std::size_t>(k)] = AssignTwoStageSearch(problem, options, k == 1);
     });
   } else {
-    runs[0] = Solver(problem, options, false).Run();
+    runs[0] = AssignTwoStageSearch(problem, options, false);
     // A plain assignment at the stop level (the caller's lower bound) cannot be beaten.
-    if (runs[0].step_ms <= options.stop_below_ms) return std::move(runs[0]);
-    runs[1] = Solver(problem, options, true).Run();
+    if (PlainSearchIsFinal(runs[0], options)) return std::move(runs[0]);
+    runs[1] = AssignTwoStageSearch(problem, options, true);
   }
-  return DefinitelyLess(runs[1].step_ms, runs[0].step_ms) ? std::move(runs[1]) : std::move(runs[0]);
+  return FasterSearch(std::move(runs[0]), std::move(runs[1]));
 }
 
 }  // namespace hydraulis
