@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <memory>
 #include <numeric>
 #include <set>
 
@@ -251,8 +250,17 @@ class BatchPlanning {
   }
   // FullBound's time, from Speculate when it computed it.
   double FullBoundMs(int i) {
-    const auto it = speculated_bounds_.find(i);
-    return it != speculated_bounds_.end() ? it->second : FullBound(i).ms;
+    const auto it = speculated_.find(i);
+    return it != speculated_.end() ? it->second.bound_ms : FullBound(i).ms;
+  }
+  // Stage 1's options for a candidate whose full bound is `full_bound` (the search stops
+  // there: no plan of it goes lower), on `spare` threads.
+  TwoStageOptions AssignOptions(double full_bound, int spare) {
+    TwoStageOptions opts = options_.two_stage;
+    opts.threads = spare;
+    opts.pack.relaxations = &relaxations_;
+    opts.stop_below_ms = std::max(opts.stop_below_ms, full_bound);
+    return opts;
   }
   CandidateReport& Report(int i) { return plan_.candidates[static_cast<std::size_t>(i)]; }
   double Overhead(int i) const {
@@ -367,15 +375,12 @@ class BatchPlanning {
     // Candidate i's assignment; it stops at `full_bound` (i's full bound), as low as any
     // plan of i can go.
     auto assign_at = [&](int i, double full_bound, int spare) {
-      TwoStageOptions opts = options_.two_stage;
-      opts.threads = spare;
-      opts.pack.relaxations = &relaxations_;
-      opts.stop_below_ms = std::max(opts.stop_below_ms, full_bound);
-      return AssignTwoStage(Problem(i), opts);
+      return AssignTwoStage(Problem(i), AssignOptions(full_bound, spare));
     };
     auto assign = [&](int i, int spare) {
-      if (const auto it = speculated_.find(i); it != speculated_.end())
-        return std::move(it->second);
+      if (const auto it = speculated_.find(i); it != speculated_.end()) {
+        return std::move(it->second.assignment);
+      }
       return assign_at(i, Report(i).lower_bound_ms, spare);
     };
     auto consider = [&](int i, Assignment a) {
@@ -444,45 +449,35 @@ class BatchPlanning {
   // run one after the other on one thread left the other threads idle when the wave's
   // candidates differ in cost. A charged search whose plain one has already reached the
   // candidate's bound is skipped, as AssignTwoStage skips it; one that ran anyway loses to
-  // the plain result (nothing beats the bound). So each result is AssignTwoStage's.
+  // the plain result (nothing beats the bound). So each result is AssignTwoStage's. (Only
+  // the first branch meets speculated candidates: Speculate runs with two threads for
+  // every usable candidate.)
   template <typename Assign>
   void AssignWave(const std::vector<int>& wave, int threads, std::vector<Assignment>& assigned,
                   const Assign& assign) {
     const auto w = static_cast<int>(wave.size());
-    std::vector<int> searched;  // positions in the wave not speculated
-    for (int k = 0; k < w; ++k) {
-      if (!speculated_.contains(wave[static_cast<std::size_t>(k)])) searched.push_back(k);
-    }
-    if (threads >= 2 * w || searched.size() < 2) {
+    if (threads >= 2 * w || w < 2) {
       ParallelFor(w, threads, [&](int k) {
         assigned[static_cast<std::size_t>(k)] =
             assign(wave[static_cast<std::size_t>(k)], std::max(1, threads / w));
       });
       return;
     }
-    for (int k = 0; k < w; ++k) {
-      const int i = wave[static_cast<std::size_t>(k)];
-      if (speculated_.contains(i)) assigned[static_cast<std::size_t>(k)] = assign(i, 1);
-    }
-    const auto n = searched.size();
+    const auto n = wave.size();
     std::vector<AssignProblem> problems(n);
-    std::vector<TwoStageOptions> opts(n, options_.two_stage);
-    std::vector<int> jobs;  // plain searches (s), then charged ones (n + s)
-    for (std::size_t s = 0; s < n; ++s) {
-      const int i = wave[static_cast<std::size_t>(searched[s])];
-      problems[s] = Problem(i);
-      opts[s].threads = 1;
-      opts[s].pack.relaxations = &relaxations_;
-      opts[s].stop_below_ms = std::max(opts[s].stop_below_ms, Report(i).lower_bound_ms);
-      jobs.push_back(static_cast<int>(s));
+    std::vector<TwoStageOptions> opts(n);
+    std::vector<int> jobs;  // plain searches (k), then charged ones (n + k)
+    for (std::size_t k = 0; k < n; ++k) {
+      problems[k] = Problem(wave[k]);
+      opts[k] = AssignOptions(Report(wave[k]).lower_bound_ms, 1);
+      jobs.push_back(static_cast<int>(k));
     }
-    for (std::size_t s = 0; s < n; ++s) {
-      if (HasExchangeSearch(problems[s])) jobs.push_back(static_cast<int>(n + s));
+    for (std::size_t k = 0; k < n; ++k) {
+      if (HasExchangeSearch(problems[k])) jobs.push_back(static_cast<int>(n + k));
     }
     std::vector<Assignment> plain(n), charged(n);
     std::vector<char> charged_ran(n, 0);
-    std::unique_ptr<std::atomic<bool>[]> plain_done(new std::atomic<bool>[n]);
-    for (std::size_t s = 0; s < n; ++s) plain_done[s] = false;
+    std::vector<std::atomic<bool>> plain_done(n);
     ParallelFor(static_cast<int>(jobs.size()), threads, [&](int j) {
       const auto job = static_cast<std::size_t>(jobs[static_cast<std::size_t>(j)]);
       if (job < n) {
@@ -490,17 +485,16 @@ class BatchPlanning {
         plain_done[job].store(true, std::memory_order_release);
         return;
       }
-      const std::size_t s = job - n;
-      if (plain_done[s].load(std::memory_order_acquire) && PlainSearchIsFinal(plain[s], opts[s])) {
+      const std::size_t k = job - n;
+      if (plain_done[k].load(std::memory_order_acquire) && PlainSearchIsFinal(plain[k], opts[k])) {
         return;
       }
-      charged[s] = AssignTwoStageSearch(problems[s], opts[s], true);
-      charged_ran[s] = 1;
+      charged[k] = AssignTwoStageSearch(problems[k], opts[k], true);
+      charged_ran[k] = 1;
     });
-    for (std::size_t s = 0; s < n; ++s) {
-      assigned[static_cast<std::size_t>(searched[s])] =
-          charged_ran[s] ? FasterSearch(std::move(plain[s]), std::move(charged[s]))
-                         : std::move(plain[s]);
+    for (std::size_t k = 0; k < n; ++k) {
+      assigned[k] = charged_ran[k] ? FasterSearch(std::move(plain[k]), std::move(charged[k]))
+                                   : std::move(plain[k]);
     }
   }
 
@@ -527,9 +521,8 @@ class BatchPlanning {
           assign_at(i, bounds[static_cast<std::size_t>(k)], threads / count);
     });
     for (int k = 0; k < count; ++k) {
-      const int i = usable[static_cast<std::size_t>(k)];
-      speculated_bounds_[i] = bounds[static_cast<std::size_t>(k)];
-      speculated_[i] = std::move(assigned[static_cast<std::size_t>(k)]);
+      speculated_[usable[static_cast<std::size_t>(k)]] = {
+          bounds[static_cast<std::size_t>(k)], std::move(assigned[static_cast<std::size_t>(k)])};
     }
   }
 
@@ -636,8 +629,11 @@ class BatchPlanning {
   Plan plan_;
   std::vector<std::pair<std::int64_t, double>> length_counts_;  // of plan_.lengths
   // Speculate's full bounds and assignments, by candidate.
-  std::map<int, double> speculated_bounds_;
-  std::map<int, Assignment> speculated_;
+  struct Speculated {
+    double bound_ms = 0;
+    Assignment assignment;
+  };
+  std::map<int, Speculated> speculated_;
   Assignment best_;
   int best_index_ = -1;
   double best_score_ = kInf;

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hydraulis/base/word_hash.h"
 #include "hydraulis/cost/capacity.h"
 
 namespace hydraulis {
@@ -114,15 +115,7 @@ class LaidOutTimes {
  private:
   struct KeyHash {
     std::size_t operator()(const std::vector<std::int64_t>& key) const {
-      std::uint64_t h = 0x9e3779b97f4a7c15ULL;
-      for (const std::int64_t x : key) {
-        // splitmix64's finaliser over each word, chained.
-        std::uint64_t z = h ^ static_cast<std::uint64_t>(x);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        h = z ^ (z >> 31);
-      }
-      return static_cast<std::size_t>(h);
+      return HashWords(std::span<const std::int64_t>(key));
     }
   };
   struct Shard {

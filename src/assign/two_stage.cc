@@ -10,6 +10,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/parallel_for.h"
 #include "hydraulis/base/tolerance.h"
+#include "hydraulis/base/word_hash.h"
 
 namespace hydraulis {
 namespace {
@@ -242,9 +243,7 @@ class Solver {
   };
   struct PackKeyHash {
     std::size_t operator()(const PackKey& k) const {
-      std::uint64_t h = 1469598103934665603ULL ^ static_cast<std::uint64_t>(k.p);
-      for (int d : k.docs) h = (h ^ static_cast<std::uint32_t>(d)) * 1099511628211ULL;
-      return static_cast<std::size_t>(h);
+      return HashWords(std::span<const int>(k.docs), static_cast<std::uint64_t>(k.p));
     }
   };
 

@@ -75,8 +75,8 @@ struct PlannerOptions {
 
 // Holds the candidate set with each pipeline's time model and capacity, computed once.
 // PlanBatch may run on several threads at once (candidate selection plans its batches
-// so): its only shared mutable state, the relaxation table, is locked, and the laid-out
-// time table is per thread. PlanBatch itself may use several threads
+// so): its shared mutable state, the relaxation table and the process's laid-out time
+// table (problem.cc), is locked. PlanBatch itself may use several threads
 // (PlannerOptions::threads). The Python binding still serialises its calls with a lock.
 class Planner {
  public:
