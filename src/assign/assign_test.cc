@@ -182,7 +182,7 @@ TEST(PlannerTest, ChoosesTheFastestPlannedCandidateAndPrunesOnlyWhatCannotWin) {
 
 // Ours computes a candidate's full bound only when the candidate reaches the front of the
 // search's order: what it plans and prunes must be what the sequential search over every
-// candidate's full bound gives (the least cheap bound first, then by full bound, each
+// candidate's full bound gives (the least full bound first, then by full bound, each
 // planned while its bound beats the best plan so far), and some full bounds are skipped.
 TEST(PlannerTest, PlansWhatTheSearchOverEveryFullBoundPlans) {
   CaseStudy cs;
@@ -211,9 +211,14 @@ TEST(PlannerTest, PlansWhatTheSearchOverEveryFullBoundPlans) {
       std::stable_sort(usable.begin(), usable.end(), [&](int x, int y) {
         return cheap[static_cast<std::size_t>(x)] < cheap[static_cast<std::size_t>(y)];
       });
+      // The first planned is the least full bound's (ties: the cheap order).
+      const double least = cheap[static_cast<std::size_t>(usable.front())];
+      const int first_index = *std::min_element(usable.begin(), usable.end(), [&](int x, int y) {
+        return full[static_cast<std::size_t>(x)] < full[static_cast<std::size_t>(y)];
+      });
+      std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first_index; });
       // After the first, the others tied at the least cheap bound go by their coarse load
       // there, least first, when the first plan did not reach that bound.
-      const double least = cheap[static_cast<std::size_t>(usable.front())];
       const double first_plan =
           plan.candidates[static_cast<std::size_t>(usable.front())].estimated_step_ms;
       auto tied_end = std::find_if(usable.begin() + 1, usable.end(), [&](int i) {

@@ -154,11 +154,12 @@ class CandidateOrder {
   };
 
   // `ranked`: candidates by cheap bound (their ranks); the first is left out (planned
-  // before). `promise(i)`: candidate i's cheap bound plus overhead.
-  template <typename Promise>
-  CandidateOrder(const std::vector<int>& ranked, const Promise& promise) {
+  // before). `promise(i)`: candidate i's bound plus overhead, its full bound where
+  // `full(i)`, else its cheap one.
+  template <typename Promise, typename Full>
+  CandidateOrder(const std::vector<int>& ranked, const Promise& promise, const Full& full) {
     for (std::size_t r = 1; r < ranked.size(); ++r) {
-      entries_.insert({promise(ranked[r]), static_cast<int>(r), ranked[r], false});
+      entries_.insert({promise(ranked[r]), static_cast<int>(r), ranked[r], full(ranked[r])});
     }
   }
 
@@ -248,8 +249,54 @@ class BatchPlanning {
   LowerBound FullBound(int i) {
     return ComputeLowerBound(planner_.Groups(i), length_counts_, options_.schedule, &relaxations_);
   }
-  // FullBound's time, from Speculate when it computed it.
+  // Candidate i's report now holds its full bound.
+  void SetFullBound(int i, double ms) {
+    Report(i).lower_bound_ms = ms;
+    full_bound_known_[static_cast<std::size_t>(i)] = 1;
+  }
+
+  // The usable candidate (`ranked`: by cheap bound plus overhead) with the least full
+  // bound plus overhead (ties: the first in `ranked`). Takes full bounds one at a time for
+  // the front of the order (cheap bound, or full once known) until the front has one, as
+  // one thread would; with more threads the next ones' bounds are computed together and
+  // kept for when they are needed (prefetched_), so which bounds are reported does not
+  // depend on the thread count.
+  template <typename Promise>
+  int LeastFullBound(const std::vector<int>& ranked, int threads, const Promise& promise) {
+    std::vector<int> order(ranked.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<int> fetch;
+    std::vector<double> bounds;
+    for (;;) {
+      std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+        return promise(ranked[static_cast<std::size_t>(x)]) <
+               promise(ranked[static_cast<std::size_t>(y)]);
+      });
+      const int front = ranked[static_cast<std::size_t>(order.front())];
+      if (full_bound_known_[static_cast<std::size_t>(front)]) return front;
+      if (!prefetched_.contains(front) && !speculated_.contains(front)) {
+        fetch.clear();
+        for (const int r : order) {
+          const int i = ranked[static_cast<std::size_t>(r)];
+          if (!full_bound_known_[static_cast<std::size_t>(i)] && !prefetched_.contains(i) &&
+              !speculated_.contains(i)) {
+            fetch.push_back(i);
+          }
+          if (static_cast<int>(fetch.size()) == threads) break;
+        }
+        bounds.assign(fetch.size(), 0.0);
+        ParallelFor(static_cast<int>(fetch.size()), threads, [&](int k) {
+          bounds[static_cast<std::size_t>(k)] = FullBound(fetch[static_cast<std::size_t>(k)]).ms;
+        });
+        for (std::size_t k = 0; k < fetch.size(); ++k) prefetched_[fetch[k]] = bounds[k];
+      }
+      SetFullBound(front, FullBoundMs(front));
+    }
+  }
+
+  // FullBound's time, from Speculate or LeastFullBound when they computed it.
   double FullBoundMs(int i) {
+    if (const auto it = prefetched_.find(i); it != prefetched_.end()) return it->second;
     const auto it = speculated_.find(i);
     return it != speculated_.end() ? it->second.bound_ms : FullBound(i).ms;
   }
@@ -388,16 +435,25 @@ class BatchPlanning {
       Consider(i, std::move(a), score);
     };
     const int threads = Threads();
-    // Plan the candidate with the least cheap bound first, so a good plan is known early.
     std::stable_sort(usable.begin(), usable.end(),
                      [&](int x, int y) { return promise(x) < promise(y); });
-    const int first = usable.front();
-    const double least = promise(first);
+    const double least = promise(usable.front());
+    cheap_promise_.assign(static_cast<std::size_t>(CandidateCount()), kInf);
+    for (const int i : usable) cheap_promise_[static_cast<std::size_t>(i)] = promise(i);
+    full_bound_known_.assign(static_cast<std::size_t>(CandidateCount()), 0);
     Speculate(usable, threads, assign_at);
-    Report(first).lower_bound_ms = FullBoundMs(first);
+    // Plan first the candidate with the least full bound, so the first plan is a good one
+    // and prunes early. It is found lazily, as the search below finds the next: full
+    // bounds are computed, one per thread, for the candidates at the front of the order
+    // (cheap bound, or full once known; ties: the cheap order) until the front has one.
+    // Where the least cheap bound is also its candidate's full bound, that candidate comes
+    // first, as it did when the first was the least cheap bound's.
+    const int first = LeastFullBound(usable, threads, promise);
+    std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first; });
     consider(first, assign(first, threads));
-    OrderTiesByRoom(usable, least, promise, threads);
-    CandidateOrder order(usable, [&](int i) { return promise(i); });
+    OrderTiesByRoom(usable, least, threads);
+    CandidateOrder order(usable, [&](int i) { return promise(i); },
+                         [&](int i) { return full_bound_known_[static_cast<std::size_t>(i)] != 0; });
     std::vector<int> wave;
     std::vector<Assignment> assigned(static_cast<std::size_t>(threads));
     std::vector<CandidateOrder::Entry> unbounded;
@@ -422,7 +478,7 @@ class BatchPlanning {
         });
         for (std::size_t k = 0; k < unbounded.size(); ++k) {
           const int i = unbounded[k].index;
-          Report(i).lower_bound_ms = bounds[k];
+          SetFullBound(i, bounds[k]);
           order.PushBounded(unbounded[k], promise(i));
         }
       }
@@ -531,19 +587,18 @@ class BatchPlanning {
   // the same scheme: at 128K often hundreds), they are tried in order of CoarseLoadMs at
   // it, least first (ties: as before), instead of by index: the room a strategy leaves
   // for the rest of the batch says which can reach the bound. usable[0] is the first.
-  template <typename Promise>
-  void OrderTiesByRoom(std::vector<int>& usable, double least, const Promise& promise,
-                       int threads) {
+  void OrderTiesByRoom(std::vector<int>& usable, double least, int threads) {
     if (!options_.order_ties_by_room || PruneAbove() <= least) return;
-    auto tied_end =
-        std::find_if(usable.begin() + 1, usable.end(), [&](int i) { return promise(i) != least; });
+    auto tied_end = std::find_if(usable.begin() + 1, usable.end(), [&](int i) {
+      return cheap_promise_[static_cast<std::size_t>(i)] != least;
+    });
     const auto tied = static_cast<int>(tied_end - usable.begin()) - 1;
     if (tied < 2) return;
     std::vector<double> room(static_cast<std::size_t>(CandidateCount()), 0.0);
     ParallelFor(tied, threads, [&](int k) {
       const int i = usable[static_cast<std::size_t>(k) + 1];
       room[static_cast<std::size_t>(i)] =
-          CoarseLoadMs(planner_.Groups(i), length_counts_, Report(i).lower_bound_ms);
+          CoarseLoadMs(planner_.Groups(i), length_counts_, least - Overhead(i));
     });
     std::stable_sort(usable.begin() + 1, tied_end, [&](int x, int y) {
       return room[static_cast<std::size_t>(x)] < room[static_cast<std::size_t>(y)];
@@ -634,6 +689,12 @@ class BatchPlanning {
     Assignment assignment;
   };
   std::map<int, Speculated> speculated_;
+  // Per candidate: its cheap bound plus overhead, and whether its report holds its full
+  // bound yet.
+  std::vector<double> cheap_promise_;
+  std::vector<char> full_bound_known_;
+  // Full bounds LeastFullBound computed ahead of need, by candidate.
+  std::map<int, double> prefetched_;
   Assignment best_;
   int best_index_ = -1;
   double best_score_ = kInf;
