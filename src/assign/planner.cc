@@ -452,8 +452,9 @@ class BatchPlanning {
     std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first; });
     consider(first, assign(first, threads));
     OrderTiesByRoom(usable, least, threads);
-    CandidateOrder order(usable, [&](int i) { return promise(i); },
-                         [&](int i) { return full_bound_known_[static_cast<std::size_t>(i)] != 0; });
+    CandidateOrder order(
+        usable, [&](int i) { return promise(i); },
+        [&](int i) { return full_bound_known_[static_cast<std::size_t>(i)] != 0; });
     std::vector<int> wave;
     std::vector<Assignment> assigned(static_cast<std::size_t>(threads));
     std::vector<CandidateOrder::Entry> unbounded;
