@@ -211,11 +211,32 @@ TEST(PlannerTest, PlansWhatTheSearchOverEveryFullBoundPlans) {
       std::stable_sort(usable.begin(), usable.end(), [&](int x, int y) {
         return cheap[static_cast<std::size_t>(x)] < cheap[static_cast<std::size_t>(y)];
       });
-      // The first planned is the least full bound's (ties: the cheap order).
+      // The first planned: where at most 16 candidates tie at the least cheap bound, the
+      // least full bound's (ties: the cheap order), found by taking full bounds for the
+      // front of the order (cheap, or full once taken) until the front has one, or 16 of
+      // them (then the least of those); else the first at the least cheap bound.
       const double least = cheap[static_cast<std::size_t>(usable.front())];
-      const int first_index = *std::min_element(usable.begin(), usable.end(), [&](int x, int y) {
-        return full[static_cast<std::size_t>(x)] < full[static_cast<std::size_t>(y)];
-      });
+      int first_index = usable.front();
+      if (std::count_if(usable.begin(), usable.end(),
+                        [&](int i) { return cheap[static_cast<std::size_t>(i)] == least; }) <= 16) {
+        std::vector<char> taken(plan.candidates.size(), 0);
+        auto key = [&](int i) {
+          const auto k = static_cast<std::size_t>(i);
+          return taken[k] ? full[k] : cheap[k];
+        };
+        for (int count = 0;; ++count) {
+          std::vector<int> order = usable;
+          std::stable_sort(order.begin(), order.end(),
+                           [&](int x, int y) { return key(x) < key(y); });
+          auto known = std::find_if(order.begin(), order.end(),
+                                    [&](int i) { return taken[static_cast<std::size_t>(i)]; });
+          if (taken[static_cast<std::size_t>(order.front())] || count == 16) {
+            first_index = *known;
+            break;
+          }
+          taken[static_cast<std::size_t>(order.front())] = 1;
+        }
+      }
       std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first_index; });
       // After the first, the others tied at the least cheap bound go by their coarse load
       // there, least first, when the first plan did not reach that bound.

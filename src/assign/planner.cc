@@ -257,16 +257,20 @@ class BatchPlanning {
 
   // The usable candidate (`ranked`: by cheap bound plus overhead) with the least full
   // bound plus overhead (ties: the first in `ranked`). Takes full bounds one at a time for
-  // the front of the order (cheap bound, or full once known) until the front has one, as
-  // one thread would; with more threads the next ones' bounds are computed together and
-  // kept for when they are needed (prefetched_), so which bounds are reported does not
-  // depend on the thread count.
+  // the front of the order (cheap bound, or full once known) until the front has one, or
+  // kFirstBounds of them (then the least of those), as one thread would; with more threads, once
+  // the first front has moved, the next ones' bounds are computed together and kept for when they
+  // are needed (prefetched_), so which bounds are reported does not depend on the thread count.
   template <typename Promise>
   int LeastFullBound(const std::vector<int>& ranked, int threads, const Promise& promise) {
     std::vector<int> order(ranked.size());
     std::iota(order.begin(), order.end(), 0);
     std::vector<int> fetch;
     std::vector<double> bounds;
+    // The first front's bound alone: where it equals its cheap bound (the batch's longest
+    // document sets it), that candidate stays in front and no other bound is needed.
+    int batch = 1;
+    int taken = 0;
     for (;;) {
       std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
         return promise(ranked[static_cast<std::size_t>(x)]) <
@@ -274,6 +278,13 @@ class BatchPlanning {
       });
       const int front = ranked[static_cast<std::size_t>(order.front())];
       if (full_bound_known_[static_cast<std::size_t>(front)]) return front;
+      if (taken == kFirstBounds) {
+        // The least full bound taken so far (ties: the order).
+        for (const int r : order) {
+          const int i = ranked[static_cast<std::size_t>(r)];
+          if (full_bound_known_[static_cast<std::size_t>(i)]) return i;
+        }
+      }
       if (!prefetched_.contains(front) && !speculated_.contains(front)) {
         fetch.clear();
         for (const int r : order) {
@@ -282,8 +293,9 @@ class BatchPlanning {
               !speculated_.contains(i)) {
             fetch.push_back(i);
           }
-          if (static_cast<int>(fetch.size()) == threads) break;
+          if (static_cast<int>(fetch.size()) == batch) break;
         }
+        batch = threads;
         bounds.assign(fetch.size(), 0.0);
         ParallelFor(static_cast<int>(fetch.size()), threads, [&](int k) {
           bounds[static_cast<std::size_t>(k)] = FullBound(fetch[static_cast<std::size_t>(k)]).ms;
@@ -291,6 +303,7 @@ class BatchPlanning {
         for (std::size_t k = 0; k < fetch.size(); ++k) prefetched_[fetch[k]] = bounds[k];
       }
       SetFullBound(front, FullBoundMs(front));
+      ++taken;
     }
   }
 
@@ -444,11 +457,21 @@ class BatchPlanning {
     Speculate(usable, threads, assign_at);
     // Plan first the candidate with the least full bound, so the first plan is a good one
     // and prunes early. It is found lazily, as the search below finds the next: full
-    // bounds are computed, one per thread, for the candidates at the front of the order
-    // (cheap bound, or full once known; ties: the cheap order) until the front has one.
-    // Where the least cheap bound is also its candidate's full bound, that candidate comes
-    // first, as it did when the first was the least cheap bound's.
-    const int first = LeastFullBound(usable, threads, promise);
+    // bounds are computed for the candidates at the front of the order (cheap bound, or
+    // full once known; ties: the cheap order) until the front has one. Where the least
+    // cheap bound is also its candidate's full bound, that candidate comes first, as it
+    // did when the first was the least cheap bound's.
+    // More than kFirstBounds candidates tied at the least cheap bound (the longest document
+    // sets it for every candidate that runs it on the same scheme: at 128K on thousands of
+    // GPUs often hundreds) keep the first of them first: OrderTiesByRoom orders the rest
+    // once its plan is known, and a plan at that bound prunes them all without their full
+    // bounds.
+    const auto tied =
+        std::count_if(usable.begin(), usable.end(), [&](int i) { return promise(i) == least; });
+    const int first =
+        tied > kFirstBounds ? usable.front() : LeastFullBound(usable, threads, promise);
+    if (!full_bound_known_[static_cast<std::size_t>(first)])
+      SetFullBound(first, FullBoundMs(first));
     std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first; });
     consider(first, assign(first, threads));
     OrderTiesByRoom(usable, least, threads);
@@ -623,6 +646,9 @@ class BatchPlanning {
   // Full bounds computed together per thread when the search needs one: enough to keep
   // the threads evenly busy (bounds differ in cost), few enough that little is speculative.
   static constexpr int kBoundsPerBatch = 8;
+  // Full bounds LeastFullBound takes at most: where many candidates have a cheap bound
+  // below the least full bound, the first plan is not worth all of theirs.
+  static constexpr int kFirstBounds = 16;
   // Pipelines x documents below which a batch is planned on one thread.
   static constexpr std::size_t kParallelPairs = std::size_t{1} << 16;
 
