@@ -461,6 +461,7 @@ class BatchPlanning {
     // full once known; ties: the cheap order) until the front has one. Where the least
     // cheap bound is also its candidate's full bound, that candidate comes first, as it
     // did when the first was the least cheap bound's.
+    //
     // More than kFirstBounds candidates tied at the least cheap bound (the longest document
     // sets it for every candidate that runs it on the same scheme: at 128K on thousands of
     // GPUs often hundreds) keep the first of them first: OrderTiesByRoom orders the rest
