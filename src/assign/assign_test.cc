@@ -656,6 +656,45 @@ TEST(PackTest, CpRanksHoldWholeDocumentsSideBySide) {
   }
 }
 
+// The stage-1 search refuses a move without re-packing when its destination's documents'
+// work (DocumentWorkMs: a cp rank's balanced share, plus the exchange of a document no rank
+// holds whole) plus c per micro-batch its tokens need is at least the step: that must floor
+// every packing's exact time, for any cp, pp and mix of lengths, or the search would change.
+TEST(PackTest, WorkPlusFewestMicroBatchesFloorsEveryPacking) {
+  Rng rng(31);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int cp = 1 + static_cast<int>(rng.Below(8));
+    const int pp = 1 + static_cast<int>(rng.Below(4));
+    const std::int64_t capacity = 8'000 + static_cast<std::int64_t>(rng.Below(60'000));
+    AssignProblem p;
+    p.pipelines = {MakePipelineModel({cp, 4, pp}, {2e-6 + 4e-6 * rng.Uniform(), 0.24, 120},
+                                     capacity, 0.02 + 0.08 * rng.Uniform(),
+                                     rng.Below(2) == 0 ? 0.0 : 0.25 * rng.Uniform())};
+    const int n = 1 + static_cast<int>(rng.Below(80));
+    for (int i = 0; i < n; ++i) {
+      const double u = rng.Uniform();
+      p.lengths.push_back(1 + static_cast<std::int64_t>(u * u * u * static_cast<double>(capacity)));
+    }
+    std::vector<int> docs(p.lengths.size());
+    std::iota(docs.begin(), docs.end(), 0);
+    const PipelineModel& pipe = p.pipelines[0];
+    double work = 0;
+    std::int64_t tokens = 0;
+    for (std::int64_t s : p.lengths) {
+      work += pipe.DocumentWorkMs(s);
+      tokens += s;
+    }
+    const double floor_ms =
+        work + static_cast<double>((tokens + capacity - 1) / capacity) * pipe.time.c_ms;
+    const PackResult r = PackPipeline(p, pipe, docs);
+    EXPECT_GE(r.ms, floor_ms * (1 - 1e-11)) << "trial " << trial << " cp " << cp << " pp " << pp;
+    // One micro-batch per document: the floor holds for packings the search never makes too.
+    MicroBatches singles;
+    for (int d : docs) singles.push_back({d});
+    EXPECT_GE(PipelineMs(p, pipe, singles), floor_ms * (1 - 1e-11)) << "trial " << trial;
+  }
+}
+
 TEST(PackTest, RankBinsNeverSlowerAndAlwaysValidOnRandomCpPipelines) {
   Rng rng(29);
   int faster = 0;

@@ -393,6 +393,10 @@ class Solver {
   // with `level`, if the slowest pipeline ends no slower and the destination below).
   // *keeps_level, when given, says whether the latter held.
   bool TryMove(int crit, const Move& m, double limit, bool level, bool* keeps_level) {
+    if (DestinationCannotGoBelow(crit, m, limit)) {
+      if (keeps_level != nullptr) *keeps_level = false;
+      return false;
+    }
     const auto saved_crit = docs_[crit], saved_to = docs_[m.to];
     const PackResult saved_pc = packed_[crit], saved_pt = packed_[m.to];
     const Load saved_lc = load_[crit], saved_lt = load_[m.to];
@@ -418,6 +422,24 @@ class Solver {
     est_[crit] = saved_ec, est_[m.to] = saved_et;
     return false;
   }
+
+  // Whether no packing of the move's destination, with the move's documents, can end
+  // below `limit`: its documents' work (a cp rank's balanced share, never more than the
+  // slowest rank's) plus c for each micro-batch its tokens need is at least `limit`, with
+  // room for rounding. Every stage runs every micro-batch, so this floors the 1F1B time
+  // too. TryMove would then re-pack both pipelines only to refuse the move (and neither
+  // the lower nor the level test could pass), so it refuses it at once: the same search,
+  // without the two re-packs. About 11 % of the moves tried at 1,024 GPUs and 128K.
+  bool DestinationCannotGoBelow(int crit, const Move& m, double limit) const {
+    const int d = docs_[crit][static_cast<std::size_t>(m.from_pos)];
+    Load l = With(m.to, load_[m.to], d);
+    if (m.swap_pos >= 0) l = Without(m.to, l, docs_[m.to][static_cast<std::size_t>(m.swap_pos)]);
+    const PipelineModel& pipe = problem_.pipelines[m.to];
+    const double floor_ms =
+        l.work + static_cast<double>(CeilDiv(l.tokens, pipe.capacity_tokens)) * pipe.time.c_ms;
+    return floor_ms * (1 - kFloorRounding) >= limit;
+  }
+  static constexpr double kFloorRounding = 1e-11;
 
   // About what re-packing pipeline p costs, in document placements: pp > 1 pipelines
   // try several micro-batch counts.
