@@ -656,6 +656,23 @@ TEST(PackTest, CpRanksHoldWholeDocumentsSideBySide) {
   }
 }
 
+// One random pipeline of cp x 4 x pp GPUs (capacity 8K-68K tokens, random time, exchange and
+// key/value memory terms) and 1 to max_docs documents, mostly short, some longer than a cp
+// rank holds.
+AssignProblem RandomPackProblem(Rng& rng, int cp, int pp, int max_docs) {
+  const std::int64_t capacity = 8'000 + static_cast<std::int64_t>(rng.Below(60'000));
+  const double ratio = rng.Below(2) == 0 ? 0.0 : 0.25 * rng.Uniform();
+  AssignProblem p;
+  p.pipelines = {MakePipelineModel({cp, 4, pp}, {2e-6 + 4e-6 * rng.Uniform(), 0.24, 120}, capacity,
+                                   0.02 + 0.08 * rng.Uniform(), ratio)};
+  const int n = 1 + static_cast<int>(rng.Below(static_cast<std::uint64_t>(max_docs)));
+  for (int i = 0; i < n; ++i) {
+    const double u = rng.Uniform();
+    p.lengths.push_back(1 + static_cast<std::int64_t>(u * u * u * static_cast<double>(capacity)));
+  }
+  return p;
+}
+
 // The stage-1 search refuses a move without re-packing when its destination's documents'
 // work (DocumentWorkMs: a cp rank's balanced share, plus the exchange of a document no rank
 // holds whole) plus c per micro-batch its tokens need is at least the step: that must floor
@@ -665,16 +682,8 @@ TEST(PackTest, WorkPlusFewestMicroBatchesFloorsEveryPacking) {
   for (int trial = 0; trial < 300; ++trial) {
     const int cp = 1 + static_cast<int>(rng.Below(8));
     const int pp = 1 + static_cast<int>(rng.Below(4));
-    const std::int64_t capacity = 8'000 + static_cast<std::int64_t>(rng.Below(60'000));
-    AssignProblem p;
-    p.pipelines = {MakePipelineModel({cp, 4, pp}, {2e-6 + 4e-6 * rng.Uniform(), 0.24, 120},
-                                     capacity, 0.02 + 0.08 * rng.Uniform(),
-                                     rng.Below(2) == 0 ? 0.0 : 0.25 * rng.Uniform())};
-    const int n = 1 + static_cast<int>(rng.Below(80));
-    for (int i = 0; i < n; ++i) {
-      const double u = rng.Uniform();
-      p.lengths.push_back(1 + static_cast<std::int64_t>(u * u * u * static_cast<double>(capacity)));
-    }
+    const AssignProblem p = RandomPackProblem(rng, cp, pp, 80);
+    const std::int64_t capacity = p.pipelines[0].capacity_tokens;
     std::vector<int> docs(p.lengths.size());
     std::iota(docs.begin(), docs.end(), 0);
     const PipelineModel& pipe = p.pipelines[0];
@@ -701,17 +710,8 @@ TEST(PackTest, RankBinsNeverSlowerAndAlwaysValidOnRandomCpPipelines) {
   for (int trial = 0; trial < 200; ++trial) {
     const int cp = 2 + static_cast<int>(rng.Below(7));  // 2..8, powers of two or not
     const int pp = rng.Below(4) == 0 ? 2 : 1;
-    const std::int64_t capacity = 8'000 + static_cast<std::int64_t>(rng.Below(60'000));
-    const double ratio = rng.Below(2) == 0 ? 0.0 : 0.25 * rng.Uniform();
-    AssignProblem p;
-    p.pipelines = {MakePipelineModel({cp, 4, pp}, {2e-6 + 4e-6 * rng.Uniform(), 0.24, 120},
-                                     capacity, 0.02 + 0.08 * rng.Uniform(), ratio)};
-    const int n = 1 + static_cast<int>(rng.Below(60));
-    for (int i = 0; i < n; ++i) {
-      // Mostly short documents, some longer than a rank holds.
-      const double u = rng.Uniform();
-      p.lengths.push_back(1 + static_cast<std::int64_t>(u * u * u * static_cast<double>(capacity)));
-    }
+    const AssignProblem p = RandomPackProblem(rng, cp, pp, 60);
+    const std::int64_t capacity = p.pipelines[0].capacity_tokens;
     std::vector<int> docs(p.lengths.size());
     std::iota(docs.begin(), docs.end(), 0);
     PackOptions off;
