@@ -693,8 +693,9 @@ TEST(PackTest, WorkPlusFewestMicroBatchesFloorsEveryPacking) {
       work += pipe.DocumentWorkMs(s);
       tokens += s;
     }
-    const double floor_ms =
-        work + static_cast<double>((tokens + capacity - 1) / capacity) * pipe.time.c_ms;
+    const double floor_ms = PackingFloorMs(pipe, work, tokens);
+    ASSERT_DOUBLE_EQ(
+        floor_ms, work + static_cast<double>((tokens + capacity - 1) / capacity) * pipe.time.c_ms);
     const PackResult r = PackPipeline(p, pipe, docs);
     EXPECT_GE(r.ms, floor_ms * (1 - 1e-11)) << "trial " << trial << " cp " << cp << " pp " << pp;
     // One micro-batch per document: the floor holds for packings the search never makes too.

@@ -494,11 +494,11 @@ void TryRankBins(const AssignProblem& problem, const PipelineModel& pipe, std::s
   // No packing beats the documents' balanced work (with the exchange of those no rank
   // holds whole) plus c for each micro-batch the tokens need: where the fewest
   // micro-batches' packing reaches that, there is nothing to gain.
-  double floor_ms = 0;
+  double work_ms = 0;
   std::int64_t total = 0;
   for (int d : docs) {
     const std::int64_t s = Len(problem, d);
-    floor_ms += pipe.DocumentWorkMs(s);
+    work_ms += pipe.DocumentWorkMs(s);
     total += s;
     if (cost.FitsRank(static_cast<double>(s))) {
       demand += static_cast<double>(s);
@@ -507,9 +507,7 @@ void TryRankBins(const AssignProblem& problem, const PipelineModel& pipe, std::s
       demand += cost.cp * cost.ShardedMemoryTokens(s);
     }
   }
-  floor_ms += static_cast<double>((total + pipe.capacity_tokens - 1) / pipe.capacity_tokens) *
-              cost.whole.c_ms;
-  if (!any_whole || !DefinitelyLess(floor_ms, result.ms)) return;
+  if (!any_whole || !DefinitelyLess(PackingFloorMs(pipe, work_ms, total), result.ms)) return;
   const int n = static_cast<int>(docs.size());
   const int from = std::max(
       fewest, static_cast<int>(std::ceil(demand / (cost.cp * cost.rank_capacity_tokens) - 1e-9)));

@@ -260,7 +260,8 @@ class BatchPlanning {
   // the front of the order (cheap bound, or full once known) until the front has one, or
   // kFirstBounds of them (then the least of those), as one thread would; with more threads, once
   // the first front has moved, the next ones' bounds are computed together and kept for when they
-  // are needed (prefetched_), so which bounds are reported does not depend on the thread count.
+  // are needed (computed_bound_ms_), so which bounds are reported does not depend on the thread
+  // count.
   template <typename Promise>
   int LeastFullBound(const std::vector<int>& ranked, int threads, const Promise& promise) {
     std::vector<int> order(ranked.size());
@@ -285,12 +286,11 @@ class BatchPlanning {
           if (full_bound_known_[static_cast<std::size_t>(i)]) return i;
         }
       }
-      if (!prefetched_.contains(front) && !speculated_.contains(front)) {
+      if (!computed_bound_ms_.contains(front)) {
         fetch.clear();
         for (const int r : order) {
           const int i = ranked[static_cast<std::size_t>(r)];
-          if (!full_bound_known_[static_cast<std::size_t>(i)] && !prefetched_.contains(i) &&
-              !speculated_.contains(i)) {
+          if (!full_bound_known_[static_cast<std::size_t>(i)] && !computed_bound_ms_.contains(i)) {
             fetch.push_back(i);
           }
           if (static_cast<int>(fetch.size()) == batch) break;
@@ -300,18 +300,17 @@ class BatchPlanning {
         ParallelFor(static_cast<int>(fetch.size()), threads, [&](int k) {
           bounds[static_cast<std::size_t>(k)] = FullBound(fetch[static_cast<std::size_t>(k)]).ms;
         });
-        for (std::size_t k = 0; k < fetch.size(); ++k) prefetched_[fetch[k]] = bounds[k];
+        for (std::size_t k = 0; k < fetch.size(); ++k) computed_bound_ms_[fetch[k]] = bounds[k];
       }
       SetFullBound(front, FullBoundMs(front));
       ++taken;
     }
   }
 
-  // FullBound's time, from Speculate or LeastFullBound when they computed it.
+  // FullBound's time, from computed_bound_ms_ when computed ahead.
   double FullBoundMs(int i) {
-    if (const auto it = prefetched_.find(i); it != prefetched_.end()) return it->second;
-    const auto it = speculated_.find(i);
-    return it != speculated_.end() ? it->second.bound_ms : FullBound(i).ms;
+    const auto it = computed_bound_ms_.find(i);
+    return it != computed_bound_ms_.end() ? it->second : FullBound(i).ms;
   }
   // Stage 1's options for a candidate whose full bound is `full_bound` (the search stops
   // there: no plan of it goes lower), on `spare` threads.
@@ -439,7 +438,7 @@ class BatchPlanning {
     };
     auto assign = [&](int i, int spare) {
       if (const auto it = speculated_.find(i); it != speculated_.end()) {
-        return std::move(it->second.assignment);
+        return std::move(it->second);
       }
       return assign_at(i, Report(i).lower_bound_ms, spare);
     };
@@ -602,8 +601,9 @@ class BatchPlanning {
           assign_at(i, bounds[static_cast<std::size_t>(k)], threads / count);
     });
     for (int k = 0; k < count; ++k) {
-      speculated_[usable[static_cast<std::size_t>(k)]] = {
-          bounds[static_cast<std::size_t>(k)], std::move(assigned[static_cast<std::size_t>(k)])};
+      const int i = usable[static_cast<std::size_t>(k)];
+      computed_bound_ms_[i] = bounds[static_cast<std::size_t>(k)];
+      speculated_[i] = std::move(assigned[static_cast<std::size_t>(k)]);
     }
   }
 
@@ -711,18 +711,15 @@ class BatchPlanning {
   int static_index_ = -1;
   Plan plan_;
   std::vector<std::pair<std::int64_t, double>> length_counts_;  // of plan_.lengths
-  // Speculate's full bounds and assignments, by candidate.
-  struct Speculated {
-    double bound_ms = 0;
-    Assignment assignment;
-  };
-  std::map<int, Speculated> speculated_;
+  // Speculate's assignments, by candidate.
+  std::map<int, Assignment> speculated_;
   // Per candidate: its cheap bound plus overhead, and whether its report holds its full
   // bound yet.
   std::vector<double> cheap_promise_;
   std::vector<char> full_bound_known_;
-  // Full bounds LeastFullBound computed ahead of need, by candidate.
-  std::map<int, double> prefetched_;
+  // Full bounds computed ahead of need (Speculate, LeastFullBound), by candidate; reported
+  // only when the search takes them.
+  std::map<int, double> computed_bound_ms_;
   Assignment best_;
   int best_index_ = -1;
   double best_score_ = kInf;

@@ -129,6 +129,12 @@ class LaidOutTimes {
 
 }  // namespace
 
+double PackingFloorMs(const PipelineModel& pipeline, double work_ms, std::int64_t tokens) {
+  return work_ms +
+         static_cast<double>((tokens + pipeline.capacity_tokens - 1) / pipeline.capacity_tokens) *
+             pipeline.time.c_ms;
+}
+
 double MicroBatchMs(std::span<const std::int64_t> lengths, const PipelineModel& pipeline) {
   if (pipeline.scheme.cp > 1) {
     return LaidOutTimes::Shared().Get(lengths, pipeline.shard);

@@ -424,20 +424,17 @@ class Solver {
   }
 
   // Whether no packing of the move's destination, with the move's documents, can end
-  // below `limit`: its documents' work (a cp rank's balanced share, never more than the
-  // slowest rank's) plus c for each micro-batch its tokens need is at least `limit`, with
-  // room for rounding. Every stage runs every micro-batch, so this floors the 1F1B time
-  // too. TryMove would then re-pack both pipelines only to refuse the move (and neither
-  // the lower nor the level test could pass), so it refuses it at once: the same search,
-  // without the two re-packs. About 11 % of the moves tried at 1,024 GPUs and 128K.
+  // below `limit`: their PackingFloorMs is at least `limit`, with room for rounding (the
+  // plain search's work is the balanced share alone, a lower floor still). TryMove would
+  // then re-pack both pipelines only to refuse the move (and neither the lower nor the
+  // level test could pass), so it refuses it at once: the same search, without the two
+  // re-packs. About 11 % of the moves tried at 1,024 GPUs and 128K.
   bool DestinationCannotGoBelow(int crit, const Move& m, double limit) const {
     const int d = docs_[crit][static_cast<std::size_t>(m.from_pos)];
     Load l = With(m.to, load_[m.to], d);
     if (m.swap_pos >= 0) l = Without(m.to, l, docs_[m.to][static_cast<std::size_t>(m.swap_pos)]);
-    const PipelineModel& pipe = problem_.pipelines[m.to];
-    const double floor_ms =
-        l.work + static_cast<double>(CeilDiv(l.tokens, pipe.capacity_tokens)) * pipe.time.c_ms;
-    return floor_ms * (1 - kFloorRounding) >= limit;
+    return PackingFloorMs(problem_.pipelines[m.to], l.work, l.tokens) * (1 - kFloorRounding) >=
+           limit;
   }
   static constexpr double kFloorRounding = 1e-11;
 

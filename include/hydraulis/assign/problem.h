@@ -101,6 +101,12 @@ struct Assignment {
   int time_limited_solves = 0;
 };
 
+// What no packing on `pipeline` of documents whose DocumentWorkMs sum to at most
+// `work_ms`, with `tokens` tokens in all, can run faster than: the work plus c for each
+// micro-batch the tokens need (a cp rank runs at least its balanced share, and every 1F1B
+// stage runs every micro-batch).
+double PackingFloorMs(const PipelineModel& pipeline, double work_ms, std::int64_t tokens);
+
 // The forward + backward time (ms) of one micro-batch holding documents of `lengths` (in
 // its order) on one stage of `pipeline`: c plus the documents' times added in their order
 // for cp = 1, the laid-out time (LayOutMicroBatch, LaidOutStageMs) for cp > 1.
