@@ -371,7 +371,10 @@ class Solver {
         }
         repacked += cost;
         bool keeps_level = false;
-        accepted = TryMove(crit, m, limit, false, &keeps_level);
+        // The level test matters only until the first level move is found, and only on a
+        // cp pipeline.
+        const bool wants_level = level < 0 && problem_.pipelines[crit].scheme.cp > 1;
+        accepted = TryMove(crit, m, limit, false, wants_level ? &keeps_level : nullptr);
         if (!accepted && keeps_level && level < 0) level = t;
       }
       // A cp pipeline's time is its slowest rank's: taking one short document off another
@@ -410,6 +413,20 @@ class Solver {
     }
     Insert(m.to, d);
     Repack(crit);
+    // Where the slowest pipeline does not come out below `limit`, the move is not lower
+    // whatever the destination's packing; nor is it level when it comes out above, or when
+    // the caller does not ask. The destination is then not re-packed: about half of the
+    // moves tried at 1,024 GPUs and 128K (a cp pipeline stays at its slowest rank's time),
+    // the search unchanged.
+    if (!level && !DefinitelyLess(packed_[crit].ms, limit) &&
+        (keeps_level == nullptr || DefinitelyLess(limit, packed_[crit].ms))) {
+      if (keeps_level != nullptr) *keeps_level = false;
+      docs_[crit] = saved_crit, docs_[m.to] = saved_to;
+      packed_[crit] = saved_pc;
+      load_[crit] = saved_lc;
+      est_[crit] = saved_ec;
+      return false;
+    }
     Repack(m.to);
     const bool lower = DefinitelyLess(std::max(packed_[crit].ms, packed_[m.to].ms), limit);
     const bool stays =
