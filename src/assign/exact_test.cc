@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -450,6 +451,80 @@ TEST(ExactTest, BoundWithThreeGroupsAndTwoCpWidthsStaysBelowTheOptimum) {
       "[ exact    ] three groups with two cp widths: the LP bound above the longest "
       "document on %d of 80 instances\n",
       tighter_than_mean);
+}
+
+// A soak run, not part of the suite (run it with --gtest_also_run_disabled_tests
+// --gtest_filter='*Soak*'; HYDRAULIS_SOAK_FIRST_SEED and HYDRAULIS_SOAK_SEEDS choose the
+// seeds, default 1 and 200): random strategies of one to three pipelines with cp 1-4 and
+// pp 1-2 (identical schemes sharing one model), 2-6 documents of real lengths, a quadratic
+// term from none to large (so whole placement can cost more than a step). On each: the
+// exact solver equals brute force, its plan and ours pass the checker, the bound stays below
+// the optimum, ours stays above it and is the same when run again.
+std::uint64_t SoakSetting(const char* name, std::uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::stoull(v);
+}
+
+TEST(ExactSoak, DISABLED_RandomCpInstancesKeepTheBoundAndTheChecker) {
+  const std::uint64_t first = SoakSetting("HYDRAULIS_SOAK_FIRST_SEED", 1);
+  const std::uint64_t seeds = SoakSetting("HYDRAULIS_SOAK_SEEDS", 200);
+  double worst_gap = 0, sum_gap = 0;
+  std::uint64_t worst_seed = 0, bound_above_mean = 0;
+  for (std::uint64_t seed = first; seed < first + seeds; ++seed) {
+    Rng rng(seed);
+    AssignProblem p;
+    const double a = (rng.Below(3) == 0 ? 5e-3 : 1e-4) * rng.Uniform();
+    const double b = 0.5 + rng.Uniform(), c = 20.0 * rng.Uniform();
+    const std::int64_t rank_capacity = 150 + static_cast<std::int64_t>(rng.Below(300));
+    const int P = 1 + static_cast<int>(rng.Below(3));
+    std::vector<PipelineModel> variants;
+    for (int k = 0; k < 3; ++k) {
+      const int cp = 1 + static_cast<int>(rng.Below(4));
+      const int pp = 1 + static_cast<int>(rng.Below(2));
+      const int tp = 1 + static_cast<int>(rng.Below(2));
+      const double speed = 1.0 / tp;
+      variants.push_back(cp == 1 ? Pipe(pp, a * speed, b * speed, c, rank_capacity * tp, tp)
+                                 : MakePipelineModel({cp, tp, pp}, {a * speed, b * speed, c},
+                                                     cp * rank_capacity * tp,
+                                                     0.3 * b * speed * rng.Uniform(),
+                                                     0.05 * rng.Uniform()));
+    }
+    for (int k = 0; k < P; ++k) {
+      p.pipelines.push_back(variants[static_cast<std::size_t>(rng.Below(3))]);
+    }
+    std::int64_t widest = 0;
+    for (const auto& m : p.pipelines) widest = std::max(widest, m.capacity_tokens);
+    const int n = 2 + static_cast<int>(rng.Below(P == 3 ? 4 : 5));
+    for (int d = 0; d < n; ++d) {
+      const std::int64_t s = Lengths().Draw(rng) / 4;
+      p.lengths.push_back(std::clamp<std::int64_t>(s, 1, widest));
+    }
+    p.schedule.backward_to_forward = rng.Below(4) == 0 ? 1.0 : 2.0;
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const ExactResult r = SolveExact(p);
+    const double brute = BruteForceMs(p);
+    ASSERT_NEAR(r.optimal_ms, brute, 1e-9 * std::max(1.0, brute));
+    ASSERT_EQ(CheckAssignment(p, r.assignment), "");
+    const LowerBound lb = ComputeLowerBound(p);
+    ASSERT_LE(lb.ms, r.optimal_ms * (1 + 1e-9));
+    const Assignment ours = AssignTwoStage(p);
+    ASSERT_EQ(CheckAssignment(p, ours), "");
+    ASSERT_GE(ours.step_ms, r.optimal_ms * (1 - 1e-9));
+    const Assignment again = AssignTwoStage(p);
+    ASSERT_EQ(again.step_ms, ours.step_ms);
+    ASSERT_EQ(again.pipelines, ours.pipelines);
+    const double gap = ours.step_ms / std::max(r.optimal_ms, 1e-12) - 1;
+    if (gap > worst_gap) worst_gap = gap, worst_seed = seed;
+    sum_gap += gap;
+    bound_above_mean += lb.fractional_ms > lb.longest_doc_ms * (1 + 1e-9);
+  }
+  std::printf(
+      "[ soak     ] seeds %llu..%llu: ours %.3f%% above the optimum on average, worst %.3f%% "
+      "(seed %llu); the LP bound above the longest document on %llu\n",
+      static_cast<unsigned long long>(first), static_cast<unsigned long long>(first + seeds - 1),
+      100.0 * sum_gap / static_cast<double>(seeds), 100.0 * worst_gap,
+      static_cast<unsigned long long>(worst_seed),
+      static_cast<unsigned long long>(bound_above_mean));
 }
 
 }  // namespace
