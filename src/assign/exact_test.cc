@@ -483,11 +483,11 @@ TEST(ExactSoak, DISABLED_RandomCpInstancesKeepTheBoundAndTheChecker) {
       const int pp = 1 + static_cast<int>(rng.Below(2));
       const int tp = 1 + static_cast<int>(rng.Below(2));
       const double speed = 1.0 / tp;
-      variants.push_back(cp == 1 ? Pipe(pp, a * speed, b * speed, c, rank_capacity * tp, tp)
-                                 : MakePipelineModel({cp, tp, pp}, {a * speed, b * speed, c},
-                                                     cp * rank_capacity * tp,
-                                                     0.3 * b * speed * rng.Uniform(),
-                                                     0.05 * rng.Uniform()));
+      variants.push_back(
+          cp == 1
+              ? Pipe(pp, a * speed, b * speed, c, rank_capacity * tp, tp)
+              : MakePipelineModel({cp, tp, pp}, {a * speed, b * speed, c}, cp * rank_capacity * tp,
+                                  0.3 * b * speed * rng.Uniform(), 0.05 * rng.Uniform()));
     }
     for (int k = 0; k < P; ++k) {
       p.pipelines.push_back(variants[static_cast<std::size_t>(rng.Below(3))]);
