@@ -194,6 +194,11 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
     }
     computes_.push_back(std::move(compute));
   }
+  // Every rank has made its groups before any leaves: a rank whose first step fails at
+  // once (a plan without cp layouts) would otherwise close its connections while another
+  // rank is still connecting a group they share, and that rank would report Gloo's
+  // "Connection closed by peer" instead of the step's own error (seen once in CI, under load).
+  control_->Barrier();
 }
 
 DistributedTrainer::~DistributedTrainer() = default;
