@@ -782,6 +782,41 @@ TEST(RelaxationTest, TableBoundIsBelowEveryRandomPackingsExactTime) {
   }
 }
 
+// The per-count bound PackPipeline skips micro-batch counts by: below every packing into
+// exactly v micro-batches (random ones, and the relaxation's own optimum, where it is
+// tightest), never below the bound over all counts.
+TEST(RelaxationTest, CountBoundIsBelowEveryPackingWithThatCount) {
+  for (const double backward_to_forward : {2.0, 1.0}) {
+    const ScheduleOptions schedule{backward_to_forward};
+    RelaxationTable table(schedule);
+    Rng rng(23);
+    for (int trial = 0; trial < 120; ++trial) {
+      const int pp = 2 + static_cast<int>(rng.Below(3));
+      const int v = trial % 10 == 0 ? 129 + static_cast<int>(rng.Below(8))
+                                    : 1 + static_cast<int>(rng.Below(24));
+      const double c = 5 + 50 * rng.Uniform();
+      std::vector<double> stage(static_cast<std::size_t>(v));
+      double work = 0;
+      for (auto& t : stage) {
+        // Half the trials nearly balanced, as the packer's are.
+        const double w = trial % 2 == 0 ? 2000 * rng.Uniform() * rng.Uniform()
+                                        : 300 * (1 + 0.05 * rng.Uniform());
+        work += w;
+        t = c + w;
+      }
+      const double bound = table.CountLowerBound(pp, v, c, work);
+      SCOPED_TRACE("pp " + std::to_string(pp) + " v " + std::to_string(v));
+      EXPECT_LE(bound, OneFOneBMs(stage, pp, schedule) * (1 + 1e-9));
+      EXPECT_GE(bound, table.MinMakespanLowerBound(pp, c, work) * (1 - 1e-9));
+      EXPECT_GE(bound, work + (v + pp - 1) * c);
+      if (v <= 24) {
+        const RelaxedSchedule best = RelaxPipeline(pp, v, c, work, schedule);
+        EXPECT_LE(bound, best.makespan_ms * (1 + 1e-9));
+      }
+    }
+  }
+}
+
 TEST(RelaxationTest, WorkPriceGivesALineBelowTheLpEverywhere) {
   // The table bounds phi_v(r) by one supporting line per v: it must never exceed the LP.
   for (int pp : {2, 3, 4}) {

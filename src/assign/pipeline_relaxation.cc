@@ -141,6 +141,18 @@ std::pair<double, int> RelaxationTable::RelaxedMin(int pp, double r) {
   return {best, best_v};
 }
 
+double RelaxationTable::CountLowerBound(int pp, int v, double c, double W) {
+  const double trivial = W + (v + pp - 1) * c;
+  if (pp == 1 || c <= 0 || W <= 0) return trivial;
+  const double r = W / c;
+  double bound = std::max(r + v + pp - 1, pp * (r / v + 1));
+  if (v <= kMaxExactMicroBatches) {
+    const Line& line = LineOf(pp, v);
+    bound = std::max(bound, (line.at_r0 + line.price * (r - line.r0)) * (1.0 - kSolverSlack));
+  }
+  return std::max(trivial, c * bound);
+}
+
 double RelaxationTable::MinMakespanLowerBound(int pp, double c, double W) {
   if (W <= 0) return 0.0;
   const double trivial = W + pp * c;

@@ -64,6 +64,10 @@ class RelaxationTable {
   // number of micro-batches on a pp-stage pipeline with per-micro-batch cost c.
   double MinMakespanLowerBound(int pp, double c_ms, double W);
 
+  // A lower bound on the 1F1B makespan of any packing of total document work W into
+  // exactly v micro-batches (the same bounds MinMakespanLowerBound takes the least of).
+  double CountLowerBound(int pp, int v, double c_ms, double W);
+
   // The micro-batch count minimising the relaxed makespan at the grid point nearest W/c,
   // and that relaxation's sizes as fractions of W (execution order).
   std::pair<int, std::vector<double>> BestShape(int pp, double c_ms, double W);
