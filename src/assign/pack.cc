@@ -20,8 +20,6 @@ constexpr int kMaxRankBinCounts = 16;
 // may place its documents better): packings estimated slower than the best so far by
 // more than this are not laid out.
 constexpr double kEstimateSlack = 0.05;
-// Relative room between a lower bound and an exact time summed in another order.
-constexpr double kBoundRounding = 1e-10;
 
 // Micro-batch times, then the order with the least exact 1F1B time among a few shapes:
 // the schedule exposes the first micro-batch's forward and the last one's backward, so
@@ -558,12 +556,10 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
     // The last stage runs all v micro-batches plus at least one more slot of fill/drain.
     if (!result.micro_batches.empty() && total_work + (v + pp - 1) * c >= result.ms) break;
     // No packing into v micro-batches beats the relaxed schedule's bound for v: where that
-    // is not below the best so far, BalancedPack's could not be kept either (the margin
-    // covers the rounding of the schedule's sums). Most counts far from the best one.
+    // is not below the best so far, BalancedPack's could not be kept either. Most counts
+    // far from the best one.
     if (!result.micro_batches.empty() && options.relaxations != nullptr &&
-        !DefinitelyLess(
-            options.relaxations->CountLowerBound(pp, v, c, total_work) * (1 - kBoundRounding),
-            result.ms)) {
+        CannotComeBelow(options.relaxations->CountLowerBound(pp, v, c, total_work), result.ms)) {
       continue;
     }
     if (!BalancedPack(problem, pipe, docs, v, options.local_search_passes, candidate)) {
@@ -581,9 +577,7 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
     const int v_best = options.relaxations->BestShape(pp, c, total_work).first;
     std::vector<double> target;
     for (int v = std::max(v_min, v_best - 2); v <= std::min(n, v_best + 2); ++v) {
-      if (!DefinitelyLess(
-              options.relaxations->CountLowerBound(pp, v, c, total_work) * (1 - kBoundRounding),
-              result.ms)) {
+      if (CannotComeBelow(options.relaxations->CountLowerBound(pp, v, c, total_work), result.ms)) {
         continue;
       }
       const auto& frac = options.relaxations->Shape(pp, v, c, total_work);

@@ -117,22 +117,32 @@ const RelaxationTable::Line& RelaxationTable::LineOf(int pp, int v) {
       .first->second;
 }
 
+namespace {
+
+// phi_v(r) >= r + v + pp - 1 (each micro-batch pays c = 1 on the last stage, plus fill and
+// drain), and >= pp * (r / v + 1) (the largest micro-batch's critical path).
+double CheapPhiBound(int pp, int v, double r) { return std::max(r + v + pp - 1, pp * (r / v + 1)); }
+
+// phi_v(r) from its supporting line, shaved for the LP's tolerances.
+double LinePhiBound(const RelaxationTable::SupportingLine& line, double r) {
+  return (line.at_r0 + line.price * (r - line.r0)) * (1.0 - kSolverSlack);
+}
+
+}  // namespace
+
 std::pair<double, int> RelaxationTable::RelaxedMin(int pp, double r) {
   // Every count above the cap: phi_v(r) >= r + v + pp - 1 (each micro-batch pays c = 1 on
   // the last stage, plus fill and drain).
   double best = r + kMaxExactMicroBatches + pp;
   int best_v = kMaxExactMicroBatches + 1;
   for (int v = 1; v <= kMaxExactMicroBatches; ++v) {
-    // Cheap bounds first: phi_v(r) >= r + v + pp - 1, and >= pp * (r / v + 1) (the
-    // largest micro-batch's critical path); only counts they cannot exclude need a line.
-    const double cheap = std::max(r + v + pp - 1, pp * (r / v + 1));
+    // Cheap bounds first; only counts they cannot exclude need a line.
+    const double cheap = CheapPhiBound(pp, v, r);
     if (cheap >= best) {
       if (r + v + pp - 1 >= best) break;  // and so for every larger v
       continue;
     }
-    const Line& line = LineOf(pp, v);
-    const double bound =
-        std::max(cheap, (line.at_r0 + line.price * (r - line.r0)) * (1.0 - kSolverSlack));
+    const double bound = std::max(cheap, LinePhiBound(LineOf(pp, v), r));
     if (bound < best) {
       best = bound;
       best_v = v;
@@ -145,11 +155,8 @@ double RelaxationTable::CountLowerBound(int pp, int v, double c, double W) {
   const double trivial = W + (v + pp - 1) * c;
   if (pp == 1 || c <= 0 || W <= 0) return trivial;
   const double r = W / c;
-  double bound = std::max(r + v + pp - 1, pp * (r / v + 1));
-  if (v <= kMaxExactMicroBatches) {
-    const Line& line = LineOf(pp, v);
-    bound = std::max(bound, (line.at_r0 + line.price * (r - line.r0)) * (1.0 - kSolverSlack));
-  }
+  double bound = CheapPhiBound(pp, v, r);
+  if (v <= kMaxExactMicroBatches) bound = std::max(bound, LinePhiBound(LineOf(pp, v), r));
   return std::max(trivial, c * bound);
 }
 

@@ -404,6 +404,12 @@ class Solver {
     const PackResult saved_pc = packed_[crit], saved_pt = packed_[m.to];
     const Load saved_lc = load_[crit], saved_lt = load_[m.to];
     const double saved_ec = est_[crit], saved_et = est_[m.to];
+    // The documents and the slowest pipeline's packing (the destination's is restored
+    // only where it was re-packed).
+    auto undo = [&] {
+      docs_[crit] = saved_crit, docs_[m.to] = saved_to;
+      packed_[crit] = saved_pc, load_[crit] = saved_lc, est_[crit] = saved_ec;
+    };
     const int d = docs_[crit][static_cast<std::size_t>(m.from_pos)];
     docs_[crit].erase(docs_[crit].begin() + m.from_pos);
     if (m.swap_pos >= 0) {
@@ -421,10 +427,7 @@ class Solver {
     if (!level && !DefinitelyLess(packed_[crit].ms, limit) &&
         (keeps_level == nullptr || DefinitelyLess(limit, packed_[crit].ms))) {
       if (keeps_level != nullptr) *keeps_level = false;
-      docs_[crit] = saved_crit, docs_[m.to] = saved_to;
-      packed_[crit] = saved_pc;
-      load_[crit] = saved_lc;
-      est_[crit] = saved_ec;
+      undo();
       return false;
     }
     Repack(m.to);
@@ -433,27 +436,23 @@ class Solver {
         !DefinitelyLess(limit, packed_[crit].ms) && DefinitelyLess(packed_[m.to].ms, limit);
     if (keeps_level != nullptr) *keeps_level = stays;
     if (lower || (level && stays)) return true;
-    docs_[crit] = saved_crit, docs_[m.to] = saved_to;
-    packed_[crit] = saved_pc, packed_[m.to] = saved_pt;
-    load_[crit] = saved_lc, load_[m.to] = saved_lt;
-    est_[crit] = saved_ec, est_[m.to] = saved_et;
+    undo();
+    packed_[m.to] = saved_pt, load_[m.to] = saved_lt, est_[m.to] = saved_et;
     return false;
   }
 
   // Whether no packing of the move's destination, with the move's documents, can end
-  // below `limit`: their PackingFloorMs is at least `limit`, with room for rounding (the
-  // plain search's work is the balanced share alone, a lower floor still). TryMove would
-  // then re-pack both pipelines only to refuse the move (and neither the lower nor the
-  // level test could pass), so it refuses it at once: the same search, without the two
-  // re-packs. About 11 % of the moves tried at 1,024 GPUs and 128K.
+  // below `limit`: their PackingFloorMs cannot come below it (the plain search's work is
+  // the balanced share alone, a lower floor still). Both the lower and the level test need
+  // the destination below `limit`, so TryMove would re-pack both pipelines only to refuse
+  // the move; it refuses it at once: the same search, without the two re-packs. About 11 %
+  // of the moves tried at 1,024 GPUs and 128K.
   bool DestinationCannotGoBelow(int crit, const Move& m, double limit) const {
     const int d = docs_[crit][static_cast<std::size_t>(m.from_pos)];
     Load l = With(m.to, load_[m.to], d);
     if (m.swap_pos >= 0) l = Without(m.to, l, docs_[m.to][static_cast<std::size_t>(m.swap_pos)]);
-    return PackingFloorMs(problem_.pipelines[m.to], l.work, l.tokens) * (1 - kFloorRounding) >=
-           limit;
+    return CannotComeBelow(PackingFloorMs(problem_.pipelines[m.to], l.work, l.tokens), limit);
   }
-  static constexpr double kFloorRounding = 1e-11;
 
   // About what re-packing pipeline p costs, in document placements: pp > 1 pipelines
   // try several micro-batch counts.

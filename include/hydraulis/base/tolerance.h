@@ -27,6 +27,16 @@ inline bool DefinitelyLess(double a, double b) {
   return a < b - ToleranceMs(b);
 }
 
+// Relative room between a lower bound and the exact time it bounds, when the two sum the
+// same costs in different orders.
+inline constexpr double kLowerBoundRounding = 1e-10;
+
+// Whether any time at least `lower_bound` fails DefinitelyLess(time, limit): a candidate
+// whose bound says so can be skipped without changing what DefinitelyLess would choose.
+inline bool CannotComeBelow(double lower_bound, double limit) {
+  return !DefinitelyLess(lower_bound * (1 - kLowerBoundRounding), limit);
+}
+
 // `a` and `b` are equal within the tolerance of the larger magnitude.
 inline bool NearlyEqual(double a, double b) {
   if (std::isinf(a) || std::isinf(b)) return a == b;
