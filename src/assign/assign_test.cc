@@ -960,6 +960,48 @@ TEST(LowerBoundTest, MoreLongDocumentsThanThePipelinesThatHoldThemShareOne) {
   EXPECT_LE(ComputeLowerBound(p).ms, 61.0 + 1e-6);
 }
 
+// Three groups of pipelines with linear time models (b ms per token, c per micro-batch) and
+// nested capacities, on real lengths up to the largest capacity: the fractional bound is
+// then the divisible load, the largest over k of the tokens of the documents only groups
+// k.. hold over those groups' token rates m_g / (b_g + c_g / capacity_g). The cutting
+// planes must reach it at the step time where the search over thresholds ends, though
+// each step of that search stops its planes once its question is settled; the fast
+// groups are the small ones, so prices that ignore the long documents fall short.
+TEST(LowerBoundTest, ThreeGroupsReachTheDivisibleLoadOnRealLengths) {
+  struct Kind {
+    double b, c;
+    std::int64_t capacity;
+    int count;
+  };
+  // Documents up to half the largest capacity: none needs a micro-batch of its own.
+  // Four pipelines or more per group: no few pipelines alone hold the longest documents.
+  const std::vector<Kind> kinds = {{0.25, 2.0, 4096, 4}, {1.0, 3.0, 8192, 4}, {1.0, 5.0, 32768, 4}};
+  AssignProblem p;
+  for (const Kind& k : kinds) {
+    for (int i = 0; i < k.count; ++i) {
+      p.pipelines.push_back(MakePipelineModel(Scheme{}, TimeModel{0.0, k.b, k.c}, k.capacity));
+    }
+  }
+  for (const auto& batch : RealBatches(4, 1'000'000, 5)) {
+    p.lengths.clear();
+    std::vector<double> tokens(kinds.size(), 0.0);  // of the documents group k holds first
+    for (const std::int64_t s : batch) {
+      p.lengths.push_back(std::min<std::int64_t>(s, kinds.back().capacity / 2));
+      std::size_t k = 0;
+      while (p.lengths.back() > kinds[k].capacity) ++k;
+      tokens[k] += static_cast<double>(p.lengths.back());
+    }
+    double divisible = 0, suffix_tokens = 0, suffix_rate = 0;
+    for (std::size_t k = kinds.size(); k-- > 0;) {
+      suffix_tokens += tokens[k];
+      suffix_rate +=
+          kinds[k].count / (kinds[k].b + kinds[k].c / static_cast<double>(kinds[k].capacity));
+      divisible = std::max(divisible, suffix_tokens / suffix_rate);
+    }
+    EXPECT_NEAR(ComputeLowerBound(p).ms, divisible, 2e-6 * divisible);
+  }
+}
+
 TEST(LowerBoundTest, CoarseLoadRanksStrategiesByTheRoomTheyLeave) {
   // CoarseLoadMs orders candidates whose bounds tie: twice the pipelines of every group,
   // half the load (the LP scales); and on one group it is the closed form, the work over

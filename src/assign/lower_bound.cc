@@ -381,14 +381,16 @@ double PigeonholeBound(const std::vector<std::pair<std::int64_t, double>>& docs,
 // maximiser; each maximiser's own best assignment is the next plane, until the two meet.
 // Over every distinct length, not price buckets, and G + 1 columns: much cheaper than the
 // primal LP when G is small. The planes carry over between step times, their sums
-// recomputed for the new units.
+// recomputed for the new units. A caller that only asks whether the value is at most
+// `settle_at` gets prices as soon as the two bounds settle it: the lower one above it or
+// the upper one at or below it (a search over step times asks that at most points).
 class CuttingPlanes {
  public:
   CuttingPlanes(const std::vector<std::pair<std::int64_t, double>>& docs,
                 const std::vector<Group>& groups)
       : docs_(docs), groups_(groups) {}
 
-  std::vector<double> Prices(double theta) {
+  std::vector<double> Prices(double theta, double settle_at) {
     const std::size_t G = groups_.size(), D = docs_.size();
     units_.assign(D * G, kInf);
     for (std::size_t i = 0; i < D; ++i) {
@@ -467,6 +469,7 @@ class CuttingPlanes {
       const double upper = x[G];
       mu.assign(x, x + G);
       if (upper - best <= 1e-6 * std::max(1.0, std::abs(upper))) break;
+      if (settle_at < kInf && (best > settle_at || upper <= settle_at)) break;
     }
     planes_ = std::move(kept);
     mu_ = best_mu;
@@ -538,7 +541,7 @@ class LowerBoundSearch {
     }
     const bool deep = UsesRelaxation();
     SearchThresholds();
-    if (deep) Raise([&](double theta) { return Fractional(theta, true); });
+    if (deep) Raise([&](double theta, double x) { return FractionalAtMost(theta, true, x); });
     RaiseChargingMicroBatchConstant();
     RaiseWithIntegralityCuts(deep);
     lb_.ms = std::max(lb_.fractional_ms, lb_.longest_doc_ms);
@@ -558,7 +561,9 @@ class LowerBoundSearch {
   }
 
   // The fractional bound at step time theta, with the relaxed 1F1B units when `relaxed`.
-  double Fractional(double theta, bool relaxed) {
+  // With a finite `settle_at` the caller asks only whether the bound is at most it: the
+  // value returned may be short of the bound but is on the same side of settle_at.
+  double Fractional(double theta, bool relaxed, double settle_at = kInf) {
     for (auto& g : groups_) {
       IntegralityCut(g, theta);
       if (g.model.scheme.pp == 1) continue;
@@ -570,17 +575,22 @@ class LowerBoundSearch {
     const double forced =
         std::max({ForcedDocumentsBound(docs_, groups_, theta, schedule_), FewPipelinesBound(theta),
                   PigeonholeBound(docs_, groups_, theta)});
-    return std::max(forced, Lp(theta));
+    if (forced > settle_at) return forced;
+    return std::max(forced, Lp(theta, settle_at));
+  }
+  // Whether the fractional bound at theta is at most `at`.
+  bool FractionalAtMost(double theta, bool relaxed, double at) {
+    return Fractional(theta, relaxed, at) <= at;
   }
 
  public:
   // The LP relaxation's value alone at step time theta (plain units, no forced-document
-  // terms).
-  double Lp(double theta) {
+  // terms); settle_at as for Fractional.
+  double Lp(double theta, double settle_at = kInf) {
     if (groups_.size() == 1) return DualValue(docs_, groups_, {1.0}, theta);
     if (groups_.size() == 2) return TwoGroupBound(docs_, groups_, theta);
     if (!planes_) planes_ = std::make_unique<CuttingPlanes>(docs_, groups_);
-    return DualValue(docs_, groups_, planes_->Prices(theta), theta);
+    return DualValue(docs_, groups_, planes_->Prices(theta, settle_at), theta);
   }
 
  private:
@@ -590,58 +600,71 @@ class LowerBoundSearch {
   // relaxation (kappa = 1) LP changes only at the thresholds pp*(w + c): search over those
   // exactly.
   void SearchThresholds() {
-    std::vector<double> thresholds = {lb_.longest_doc_ms};
     for (const auto& [s, n] : docs_) {
       for (const auto& g : groups_) {
         if (s > g.model.capacity_tokens) continue;
         const double t = g.model.scheme.pp * (g.model.DocumentFloorMs(s) + g.model.time.c_ms);
-        if (t > lb_.longest_doc_ms) thresholds.push_back(t);
+        if (t > lb_.longest_doc_ms) thresholds_.push_back(t);
         // cp > 1: where the document may start to run whole (its unit drops the exchange).
         const double whole = WholeThresholdMs(g.model, s);
-        if (whole > lb_.longest_doc_ms && whole < kInf) thresholds.push_back(whole);
+        if (whole > lb_.longest_doc_ms && whole < kInf) thresholds_.push_back(whole);
       }
     }
-    std::sort(thresholds.begin(), thresholds.end());
-    thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
-    // The first interval [t_k, t_k+1) whose constant LP value is <= t_k+1.
-    std::size_t lo = 0, hi = thresholds.size() - 1;
+    std::sort(thresholds_.begin(), thresholds_.end());
+    thresholds_.erase(std::unique(thresholds_.begin(), thresholds_.end()), thresholds_.end());
+    lb_.fractional_ms = LeastFixedPointFrom(lb_.longest_doc_ms);
+  }
+
+  // The least theta >= from with Fractional(theta) <= theta (no relaxation), where the
+  // units change with theta only at thresholds_ (eligibility, forced exchange; no
+  // integrality cut): the first interval [t_k, t_k+1) of from and the thresholds above it
+  // whose constant value is <= t_k+1, by binary search, each step asking only which side
+  // of t_k+1 the value is on.
+  double LeastFixedPointFrom(double from) {
+    std::vector<double> t = {from};
+    t.insert(t.end(), std::upper_bound(thresholds_.begin(), thresholds_.end(), from),
+             thresholds_.end());
+    std::size_t lo = 0, hi = t.size() - 1;
     while (lo < hi) {
       const std::size_t mid = (lo + hi) / 2;
-      if (Fractional(thresholds[mid], false) <= thresholds[mid + 1]) {
+      if (FractionalAtMost(t[mid], false, t[mid + 1])) {
         hi = mid;
       } else {
         lo = mid + 1;
       }
     }
-    lb_.fractional_ms = std::max(thresholds[lo], Fractional(thresholds[lo], false));
+    return std::max(t[lo], Fractional(t[lo], false));
   }
 
   // Raises lb_.fractional_ms to the least theta with eval(theta) <= theta when eval (LP
   // with a tighter unit, never lower than the plain one) exceeds it there: eval varies
-  // continuously, so bisect, keeping `lo` where eval(lo) > lo (so T* > lo).
-  template <typename Eval>
-  void Raise(const Eval& eval) {
+  // continuously, so bisect, keeping `lo` where eval(lo) > lo (so T* > lo). at_most(theta,
+  // x) says whether eval(theta) <= x.
+  template <typename AtMost>
+  void Raise(const AtMost& at_most) {
     double lo = lb_.fractional_ms;
-    if (eval(lo) <= lo) return;
+    if (at_most(lo, lo)) return;
     double hi = lo;
     do {
       lo = hi;
       hi *= 1.25;
-    } while (eval(hi) > hi);
+    } while (!at_most(hi, hi));
     for (int i = 0; i < kBisectionSteps && hi - lo > 1e-7 * hi; ++i) {
       const double mid = 0.5 * (lo + hi);
-      (eval(mid) <= mid ? hi : lo) = mid;
+      (at_most(mid, mid) ? hi : lo) = mid;
     }
     lb_.fractional_ms = lo;
   }
 
-  // Pipelines with pp > 1 charged each token its share of the micro-batch constant.
+  // Pipelines with pp > 1 charged each token its share of the micro-batch constant. Those
+  // units do not move with theta, so the exact search over the thresholds applies, from
+  // the bound so far (T* is not below it).
   void RaiseChargingMicroBatchConstant() {
     bool any_deep = false;
     for (const auto& g : groups_) any_deep = any_deep || g.model.scheme.pp > 1;
     if (!any_deep) return;
     for (auto& g : groups_) g.charge_c = g.model.scheme.pp > 1;
-    Raise([&](double theta) { return Fractional(theta, false); });
+    lb_.fractional_ms = LeastFixedPointFrom(lb_.fractional_ms);
     for (auto& g : groups_) g.charge_c = false;
   }
 
@@ -658,7 +681,7 @@ class LowerBoundSearch {
       for (std::size_t k = 0; k < flat.size(); ++k) {
         groups_[flat[k]].lambda = (mask >> k) & 1u ? 1.0 : 0.0;
       }
-      Raise([&](double theta) { return Fractional(theta, deep); });
+      Raise([&](double theta, double x) { return FractionalAtMost(theta, deep, x); });
     }
     for (auto& g : groups_) g.lambda = 0.0;
   }
@@ -728,7 +751,8 @@ class LowerBoundSearch {
   const ScheduleOptions& schedule_;
   RelaxationTable* relaxations_;
   std::vector<Group> groups_;
-  std::vector<std::pair<std::int64_t, double>> docs_;          // distinct lengths and their counts
+  std::vector<std::pair<std::int64_t, double>> docs_;  // distinct lengths and their counts
+  std::vector<double> thresholds_;  // above the longest-document bound, where the units change
   std::unique_ptr<CuttingPlanes> planes_;                      // three or more groups, made once
   std::map<std::vector<double>, double> few_pipelines_cache_;  // FewPipelinesBound's
   LowerBound lb_;
