@@ -6,7 +6,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "hydraulis/assign/baselines.h"
@@ -16,6 +19,7 @@
 #include "hydraulis/base/parallel_for.h"
 #include "hydraulis/base/tolerance.h"
 #include "hydraulis/cost/capacity.h"
+#include "search_pool.h"
 
 namespace hydraulis {
 namespace {
@@ -307,10 +311,18 @@ class BatchPlanning {
     }
   }
 
-  // FullBound's time, from computed_bound_ms_ when computed ahead.
+  // FullBound's time, from computed_bound_ms_ when computed ahead (and kept there). Safe
+  // to call from several threads.
   double FullBoundMs(int i) {
-    const auto it = computed_bound_ms_.find(i);
-    return it != computed_bound_ms_.end() ? it->second : FullBound(i).ms;
+    {
+      const std::lock_guard lock(bounds_mutex_);
+      const auto it = computed_bound_ms_.find(i);
+      if (it != computed_bound_ms_.end()) return it->second;
+    }
+    const double ms = FullBound(i).ms;
+    const std::lock_guard lock(bounds_mutex_);
+    computed_bound_ms_.emplace(i, ms);
+    return ms;
   }
   // Stage 1's options for a candidate whose full bound is `full_bound` (the search stops
   // there: no plan of it goes lower), on `spare` threads.
@@ -404,6 +416,7 @@ class BatchPlanning {
     plan_.time_limited_solves += a.time_limited_solves;
     if (best_index_ < 0 || DefinitelyLess(score, best_score_)) {
       best_score_ = score;
+      prune_above_.store(PruneAbove(), std::memory_order_relaxed);
       best_index_ = i;
       best_ = std::move(a);
     }
@@ -436,11 +449,14 @@ class BatchPlanning {
     auto assign_at = [&](int i, double full_bound, int spare) {
       return AssignTwoStage(Problem(i), AssignOptions(full_bound, spare));
     };
-    auto assign = [&](int i, int spare) {
+    // Candidate i's assignment, from Speculate, the pool, or here.
+    std::unique_ptr<SearchPool> pool;
+    auto assign = [&](int i) {
       if (const auto it = speculated_.find(i); it != speculated_.end()) {
         return std::move(it->second);
       }
-      return assign_at(i, Report(i).lower_bound_ms, spare);
+      if (pool) return pool->Take(i);
+      return assign_at(i, Report(i).lower_bound_ms, 1);
     };
     auto consider = [&](int i, Assignment a) {
       const double score = a.step_ms + Overhead(i);
@@ -473,108 +489,89 @@ class BatchPlanning {
     if (!full_bound_known_[static_cast<std::size_t>(first)])
       SetFullBound(first, FullBoundMs(first));
     std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first; });
-    consider(first, assign(first, threads));
+    if (threads >= 2 && speculated_.empty()) {
+      // The order the search will likely take after the first, by the bounds known now,
+      // until OrderTiesByRoom has ordered the ties.
+      ahead_.emplace(
+          usable,
+          [&](int i) {
+            const double known = KnownBoundMs(i);
+            return known < kInf ? known + Overhead(i) : promise(i);
+          },
+          [&](int i) { return KnownBoundMs(i) < kInf; });
+      pool = std::make_unique<SearchPool>(
+          threads,
+          [&](int i) {
+            return SearchPool::Setup{Problem(i), AssignOptions(FullBoundMs(i), 1)};
+          },
+          [&] { return NextAhead(); });
+    }
+    consider(first, assign(first));
     OrderTiesByRoom(usable, least, threads);
     CandidateOrder order(
         usable, [&](int i) { return promise(i); },
         [&](int i) { return full_bound_known_[static_cast<std::size_t>(i)] != 0; });
-    std::vector<int> wave;
-    std::vector<Assignment> assigned(static_cast<std::size_t>(threads));
+    if (pool) {
+      {
+        const std::lock_guard lock(ahead_mutex_);
+        ahead_ = order;
+      }
+      pool->Resume();
+    }
     std::vector<CandidateOrder::Entry> unbounded;
     std::vector<double> bounds;
     for (;;) {
-      // The wave: the next candidates in order whose bound beats the best plan now.
-      wave.clear();
-      while (static_cast<int>(wave.size()) < threads) {
-        const CandidateOrder::Entry* front = order.Front();
-        if (front == nullptr || promise(front->index) >= PruneAbove()) break;
-        if (front->full) {
-          wave.push_back(order.Pop().index);
-          continue;
-        }
-        // Full bounds for the next candidates at the front that still lack one.
-        unbounded.clear();
-        order.PopUnbounded(kBoundsPerBatch * threads, PruneAbove(), unbounded);
-        bounds.assign(unbounded.size(), 0.0);
-        ParallelFor(static_cast<int>(unbounded.size()), threads, [&](int k) {
-          bounds[static_cast<std::size_t>(k)] =
-              FullBoundMs(unbounded[static_cast<std::size_t>(k)].index);
-        });
-        for (std::size_t k = 0; k < unbounded.size(); ++k) {
-          const int i = unbounded[k].index;
-          SetFullBound(i, bounds[k]);
-          order.PushBounded(unbounded[k], promise(i));
-        }
+      // The next candidate in order, while its bound beats the best plan now.
+      const CandidateOrder::Entry* front = order.Front();
+      if (front == nullptr || promise(front->index) >= PruneAbove()) break;
+      if (front->full) {
+        const int i = order.Pop().index;
+        consider(i, assign(i));
+        continue;
       }
-      if (wave.empty()) break;
-      AssignWave(wave, threads, assigned, assign);
-      // In order, as the sequential search: a candidate runs only if its bound still beats
-      // the best plan, which only falls.
-      for (std::size_t k = 0; k < wave.size(); ++k) {
-        const int i = wave[k];
-        if (promise(i) >= PruneAbove()) {
-          Report(i).status = CandidateStatus::kPruned;
-        } else {
-          consider(i, std::move(assigned[k]));
-        }
+      // Full bounds for the next candidates at the front that still lack one.
+      unbounded.clear();
+      order.PopUnbounded(kBoundsPerBatch * threads, PruneAbove(), unbounded);
+      bounds.assign(unbounded.size(), 0.0);
+      ParallelFor(static_cast<int>(unbounded.size()), threads, [&](int k) {
+        bounds[static_cast<std::size_t>(k)] =
+            FullBoundMs(unbounded[static_cast<std::size_t>(k)].index);
+      });
+      for (std::size_t k = 0; k < unbounded.size(); ++k) {
+        const int i = unbounded[k].index;
+        SetFullBound(i, bounds[k]);
+        order.PushBounded(unbounded[k], promise(i));
       }
     }
     // What is left cannot beat the best plan.
     for (const int i : order.Remaining()) Report(i).status = CandidateStatus::kPruned;
   }
 
-  // The wave's assignments, into assigned[k]. With more candidates than threads per two,
-  // each candidate's two searches (plain and exchange-charged, two_stage.h) are separate
-  // jobs, all plain ones first, taken by the threads as they come free: a candidate's pair
-  // run one after the other on one thread left the other threads idle when the wave's
-  // candidates differ in cost. A charged search whose plain one has already reached the
-  // candidate's bound is skipped, as AssignTwoStage skips it; one that ran anyway loses to
-  // the plain result (nothing beats the bound). So each result is AssignTwoStage's. (Only
-  // the first branch meets speculated candidates: Speculate runs with two threads for
-  // every usable candidate.)
-  template <typename Assign>
-  void AssignWave(const std::vector<int>& wave, int threads, std::vector<Assignment>& assigned,
-                  const Assign& assign) {
-    const auto w = static_cast<int>(wave.size());
-    if (threads >= 2 * w || w < 2) {
-      ParallelFor(w, threads, [&](int k) {
-        assigned[static_cast<std::size_t>(k)] =
-            assign(wave[static_cast<std::size_t>(k)], std::max(1, threads / w));
-      });
-      return;
-    }
-    const auto n = wave.size();
-    std::vector<AssignProblem> problems(n);
-    std::vector<TwoStageOptions> opts(n);
-    std::vector<int> jobs;  // plain searches (k), then charged ones (n + k)
-    for (std::size_t k = 0; k < n; ++k) {
-      problems[k] = Problem(wave[k]);
-      opts[k] = AssignOptions(Report(wave[k]).lower_bound_ms, 1);
-      jobs.push_back(static_cast<int>(k));
-    }
-    for (std::size_t k = 0; k < n; ++k) {
-      if (HasExchangeSearch(problems[k])) jobs.push_back(static_cast<int>(n + k));
-    }
-    std::vector<Assignment> plain(n), charged(n);
-    std::vector<char> charged_ran(n, 0);
-    std::vector<std::atomic<bool>> plain_done(n);
-    ParallelFor(static_cast<int>(jobs.size()), threads, [&](int j) {
-      const auto job = static_cast<std::size_t>(jobs[static_cast<std::size_t>(j)]);
-      if (job < n) {
-        plain[job] = AssignTwoStageSearch(problems[job], opts[job], false);
-        plain_done[job].store(true, std::memory_order_release);
-        return;
+  // Candidate i's full bound where computed already, else +infinity.
+  double KnownBoundMs(int i) {
+    const std::lock_guard lock(bounds_mutex_);
+    const auto it = computed_bound_ms_.find(i);
+    return it != computed_bound_ms_.end() ? it->second : kInf;
+  }
+
+  // For the pool's workers: the next candidate of ahead_ (the search's order as known when
+  // it was copied) whose bound beats the best plan now, computing full bounds as the search
+  // would; -1 when none is left.
+  int NextAhead() {
+    for (;;) {
+      std::optional<CandidateOrder::Entry> e;
+      {
+        const std::lock_guard lock(ahead_mutex_);
+        const CandidateOrder::Entry* front = ahead_->Front();
+        if (front == nullptr || front->key >= prune_above_.load(std::memory_order_relaxed)) {
+          return -1;
+        }
+        e = ahead_->Pop();
       }
-      const std::size_t k = job - n;
-      if (plain_done[k].load(std::memory_order_acquire) && PlainSearchIsFinal(plain[k], opts[k])) {
-        return;
-      }
-      charged[k] = AssignTwoStageSearch(problems[k], opts[k], true);
-      charged_ran[k] = 1;
-    });
-    for (std::size_t k = 0; k < n; ++k) {
-      assigned[k] = charged_ran[k] ? FasterSearch(std::move(plain[k]), std::move(charged[k]))
-                                   : std::move(plain[k]);
+      if (e->full) return e->index;
+      const double key = FullBoundMs(e->index) + Overhead(e->index);
+      const std::lock_guard lock(ahead_mutex_);
+      ahead_->PushBounded(*e, key);
     }
   }
 
@@ -720,6 +717,12 @@ class BatchPlanning {
   // Full bounds computed ahead of need (Speculate, LeastFullBound), by candidate; reported
   // only when the search takes them.
   std::map<int, double> computed_bound_ms_;
+  std::mutex bounds_mutex_;  // guards computed_bound_ms_: the pool's workers add to it
+  // PruneAbove(), for the pool's workers.
+  std::atomic<double> prune_above_{kInf};
+  // The pool's copy of the search's order (NextAhead), and its guard.
+  std::optional<CandidateOrder> ahead_;
+  std::mutex ahead_mutex_;
   Assignment best_;
   int best_index_ = -1;
   double best_score_ = kInf;

@@ -36,12 +36,14 @@ class Solver {
   Assignment Run() {
     scale_.assign(P_, 1.0);
     Dispatch();
-    for (int p = 0; p < P_; ++p) Repack(p);
+    for (int p = 0; p < P_ && !Stopped(); ++p) Repack(p);
+    if (Stopped()) return Assignment{};
     LocalSearch();
     // Where the search stopped above the caller's bound with a cp pipeline the slowest, a
     // second attempt from a calibrated dispatch; the faster of the two is kept.
     const int slowest = Slowest();
-    if (options_.cp_calibration_rounds > 0 && P_ <= options_.cp_calibration_max_pipelines &&
+    if (!Stopped() && options_.cp_calibration_rounds > 0 &&
+        P_ <= options_.cp_calibration_max_pipelines &&
         packed_[slowest].ms > options_.stop_below_ms && problem_.pipelines[slowest].scheme.cp > 1) {
       const State first = Save();
       Calibrate();
@@ -56,6 +58,10 @@ class Solver {
   }
 
  private:
+  bool Stopped() const {
+    return options_.stop != nullptr && options_.stop->load(std::memory_order_relaxed);
+  }
+
   // A document's share of its pipeline's work: its balanced share of the cp ranks, with
   // charge_exchange_ also the exchange of a document no rank can hold whole (which a
   // sharded document pays on every rank).
@@ -296,6 +302,7 @@ class Solver {
         kExtraVerifyBudgetPerDocument * static_cast<std::int64_t>(problem_.lengths.size());
     std::int64_t extra = 0;
     for (int step = 0; step < options_.max_local_search_steps && repacked < budget; ++step) {
+      if (Stopped()) return;
       const int crit = Slowest();
       const double limit = packed_[crit].ms;
       if (limit <= options_.stop_below_ms) return;

@@ -4,6 +4,8 @@
 // of the slowest pipeline judged by the exact 1F1B time. Deterministic; no time limits.
 #pragma once
 
+#include <atomic>
+
 #include "hydraulis/assign/pack.h"
 #include "hydraulis/assign/problem.h"
 
@@ -32,6 +34,9 @@ struct TwoStageOptions {
   // Threads for one problem (>= 1): with cp pipelines its two assignments (the plain and
   // the exchange-charged estimate) run at once on two; the result is the same on any.
   int threads = 1;
+  // When given and set, the search stops at its next step and returns what it has: for a
+  // caller that searched ahead and no longer needs the result (which it then discards).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Estimated time of a pipeline holding documents of total `tokens`, summed document cost

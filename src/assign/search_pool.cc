@@ -1,0 +1,135 @@
+#include "search_pool.h"
+
+#include <optional>
+#include <utility>
+
+namespace hydraulis {
+
+SearchPool::SearchPool(int threads, MakeSetup setup, NextAhead next)
+    : setup_(std::move(setup)), next_(std::move(next)) {
+  for (int w = 0; w < threads; ++w) workers_.emplace_back([this] { Work(); });
+}
+
+SearchPool::~SearchPool() {
+  {
+    const std::lock_guard lock(mutex_);
+    closing_ = true;
+    for (auto& [i, e] : entries_) e->stop = true;
+  }
+  changed_.notify_all();
+  workers_.clear();  // joins
+}
+
+SearchPool::Entry& SearchPool::Add(int i, Setup setup, bool front) {
+  auto entry = std::make_unique<Entry>();
+  entry->setup = std::move(setup);
+  entry->setup.options.stop = &entry->stop;
+  entry->has_charged = HasExchangeSearch(entry->setup.problem);
+  entry->pending = entry->has_charged ? 2 : 1;
+  Entry& e = *entries_.emplace(i, std::move(entry)).first->second;
+  // Plain first: a plain search that reaches the bound makes the charged one unneeded.
+  if (front) {
+    if (e.has_charged) queue_.push_front({i, true});
+    queue_.push_front({i, false});
+  } else {
+    queue_.push_back({i, false});
+    if (e.has_charged) queue_.push_back({i, true});
+  }
+  changed_.notify_all();
+  return e;
+}
+
+Assignment SearchPool::Take(int i) {
+  std::unique_lock lock(mutex_);
+  if (!entries_.contains(i)) {
+    lock.unlock();
+    Setup setup = setup_(i);
+    lock.lock();
+    if (!entries_.contains(i)) Add(i, std::move(setup), true);
+  }
+  Entry& e = *entries_.at(i);
+  changed_.wait(lock, [&] { return e.pending == 0; });
+  if (e.error) std::rethrow_exception(e.error);
+  // As AssignTwoStage: the plain result where it reached the bound or ran alone, else the
+  // faster of the two.
+  if (!e.charged_ran || PlainSearchIsFinal(e.plain, e.setup.options)) return std::move(e.plain);
+  return FasterSearch(std::move(e.plain), std::move(e.charged));
+}
+
+void SearchPool::Resume() {
+  {
+    const std::lock_guard lock(mutex_);
+    ahead_done_ = false;
+    ++ahead_generation_;
+  }
+  changed_.notify_all();
+}
+
+void SearchPool::Work() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (closing_) return;
+    if (!queue_.empty()) {
+      const Job job = queue_.front();
+      queue_.pop_front();
+      Run(job, lock);
+      continue;
+    }
+    if (ahead_done_) {
+      changed_.wait(lock);
+      continue;
+    }
+    // Nothing queued: search ahead. A failure here is left for Take to meet again.
+    const std::int64_t generation = ahead_generation_;
+    lock.unlock();
+    int next = -1;
+    std::optional<Setup> setup;
+    try {
+      next = next_();
+      if (next >= 0) setup = setup_(next);
+    } catch (...) {
+      next = -1;
+    }
+    lock.lock();
+    if (next < 0) {
+      if (generation == ahead_generation_) ahead_done_ = true;
+    } else if (!entries_.contains(next) && !closing_) {
+      Add(next, std::move(*setup), false);
+    }
+  }
+}
+
+void SearchPool::Run(const Job& job, std::unique_lock<std::mutex>& lock) {
+  Entry& e = *entries_.at(job.candidate);
+  auto finish = [&] {
+    --e.pending;
+    changed_.notify_all();
+  };
+  // The charged search is not needed once the plain one reached the bound (as in
+  // AssignTwoStage), nor any search once its result cannot be taken.
+  const bool plain_final = e.plain_done && PlainSearchIsFinal(e.plain, e.setup.options);
+  if (e.error || e.stop || (job.charged && plain_final)) return finish();
+  lock.unlock();
+  Assignment result;
+  std::exception_ptr error;
+  try {
+    result = AssignTwoStageSearch(e.setup.problem, e.setup.options, job.charged);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  if (error) {
+    if (!e.error) e.error = error;
+  } else if (!job.charged) {
+    e.plain = std::move(result);
+    e.plain_done = true;
+    // A charged search still running cannot beat it: stop it.
+    if (PlainSearchIsFinal(e.plain, e.setup.options)) e.stop = true;
+  } else if (!(e.plain_done && PlainSearchIsFinal(e.plain, e.setup.options)) && !e.stop) {
+    e.charged = std::move(result);
+    e.charged_ran = true;
+  }
+  finish();
+}
+
+}  // namespace hydraulis

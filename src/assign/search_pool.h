@@ -1,0 +1,82 @@
+// The planner's candidate searches on worker threads, searched ahead of need: each
+// candidate's two searches (plain and exchange-charged, two_stage.h) are separate jobs, taken
+// by the workers in the order candidates are handed in, and a worker with nothing to do asks
+// for the next candidate the planner would likely plan. The planner still takes results in its
+// own order and decides from them alone, so its plan is that of one thread; only the work done
+// ahead and never taken differs, and it is stopped when the pool closes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "hydraulis/assign/problem.h"
+#include "hydraulis/assign/two_stage.h"
+
+namespace hydraulis {
+
+class SearchPool {
+ public:
+  // Candidate i's problem and the options of its searches (stop_below_ms its full bound).
+  struct Setup {
+    AssignProblem problem;
+    TwoStageOptions options;
+  };
+  using MakeSetup = std::function<Setup(int)>;
+  // The next candidate to search ahead, or -1 for none (then none is asked for again until
+  // Resume). Called by workers, several at once.
+  using NextAhead = std::function<int()>;
+
+  SearchPool(int threads, MakeSetup setup, NextAhead next);
+  ~SearchPool();  // stops the searches still running and joins the workers
+  SearchPool(const SearchPool&) = delete;
+  SearchPool& operator=(const SearchPool&) = delete;
+
+  // AssignTwoStage's result for candidate i (its searches queued first if not yet begun);
+  // waits for it. Rethrows what a search of i threw.
+  Assignment Take(int i);
+  // Asks NextAhead again after it answered -1 (the planner's order changed).
+  void Resume();
+
+ private:
+  struct Entry {
+    Setup setup;
+    bool has_charged = false;
+    int pending = 0;  // jobs not finished
+    Assignment plain, charged;
+    bool plain_done = false, charged_ran = false;
+    std::atomic<bool> stop{false};
+    std::exception_ptr error;
+  };
+  struct Job {
+    int candidate;
+    bool charged;
+  };
+
+  // Makes candidate i's entry and queues its jobs at the back (or front); the caller holds
+  // mutex_.
+  Entry& Add(int i, Setup setup, bool front);
+  void Work();
+  void Run(const Job& job, std::unique_lock<std::mutex>& lock);
+
+  MakeSetup setup_;
+  NextAhead next_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Job> queue_;
+  std::map<int, std::unique_ptr<Entry>> entries_;
+  bool ahead_done_ = false;            // next_ answered -1 ...
+  std::int64_t ahead_generation_ = 0;  // ... since the last Resume
+  bool closing_ = false;
+  std::vector<std::jthread> workers_;
+};
+
+}  // namespace hydraulis
