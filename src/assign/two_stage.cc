@@ -266,6 +266,7 @@ class Solver {
     int from_pos;  // index into docs_[crit]
     int to;        // destination pipeline
     int swap_pos;  // index into docs_[to], or -1 for a plain move
+    int seq = 0;   // its place in the list as made: ties keep that order
   };
 
   // Estimated real time = estimate + (real - estimate) of the current state, so packing
@@ -360,8 +361,16 @@ class Solver {
         }
       }
       if (moves.empty()) return;
-      std::stable_sort(moves.begin(), moves.end(),
-                       [](const Move& a, const Move& b) { return a.score < b.score; });
+      // By score, ties in the order made; only as far as the verification below reads (most
+      // steps stop within the first `tries`), the rest when it reads further.
+      for (std::size_t k = 0; k < moves.size(); ++k) moves[k].seq = static_cast<int>(k);
+      auto by_score = [](const Move& a, const Move& b) {
+        return a.score != b.score ? a.score < b.score : a.seq < b.seq;
+      };
+      std::size_t sorted = std::min<std::size_t>(
+          moves.size(), static_cast<std::size_t>(options_.moves_verified_per_step));
+      std::partial_sort(moves.begin(), moves.begin() + static_cast<std::ptrdiff_t>(sorted),
+                        moves.end(), by_score);
       bool accepted = false;
       int level = -1;  // the first verified move that keeps the step where it is
       const int tries =
@@ -370,6 +379,10 @@ class Solver {
       // first `tries` fails, keep verifying the next moves while a separate, smaller budget
       // lasts, so the search goes on only where it would have stopped.
       for (int t = 0; t < static_cast<int>(moves.size()) && !accepted && repacked < budget; ++t) {
+        if (static_cast<std::size_t>(t) == sorted) {
+          std::sort(moves.begin() + static_cast<std::ptrdiff_t>(sorted), moves.end(), by_score);
+          sorted = moves.size();
+        }
         const Move& m = moves[static_cast<std::size_t>(t)];
         const std::int64_t cost = RepackCost(crit) + RepackCost(m.to);
         if (t >= tries) {
