@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <limits>
 #include <map>
 #include <memory>
@@ -161,8 +162,9 @@ class CandidateOrder {
   // before). `promise(i)`: candidate i's bound plus overhead, its full bound where
   // `full(i)`, else its cheap one.
   template <typename Promise, typename Full>
-  CandidateOrder(const std::vector<int>& ranked, const Promise& promise, const Full& full) {
-    for (std::size_t r = 1; r < ranked.size(); ++r) {
+  CandidateOrder(const std::vector<int>& ranked, const Promise& promise, const Full& full,
+                 std::size_t from = 1) {
+    for (std::size_t r = from; r < ranked.size(); ++r) {
       entries_.insert({promise(ranked[r]), static_cast<int>(r), ranked[r], full(ranked[r])});
     }
   }
@@ -271,7 +273,6 @@ class BatchPlanning {
     std::vector<int> order(ranked.size());
     std::iota(order.begin(), order.end(), 0);
     std::vector<int> fetch;
-    std::vector<double> bounds;
     // The first front's bound alone: where it equals its cheap bound (the batch's longest
     // document sets it), that candidate stays in front and no other bound is needed.
     int batch = 1;
@@ -290,21 +291,19 @@ class BatchPlanning {
           if (full_bound_known_[static_cast<std::size_t>(i)]) return i;
         }
       }
-      if (!computed_bound_ms_.contains(front)) {
+      if (KnownBoundMs(front) == kInf) {
         fetch.clear();
         for (const int r : order) {
           const int i = ranked[static_cast<std::size_t>(r)];
-          if (!full_bound_known_[static_cast<std::size_t>(i)] && !computed_bound_ms_.contains(i)) {
+          if (!full_bound_known_[static_cast<std::size_t>(i)] && KnownBoundMs(i) == kInf) {
             fetch.push_back(i);
           }
           if (static_cast<int>(fetch.size()) == batch) break;
         }
         batch = threads;
-        bounds.assign(fetch.size(), 0.0);
-        ParallelFor(static_cast<int>(fetch.size()), threads, [&](int k) {
-          bounds[static_cast<std::size_t>(k)] = FullBound(fetch[static_cast<std::size_t>(k)]).ms;
-        });
-        for (std::size_t k = 0; k < fetch.size(); ++k) computed_bound_ms_[fetch[k]] = bounds[k];
+        // With the pool's workers computing the same bounds ahead, one thread here.
+        ParallelFor(static_cast<int>(fetch.size()), pool_started_ ? 1 : threads,
+                    [&](int k) { FullBoundMs(fetch[static_cast<std::size_t>(k)]); });
       }
       SetFullBound(front, FullBoundMs(front));
       ++taken;
@@ -314,14 +313,29 @@ class BatchPlanning {
   // FullBound's time, from computed_bound_ms_ when computed ahead (and kept there). Safe
   // to call from several threads.
   double FullBoundMs(int i) {
-    {
-      const std::lock_guard lock(bounds_mutex_);
+    std::unique_lock lock(bounds_mutex_);
+    for (;;) {
       const auto it = computed_bound_ms_.find(i);
       if (it != computed_bound_ms_.end()) return it->second;
+      // Another thread is computing it: wait for that.
+      if (!bounds_in_flight_.contains(i)) break;
+      bound_done_.wait(lock);
     }
-    const double ms = FullBound(i).ms;
-    const std::lock_guard lock(bounds_mutex_);
+    bounds_in_flight_.insert(i);
+    lock.unlock();
+    double ms = 0;
+    try {
+      ms = FullBound(i).ms;
+    } catch (...) {
+      lock.lock();
+      bounds_in_flight_.erase(i);
+      bound_done_.notify_all();
+      throw;
+    }
+    lock.lock();
+    bounds_in_flight_.erase(i);
     computed_bound_ms_.emplace(i, ms);
+    bound_done_.notify_all();
     return ms;
   }
   // Stage 1's options for a candidate whose full bound is `full_bound` (the search stops
@@ -484,28 +498,36 @@ class BatchPlanning {
     // bounds.
     const auto tied =
         std::count_if(usable.begin(), usable.end(), [&](int i) { return promise(i) == least; });
-    const int first =
-        tied > kFirstBounds ? usable.front() : LeastFullBound(usable, threads, promise);
-    if (!full_bound_known_[static_cast<std::size_t>(first)])
-      SetFullBound(first, FullBoundMs(first));
-    std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first; });
-    if (threads >= 2 && speculated_.empty()) {
-      // The order the search will likely take after the first, by the bounds known now,
-      // until OrderTiesByRoom has ordered the ties.
+    auto start_pool = [&](std::size_t from) {
       ahead_.emplace(
           usable,
           [&](int i) {
             const double known = KnownBoundMs(i);
             return known < kInf ? known + Overhead(i) : promise(i);
           },
-          [&](int i) { return KnownBoundMs(i) < kInf; });
+          [&](int i) { return KnownBoundMs(i) < kInf; }, from);
       pool = std::make_unique<SearchPool>(
           threads,
           [&](int i) {
             return SearchPool::Setup{Problem(i), AssignOptions(FullBoundMs(i), 1)};
           },
           [&] { return NextAhead(); });
-    }
+      pool_started_ = true;
+    };
+    const bool pooled = threads >= 2 && speculated_.empty();
+    // The pool's workers start at once, on the order of the cheap bounds, taking full bounds
+    // as the search below does: most often they reach the same first candidate and search it
+    // while the first is being chosen. Not where many candidates tie (below): the workers
+    // would take all their full bounds.
+    if (pooled && tied <= kFirstBounds) start_pool(0);
+    const int first =
+        tied > kFirstBounds ? usable.front() : LeastFullBound(usable, threads, promise);
+    if (!full_bound_known_[static_cast<std::size_t>(first)])
+      SetFullBound(first, FullBoundMs(first));
+    std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first; });
+    // Else the order the search will likely take after the first, by the bounds known now,
+    // until OrderTiesByRoom has ordered the ties.
+    if (pooled && !pool) start_pool(1);
     consider(first, assign(first));
     OrderTiesByRoom(usable, least, threads);
     CandidateOrder order(
@@ -718,6 +740,9 @@ class BatchPlanning {
   // only when the search takes them.
   std::map<int, double> computed_bound_ms_;
   std::mutex bounds_mutex_;  // guards computed_bound_ms_: the pool's workers add to it
+  std::set<int> bounds_in_flight_;  // being computed by some thread
+  std::condition_variable bound_done_;
+  bool pool_started_ = false;
   // PruneAbove(), for the pool's workers.
   std::atomic<double> prune_above_{kInf};
   // The pool's copy of the search's order (NextAhead), and its guard.
