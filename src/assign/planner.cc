@@ -12,6 +12,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "hydraulis/assign/baselines.h"
 #include "hydraulis/assign/lower_bound.h"
@@ -537,6 +538,7 @@ class BatchPlanning {
       {
         const std::lock_guard lock(ahead_mutex_);
         ahead_ = order;
+        ahead_bounding_.clear();
       }
       pool->Resume();
     }
@@ -578,21 +580,45 @@ class BatchPlanning {
 
   // For the pool's workers: the next candidate of ahead_ (the search's order as known when
   // it was copied) whose bound beats the best plan now, computing full bounds as the search
-  // would; -1 when none is left.
-  int NextAhead() {
+  // would, with its place among the answers; candidate -1 when none is left. A candidate
+  // popped by one worker for its full bound is not in ahead_ meanwhile: another worker
+  // finding a full bound at the front waits for it when it comes before, so the workers
+  // take candidates in the order one thread would (at 1,024 GPUs and 128K a worker that did
+  // not wait searched a candidate with a quick bound while the first's was still being
+  // computed, delaying the first's search by 40-120 ms).
+  SearchPool::Ahead NextAhead() {
     for (;;) {
       std::optional<CandidateOrder::Entry> e;
+      int wait_for = -1;
       {
         const std::lock_guard lock(ahead_mutex_);
         const CandidateOrder::Entry* front = ahead_->Front();
-        if (front == nullptr || front->key >= prune_above_.load(std::memory_order_relaxed)) {
-          return -1;
+        const CandidateOrder::Entry* before = nullptr;  // the first entry being bounded
+        for (const CandidateOrder::Entry& b : ahead_bounding_) {
+          if (before == nullptr || b < *before) before = &b;
         }
-        e = ahead_->Pop();
+        const double prune = prune_above_.load(std::memory_order_relaxed);
+        if ((front == nullptr || front->key >= prune) &&
+            (before == nullptr || before->key >= prune)) {
+          return {};
+        }
+        if (before != nullptr && (front == nullptr || *before < *front)) {
+          wait_for = before->index;
+        } else {
+          e = ahead_->Pop();
+          if (e->full) return {e->index, ahead_places_++};
+          ahead_bounding_.push_back(*e);
+        }
       }
-      if (e->full) return e->index;
+      if (wait_for >= 0) {
+        FullBoundMs(wait_for);  // waits while another thread computes it
+        std::this_thread::yield();
+        continue;
+      }
       const double key = FullBoundMs(e->index) + Overhead(e->index);
       const std::lock_guard lock(ahead_mutex_);
+      std::erase_if(ahead_bounding_,
+                    [&](const CandidateOrder::Entry& b) { return b.index == e->index; });
       ahead_->PushBounded(*e, key);
     }
   }
@@ -739,7 +765,7 @@ class BatchPlanning {
   // Full bounds computed ahead of need (Speculate, LeastFullBound), by candidate; reported
   // only when the search takes them.
   std::map<int, double> computed_bound_ms_;
-  std::mutex bounds_mutex_;  // guards computed_bound_ms_: the pool's workers add to it
+  std::mutex bounds_mutex_;         // guards computed_bound_ms_: the pool's workers add to it
   std::set<int> bounds_in_flight_;  // being computed by some thread
   std::condition_variable bound_done_;
   bool pool_started_ = false;
@@ -747,6 +773,8 @@ class BatchPlanning {
   std::atomic<double> prune_above_{kInf};
   // The pool's copy of the search's order (NextAhead), and its guard.
   std::optional<CandidateOrder> ahead_;
+  std::vector<CandidateOrder::Entry> ahead_bounding_;  // popped from ahead_ for full bounds
+  std::int64_t ahead_places_ = 0;                      // candidates NextAhead has given
   std::mutex ahead_mutex_;
   Assignment best_;
   int best_index_ = -1;

@@ -1,5 +1,7 @@
 #include "search_pool.h"
 
+#include <algorithm>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -20,7 +22,7 @@ SearchPool::~SearchPool() {
   workers_.clear();  // joins
 }
 
-SearchPool::Entry& SearchPool::Add(int i, Setup setup, bool front) {
+SearchPool::Entry& SearchPool::Add(int i, Setup setup, std::int64_t place) {
   auto entry = std::make_unique<Entry>();
   entry->setup = std::move(setup);
   entry->setup.options.stop = &entry->stop;
@@ -28,13 +30,10 @@ SearchPool::Entry& SearchPool::Add(int i, Setup setup, bool front) {
   entry->pending = entry->has_charged ? 2 : 1;
   Entry& e = *entries_.emplace(i, std::move(entry)).first->second;
   // Plain first: a plain search that reaches the bound makes the charged one unneeded.
-  if (front) {
-    if (e.has_charged) queue_.push_front({i, true});
-    queue_.push_front({i, false});
-  } else {
-    queue_.push_back({i, false});
-    if (e.has_charged) queue_.push_back({i, true});
-  }
+  auto at = std::upper_bound(queue_.begin(), queue_.end(), place,
+                             [](std::int64_t x, const Job& j) { return x < j.place; });
+  at = queue_.insert(at, {i, false, place});
+  if (e.has_charged) queue_.insert(at + 1, {i, true, place});
   changed_.notify_all();
   return e;
 }
@@ -45,7 +44,7 @@ Assignment SearchPool::Take(int i) {
     lock.unlock();
     Setup setup = setup_(i);
     lock.lock();
-    if (!entries_.contains(i)) Add(i, std::move(setup), true);
+    if (!entries_.contains(i)) Add(i, std::move(setup), std::numeric_limits<std::int64_t>::min());
   }
   Entry& e = *entries_.at(i);
   changed_.wait(lock, [&] { return e.pending == 0; });
@@ -82,19 +81,19 @@ void SearchPool::Work() {
     // Nothing queued: search ahead. A failure here is left for Take to meet again.
     const std::int64_t generation = ahead_generation_;
     lock.unlock();
-    int next = -1;
+    Ahead next;
     std::optional<Setup> setup;
     try {
       next = next_();
-      if (next >= 0) setup = setup_(next);
+      if (next.candidate >= 0) setup = setup_(next.candidate);
     } catch (...) {
-      next = -1;
+      next.candidate = -1;
     }
     lock.lock();
-    if (next < 0) {
+    if (next.candidate < 0) {
       if (generation == ahead_generation_) ahead_done_ = true;
-    } else if (!entries_.contains(next) && !closing_) {
-      Add(next, std::move(*setup), false);
+    } else if (!entries_.contains(next.candidate) && !closing_) {
+      Add(next.candidate, std::move(*setup), next.place);
     }
   }
 }

@@ -31,9 +31,14 @@ class SearchPool {
     TwoStageOptions options;
   };
   using MakeSetup = std::function<Setup(int)>;
-  // The next candidate to search ahead, or -1 for none (then none is asked for again until
-  // Resume). Called by workers, several at once.
-  using NextAhead = std::function<int()>;
+  // The next candidate to search ahead (-1 for none: then none is asked for again until
+  // Resume), and its place in the order the answers were given (workers ask several at once
+  // and may come back in another order; their searches are queued in this one).
+  struct Ahead {
+    int candidate = -1;
+    std::int64_t place = 0;
+  };
+  using NextAhead = std::function<Ahead()>;
 
   SearchPool(int threads, MakeSetup setup, NextAhead next);
   ~SearchPool();  // stops the searches still running and joins the workers
@@ -59,11 +64,11 @@ class SearchPool {
   struct Job {
     int candidate;
     bool charged;
+    std::int64_t place;  // queued in ascending order; Take's come first
   };
 
-  // Makes candidate i's entry and queues its jobs at the back (or front); the caller holds
-  // mutex_.
-  Entry& Add(int i, Setup setup, bool front);
+  // Makes candidate i's entry and queues its jobs at `place`; the caller holds mutex_.
+  Entry& Add(int i, Setup setup, std::int64_t place);
   void Work();
   void Run(const Job& job, std::unique_lock<std::mutex>& lock);
 
