@@ -6,7 +6,9 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <thread>
 
 #include "../base/test_support.h"
 #include "hydraulis/assign/lower_bound.h"
@@ -17,6 +19,7 @@
 #include "hydraulis/assign/plan_json.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/assign/published.h"
+#include "hydraulis/assign/two_stage.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/base/tolerance.h"
@@ -1113,6 +1116,73 @@ TEST(TwoStageTest, CalibratedDispatchRelievesOverloadedCpPipelines) {
   EXPECT_LT(after, 0.99 * before) << "calibrated " << after << " ms, plain " << before << " ms";
   EXPECT_LT(with_rank_bins, 0.97 * before) << with_rank_bins << " ms with rank bins";
   EXPECT_LT(with_rank_bins, after);
+}
+
+// IdleThreads for tests: `lend` says whether a task posted runs at once on a thread of its
+// own (Reclaim joins it) or is queued and never started (Reclaim takes it back).
+class TestThreads : public IdleThreads {
+ public:
+  explicit TestThreads(bool lend) : lend_(lend) {}
+  bool Post(Task& task) override {
+    ++posted;
+    if (lend_) {
+      task.state = 1;
+      running_.emplace(&task, std::thread([&task] {
+        try {
+          task.run();
+        } catch (...) {
+          task.error = std::current_exception();
+        }
+      }));
+    }
+    return true;
+  }
+  bool Reclaim(Task& task) override {
+    const auto it = running_.find(&task);
+    if (it == running_.end()) return false;
+    it->second.join();
+    running_.erase(it);
+    if (task.error) std::rethrow_exception(task.error);
+    return true;
+  }
+  int posted = 0;
+
+ private:
+  bool lend_;
+  std::map<Task*, std::thread> running_;
+};
+
+// A search given threads evaluates a step's tries on two of them, or on its own when the
+// thread lent never starts: the same assignment as alone, on real 128K batches with cp
+// pipelines, both searches (plain and exchange-charged).
+TEST(TwoStageTest, LentThreadsLeaveTheSearchUnchanged) {
+  const Profile profile = LoadProfile(kRoot + "/configs/profiles/llama-32b-a800.json");
+  const CandidateSet candidates =
+      LoadCandidates(kRoot + "/configs/candidates/llama-32b-256gpu-128k.json", profile);
+  PlannerOptions options;
+  options.context_tokens = 131'072;
+  const Planner planner(profile, candidates, options);
+  int posted = 0;
+  for (const auto& batch : RealBatches(2, 2'097'152, 13, 131'072)) {
+    const std::int64_t longest = *std::max_element(batch.begin(), batch.end());
+    for (int s = 1; s < static_cast<int>(candidates.strategies.size()); ++s) {
+      if (planner.MaxCapacity(s) < longest) continue;
+      const AssignProblem problem = planner.Problem(batch, s);
+      for (const bool charged : {false, true}) {
+        const Assignment alone = AssignTwoStageSearch(problem, TwoStageOptions{}, charged);
+        for (const bool lend : {true, false}) {
+          TestThreads threads(lend);
+          TwoStageOptions lent;
+          lent.helpers = &threads;
+          const Assignment with = AssignTwoStageSearch(problem, lent, charged);
+          EXPECT_EQ(with.pipelines, alone.pipelines) << "strategy " << s << " lend " << lend;
+          EXPECT_EQ(with.step_ms, alone.step_ms);
+          posted += threads.posted;
+        }
+      }
+    }
+  }
+  EXPECT_GT(posted, 0) << "no step failed its first try";
 }
 
 TEST(TwoStageTest, LargeGroupsDispatchAsWellAsTheFullScan) {

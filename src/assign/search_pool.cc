@@ -26,6 +26,7 @@ SearchPool::Entry& SearchPool::Add(int i, Setup setup, std::int64_t place) {
   auto entry = std::make_unique<Entry>();
   entry->setup = std::move(setup);
   entry->setup.options.stop = &entry->stop;
+  entry->setup.options.helpers = this;
   entry->has_charged = HasExchangeSearch(entry->setup.problem);
   entry->pending = entry->has_charged ? 2 : 1;
   Entry& e = *entries_.emplace(i, std::move(entry)).first->second;
@@ -55,6 +56,29 @@ Assignment SearchPool::Take(int i) {
   return FasterSearch(std::move(e.plain), std::move(e.charged));
 }
 
+bool SearchPool::Post(Task& task) {
+  {
+    const std::lock_guard lock(mutex_);
+    if (closing_ || idle_ <= static_cast<int>(help_queue_.size())) return false;
+    task.state = 0;
+    task.error = nullptr;
+    help_queue_.push_back(&task);
+  }
+  changed_.notify_all();
+  return true;
+}
+
+bool SearchPool::Reclaim(Task& task) {
+  std::unique_lock lock(mutex_);
+  if (task.state == 0) {
+    std::erase(help_queue_, &task);
+    return false;
+  }
+  changed_.wait(lock, [&] { return task.state == 2; });
+  if (task.error) std::rethrow_exception(task.error);
+  return true;
+}
+
 void SearchPool::Resume() {
   {
     const std::lock_guard lock(mutex_);
@@ -68,6 +92,21 @@ void SearchPool::Work() {
   std::unique_lock lock(mutex_);
   for (;;) {
     if (closing_) return;
+    if (!help_queue_.empty()) {
+      Task& task = *help_queue_.front();
+      help_queue_.pop_front();
+      task.state = 1;
+      lock.unlock();
+      try {
+        task.run();
+      } catch (...) {
+        task.error = std::current_exception();
+      }
+      lock.lock();
+      task.state = 2;
+      changed_.notify_all();
+      continue;
+    }
     if (!queue_.empty()) {
       const Job job = queue_.front();
       queue_.pop_front();
@@ -75,7 +114,9 @@ void SearchPool::Work() {
       continue;
     }
     if (ahead_done_) {
+      ++idle_;
       changed_.wait(lock);
+      --idle_;
       continue;
     }
     // Nothing queued: search ahead. A failure here is left for Take to meet again.

@@ -20,10 +20,13 @@
 
 #include "hydraulis/assign/problem.h"
 #include "hydraulis/assign/two_stage.h"
+#include "hydraulis/base/idle_threads.h"
 
 namespace hydraulis {
 
-class SearchPool {
+// Its idle workers (nothing queued, no candidate left to search ahead) are lent to the
+// searches running (IdleThreads, TwoStageOptions::helpers).
+class SearchPool : public IdleThreads {
  public:
   // Candidate i's problem and the options of its searches (stop_below_ms its full bound).
   struct Setup {
@@ -41,7 +44,7 @@ class SearchPool {
   using NextAhead = std::function<Ahead()>;
 
   SearchPool(int threads, MakeSetup setup, NextAhead next);
-  ~SearchPool();  // stops the searches still running and joins the workers
+  ~SearchPool() override;  // stops the searches still running and joins the workers
   SearchPool(const SearchPool&) = delete;
   SearchPool& operator=(const SearchPool&) = delete;
 
@@ -50,6 +53,9 @@ class SearchPool {
   Assignment Take(int i);
   // Asks NextAhead again after it answered -1 (the planner's order changed).
   void Resume();
+
+  bool Post(Task& task) override;
+  bool Reclaim(Task& task) override;
 
  private:
   struct Entry {
@@ -81,6 +87,8 @@ class SearchPool {
   bool ahead_done_ = false;            // next_ answered -1 ...
   std::int64_t ahead_generation_ = 0;  // ... since the last Resume
   bool closing_ = false;
+  int idle_ = 0;                  // workers waiting with nothing to do
+  std::deque<Task*> help_queue_;  // posted, not yet started
   std::vector<std::jthread> workers_;
 };
 

@@ -1,13 +1,18 @@
 #include "hydraulis/assign/two_stage.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <mutex>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <vector>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/idle_threads.h"
 #include "hydraulis/base/parallel_for.h"
 #include "hydraulis/base/tolerance.h"
 #include "hydraulis/base/word_hash.h"
@@ -211,14 +216,15 @@ class Solver {
     }
   };
   LengthOrder ByLength() const { return {&problem_.lengths}; }
-  void Insert(int p, int d) {
-    auto& v = docs_[p];
+  void Insert(std::vector<int>& v, int d) const {
     v.insert(std::lower_bound(v.begin(), v.end(), d, ByLength()), d);
   }
 
-  void Repack(int p) {
+  void Repack(int p) { SetPacked(p, PackedOf(p, docs_[p])); }
+  // Pipeline p's packing of its documents now, and what stage 1 tracks of them.
+  void SetPacked(int p, PackResult packed) {
     if (packed_.size() != static_cast<std::size_t>(P_)) packed_.resize(P_);
-    packed_[p] = Packed(p);
+    packed_[p] = std::move(packed);
     Load l;
     for (int d : docs_[p]) l = With(p, l, d);
     load_[p] = l;
@@ -230,10 +236,15 @@ class Solver {
   // tried against several destinations; a calibrated dispatch that gives a pipeline what
   // the first one gave it). PackPipeline is a function of its arguments, so the plan is
   // the same bit for bit. The memory is bounded by the documents it holds.
-  PackResult Packed(int p) {
-    PackKey key{p, docs_[p]};
-    if (const auto it = packs_.find(key); it != packs_.end()) return it->second;
-    PackResult r = PackPipeline(problem_, problem_.pipelines[p], docs_[p], options_.pack);
+  // Safe to call from a helper thread (EvaluateMove).
+  PackResult PackedOf(int p, const std::vector<int>& docs) {
+    PackKey key{p, docs};
+    {
+      const std::lock_guard lock(packs_mutex_);
+      if (const auto it = packs_.find(key); it != packs_.end()) return it->second;
+    }
+    PackResult r = PackPipeline(problem_, problem_.pipelines[p], docs, options_.pack);
+    const std::lock_guard lock(packs_mutex_);
     if (packed_documents_ > kRememberedDocuments) {
       packs_.clear();
       packed_documents_ = 0;
@@ -378,6 +389,13 @@ class Solver {
       // The estimate misjudges some re-packs (cp layouts above all): when every one of the
       // first `tries` fails, keep verifying the next moves while a separate, smaller budget
       // lasts, so the search goes on only where it would have stopped.
+      // With a thread lent (options_.helpers), once the first try has failed, the rest of
+      // the tries the budgets reach are evaluated on both threads (a move's evaluation does
+      // not change the state), and then taken in order as without it: the first accepted
+      // wins, the budgets are counted up to it. A step that fails its first try mostly
+      // fails all of them.
+      std::vector<MoveOutcome> batch;  // outcomes of tries first_batched.. when evaluated so
+      int first_batched = -1;
       for (int t = 0; t < static_cast<int>(moves.size()) && !accepted && repacked < budget; ++t) {
         if (static_cast<std::size_t>(t) == sorted) {
           std::sort(moves.begin() + static_cast<std::ptrdiff_t>(sorted), moves.end(), by_score);
@@ -390,12 +408,64 @@ class Solver {
           extra += cost;
         }
         repacked += cost;
-        bool keeps_level = false;
         // The level test matters only until the first level move is found, and only on a
-        // cp pipeline.
+        // cp pipeline. A move evaluated with it gives the same verdict without it.
         const bool wants_level = level < 0 && problem_.pipelines[crit].scheme.cp > 1;
-        accepted = TryMove(crit, m, limit, false, wants_level ? &keeps_level : nullptr);
-        if (!accepted && keeps_level && level < 0) level = t;
+        if (t == 1 && options_.helpers != nullptr) {
+          if (sorted < moves.size()) {
+            std::sort(moves.begin() + static_cast<std::ptrdiff_t>(sorted), moves.end(), by_score);
+            sorted = moves.size();
+          }
+          // The last try the budgets reach should every one fail.
+          int last = t;
+          for (std::int64_t r = repacked, x = extra;
+               last + 1 < static_cast<int>(moves.size()) && r < budget;) {
+            const Move& n = moves[static_cast<std::size_t>(last) + 1];
+            const std::int64_t c = RepackCost(crit) + RepackCost(n.to);
+            if (last + 1 >= tries) {
+              if (x >= extra_budget) break;
+              x += c;
+            }
+            r += c;
+            ++last;
+          }
+          if (last > t) {
+            batch.assign(static_cast<std::size_t>(last - t + 1), MoveOutcome{});
+            std::atomic<int> next{t}, first_accepted{last + 1};
+            auto work = [&] {
+              for (int k = next++; k <= last && k < first_accepted.load(); k = next++) {
+                MoveOutcome& o = batch[static_cast<std::size_t>(k - t)];
+                o = EvaluateMove(crit, moves[static_cast<std::size_t>(k)], limit, false,
+                                 wants_level);
+                int seen = first_accepted.load();
+                while (o.accepted && k < seen && !first_accepted.compare_exchange_weak(seen, k)) {
+                }
+              }
+            };
+            IdleThreads::Task task;
+            task.run = work;
+            if (options_.helpers->Post(task)) {
+              std::exception_ptr error;
+              try {
+                work();
+              } catch (...) {
+                error = std::current_exception();  // rethrown once the lent thread is done
+              }
+              options_.helpers->Reclaim(task);
+              if (error) std::rethrow_exception(error);
+              first_batched = t;
+            }
+          }
+        }
+        MoveOutcome outcome = first_batched >= 0
+                                  ? std::move(batch[static_cast<std::size_t>(t - first_batched)])
+                                  : EvaluateMove(crit, m, limit, false, wants_level);
+        accepted = outcome.accepted;
+        if (accepted) {
+          ApplyMove(crit, m.to, std::move(outcome));
+        } else if (wants_level && outcome.keeps_level && level < 0) {
+          level = t;
+        }
       }
       // A cp pipeline's time is its slowest rank's: taking one short document off another
       // rank leaves it where it is, so no single move lowers it, while taking several
@@ -406,65 +476,70 @@ class Solver {
       if (!accepted && level >= 0 && problem_.pipelines[crit].scheme.cp > 1) {
         const Move& m = moves[static_cast<std::size_t>(level)];
         repacked += RepackCost(crit) + RepackCost(m.to);
-        accepted = TryMove(crit, m, limit, true, nullptr);
+        MoveOutcome outcome = EvaluateMove(crit, m, limit, true, false);
+        accepted = outcome.accepted;
+        if (accepted) ApplyMove(crit, m.to, std::move(outcome));
       }
       if (!accepted) return;
     }
   }
 
-  // Applies the move, re-packs both pipelines, keeps it if both end below `limit` (or,
-  // with `level`, if the slowest pipeline ends no slower and the destination below).
-  // *keeps_level, when given, says whether the latter held.
-  bool TryMove(int crit, const Move& m, double limit, bool level, bool* keeps_level) {
-    if (DestinationCannotGoBelow(crit, m, limit)) {
-      if (keeps_level != nullptr) *keeps_level = false;
-      return false;
-    }
-    const auto saved_crit = docs_[crit], saved_to = docs_[m.to];
-    const PackResult saved_pc = packed_[crit], saved_pt = packed_[m.to];
-    const Load saved_lc = load_[crit], saved_lt = load_[m.to];
-    const double saved_ec = est_[crit], saved_et = est_[m.to];
-    // The documents and the slowest pipeline's packing (the destination's is restored
-    // only where it was re-packed).
-    auto undo = [&] {
-      docs_[crit] = saved_crit, docs_[m.to] = saved_to;
-      packed_[crit] = saved_pc, load_[crit] = saved_lc, est_[crit] = saved_ec;
-    };
-    const int d = docs_[crit][static_cast<std::size_t>(m.from_pos)];
-    docs_[crit].erase(docs_[crit].begin() + m.from_pos);
+  // What a move would do, the search's state unchanged: both pipelines' documents and
+  // packings after it, and whether it is kept.
+  struct MoveOutcome {
+    bool accepted = false;
+    bool keeps_level = false;  // the level test held (asked for by wants_level or level)
+    std::vector<int> crit_docs, to_docs;
+    PackResult crit_packed, to_packed;
+  };
+
+  // Re-packs both pipelines as the move leaves them; it is kept if both end below `limit`
+  // (or, with `level`, if the slowest pipeline ends no slower and the destination below).
+  // `wants_level`: the caller also asks whether the latter held. Reads the state only, so a
+  // lent thread may evaluate one move while this one evaluates another.
+  MoveOutcome EvaluateMove(int crit, const Move& m, double limit, bool level, bool wants_level) {
+    MoveOutcome o;
+    if (DestinationCannotGoBelow(crit, m, limit)) return o;
+    o.crit_docs = docs_[crit];
+    o.to_docs = docs_[m.to];
+    const int d = o.crit_docs[static_cast<std::size_t>(m.from_pos)];
+    o.crit_docs.erase(o.crit_docs.begin() + m.from_pos);
     if (m.swap_pos >= 0) {
-      const int e = docs_[m.to][static_cast<std::size_t>(m.swap_pos)];
-      docs_[m.to].erase(docs_[m.to].begin() + m.swap_pos);
-      Insert(crit, e);
+      const int e = o.to_docs[static_cast<std::size_t>(m.swap_pos)];
+      o.to_docs.erase(o.to_docs.begin() + m.swap_pos);
+      Insert(o.crit_docs, e);
     }
-    Insert(m.to, d);
-    Repack(crit);
+    Insert(o.to_docs, d);
+    o.crit_packed = PackedOf(crit, o.crit_docs);
+    const double crit_ms = o.crit_packed.ms;
     // Where the slowest pipeline does not come out below `limit`, the move is not lower
     // whatever the destination's packing; nor is it level when it comes out above, or when
     // the caller does not ask. The destination is then not re-packed: about half of the
     // moves tried at 1,024 GPUs and 128K (a cp pipeline stays at its slowest rank's time),
     // the search unchanged.
-    if (!level && !DefinitelyLess(packed_[crit].ms, limit) &&
-        (keeps_level == nullptr || DefinitelyLess(limit, packed_[crit].ms))) {
-      if (keeps_level != nullptr) *keeps_level = false;
-      undo();
-      return false;
+    if (!level && !DefinitelyLess(crit_ms, limit) &&
+        (!wants_level || DefinitelyLess(limit, crit_ms))) {
+      return o;
     }
-    Repack(m.to);
-    const bool lower = DefinitelyLess(std::max(packed_[crit].ms, packed_[m.to].ms), limit);
-    const bool stays =
-        !DefinitelyLess(limit, packed_[crit].ms) && DefinitelyLess(packed_[m.to].ms, limit);
-    if (keeps_level != nullptr) *keeps_level = stays;
-    if (lower || (level && stays)) return true;
-    undo();
-    packed_[m.to] = saved_pt, load_[m.to] = saved_lt, est_[m.to] = saved_et;
-    return false;
+    o.to_packed = PackedOf(m.to, o.to_docs);
+    const double to_ms = o.to_packed.ms;
+    const bool lower = DefinitelyLess(std::max(crit_ms, to_ms), limit);
+    o.keeps_level = !DefinitelyLess(limit, crit_ms) && DefinitelyLess(to_ms, limit);
+    o.accepted = lower || (level && o.keeps_level);
+    return o;
+  }
+
+  void ApplyMove(int crit, int to, MoveOutcome&& o) {
+    docs_[crit] = std::move(o.crit_docs);
+    docs_[to] = std::move(o.to_docs);
+    SetPacked(crit, std::move(o.crit_packed));
+    SetPacked(to, std::move(o.to_packed));
   }
 
   // Whether no packing of the move's destination, with the move's documents, can end
   // below `limit`: their PackingFloorMs cannot come below it (the plain search's work is
   // the balanced share alone, a lower floor still). Both the lower and the level test need
-  // the destination below `limit`, so TryMove would re-pack both pipelines only to refuse
+  // the destination below `limit`, so EvaluateMove would re-pack both pipelines only to refuse
   // the move; it refuses it at once: the same search, without the two re-packs. About 11 %
   // of the moves tried at 1,024 GPUs and 128K.
   bool DestinationCannotGoBelow(int crit, const Move& m, double limit) const {
@@ -497,6 +572,7 @@ class Solver {
   std::vector<double> scale_;  // per pipeline: what Calibrate learnt of its estimate
   std::vector<PackResult> packed_;
   std::unordered_map<PackKey, PackResult, PackKeyHash> packs_;
+  std::mutex packs_mutex_;  // packs_ and packed_documents_: EvaluateMove may run on a lent thread
   std::int64_t packed_documents_ = 0;  // held by packs_, keys and packings
   // About 32 MB of document indices.
   static constexpr std::int64_t kRememberedDocuments = std::int64_t{1} << 23;

@@ -8,6 +8,7 @@
 
 #include "hydraulis/assign/pack.h"
 #include "hydraulis/assign/problem.h"
+#include "hydraulis/base/idle_threads.h"
 
 namespace hydraulis {
 
@@ -37,6 +38,9 @@ struct TwoStageOptions {
   // When given and set, the search stops at its next step and returns what it has: for a
   // caller that searched ahead and no longer needs the result (which it then discards).
   const std::atomic<bool>* stop = nullptr;
+  // Threads the search may borrow while idle, to evaluate two moves at once (the planner's
+  // pool lends its idle workers); the result is the same with or without.
+  IdleThreads* helpers = nullptr;
 };
 
 // Estimated time of a pipeline holding documents of total `tokens`, summed document cost
