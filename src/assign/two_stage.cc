@@ -4,10 +4,12 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <optional>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -21,6 +23,9 @@ namespace hydraulis {
 namespace {
 
 std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// A pipeline's packing, shared between the search's state and its memo.
+using Packing = std::shared_ptr<const PackResult>;
 
 // What stage 1 tracks per pipeline.
 struct Load {
@@ -49,15 +54,15 @@ class Solver {
     const int slowest = Slowest();
     if (!Stopped() && options_.cp_calibration_rounds > 0 &&
         P_ <= options_.cp_calibration_max_pipelines &&
-        packed_[slowest].ms > options_.stop_below_ms && problem_.pipelines[slowest].scheme.cp > 1) {
+        packed_[slowest]->ms > options_.stop_below_ms && problem_.pipelines[slowest].scheme.cp > 1) {
       const State first = Save();
       Calibrate();
       LocalSearch();
-      if (!DefinitelyLess(packed_[Slowest()].ms, first.step_ms)) Restore(first);
+      if (!DefinitelyLess(packed_[Slowest()]->ms, first.step_ms)) Restore(first);
     }
     Assignment a;
     a.pipelines.resize(P_);
-    for (int p = 0; p < P_; ++p) a.pipelines[p] = packed_[p].micro_batches;
+    for (int p = 0; p < P_; ++p) a.pipelines[p] = packed_[p]->micro_batches;
     Evaluate(problem_, a);
     return a;
   }
@@ -86,12 +91,12 @@ class Solver {
   // The search's state, to try something and go back.
   struct State {
     std::vector<std::vector<int>> docs;
-    std::vector<PackResult> packed;
+    std::vector<Packing> packed;
     std::vector<Load> load;
     std::vector<double> est, scale;
     double step_ms = 0;
   };
-  State Save() const { return {docs_, packed_, load_, est_, scale_, packed_[Slowest()].ms}; }
+  State Save() const { return {docs_, packed_, load_, est_, scale_, packed_[Slowest()]->ms}; }
   void Restore(const State& s) {
     docs_ = s.docs, packed_ = s.packed, load_ = s.load, est_ = s.est, scale_ = s.scale;
   }
@@ -107,7 +112,7 @@ class Solver {
       bool changed = false;
       for (int p = 0; p < P_; ++p) {
         if (problem_.pipelines[p].scheme.cp == 1 || !(est_[p] > 0)) continue;
-        const double ratio = packed_[p].ms / est_[p];
+        const double ratio = packed_[p]->ms / est_[p];
         if (std::abs(ratio - 1) < 1e-3) continue;
         scale_[static_cast<std::size_t>(p)] *= ratio;
         changed = true;
@@ -115,7 +120,7 @@ class Solver {
       if (!changed) return;
       Dispatch();
       for (int p = 0; p < P_; ++p) Repack(p);
-      if (round > 0 && !DefinitelyLess(packed_[Slowest()].ms, previous.step_ms)) {
+      if (round > 0 && !DefinitelyLess(packed_[Slowest()]->ms, previous.step_ms)) {
         Restore(previous);
         return;
       }
@@ -222,7 +227,7 @@ class Solver {
 
   void Repack(int p) { SetPacked(p, PackedOf(p, docs_[p])); }
   // Pipeline p's packing of its documents now, and what stage 1 tracks of them.
-  void SetPacked(int p, PackResult packed) {
+  void SetPacked(int p, Packing packed) {
     if (packed_.size() != static_cast<std::size_t>(P_)) packed_.resize(P_);
     packed_[p] = std::move(packed);
     Load l;
@@ -235,39 +240,58 @@ class Solver {
   // of the search's re-packs repeat one (the slowest pipeline without the same document,
   // tried against several destinations; a calibrated dispatch that gives a pipeline what
   // the first one gave it). PackPipeline is a function of its arguments, so the plan is
-  // the same bit for bit. The memory is bounded by the documents it holds.
-  // Safe to call from a helper thread (EvaluateMove).
-  PackResult PackedOf(int p, const std::vector<int>& docs) {
-    PackKey key{p, docs};
+  // the same bit for bit. The memory is bounded by the documents it holds. Packings are
+  // shared, not copied: a repeat costs a lookup. Safe to call from a lent thread
+  // (EvaluateMove).
+  Packing PackedOf(int p, const std::vector<int>& docs) {
     {
       const std::lock_guard lock(packs_mutex_);
-      if (const auto it = packs_.find(key); it != packs_.end()) return it->second;
+      if (const auto it = packs_.find(PackKeyView{p, docs}); it != packs_.end()) {
+        return it->second;
+      }
     }
-    PackResult r = PackPipeline(problem_, problem_.pipelines[p], docs, options_.pack);
+    auto r = std::make_shared<const PackResult>(
+        PackPipeline(problem_, problem_.pipelines[p], docs, options_.pack));
     const std::lock_guard lock(packs_mutex_);
     if (packed_documents_ > kRememberedDocuments) {
       packs_.clear();
       packed_documents_ = 0;
     }
-    packed_documents_ += 2 * static_cast<std::int64_t>(key.docs.size());
-    packs_.emplace(std::move(key), r);
+    packed_documents_ += 2 * static_cast<std::int64_t>(docs.size());
+    packs_.emplace(PackKey{p, docs}, r);
     return r;
   }
   struct PackKey {
     int p;
     std::vector<int> docs;
-    bool operator==(const PackKey&) const = default;
+  };
+  // A key to look up by, without copying the documents.
+  struct PackKeyView {
+    int p;
+    std::span<const int> docs;
   };
   struct PackKeyHash {
-    std::size_t operator()(const PackKey& k) const {
-      return HashWords(std::span<const int>(k.docs), static_cast<std::uint64_t>(k.p));
+    using is_transparent = void;
+    std::size_t operator()(const PackKey& k) const { return (*this)(PackKeyView{k.p, k.docs}); }
+    std::size_t operator()(const PackKeyView& k) const {
+      return HashWords(k.docs, static_cast<std::uint64_t>(k.p));
+    }
+  };
+  struct PackKeyEqual {
+    using is_transparent = void;
+    static PackKeyView View(const PackKey& k) { return {k.p, k.docs}; }
+    static PackKeyView View(const PackKeyView& k) { return k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      const PackKeyView x = View(a), y = View(b);
+      return x.p == y.p && std::ranges::equal(x.docs, y.docs);
     }
   };
 
   int Slowest() const {
     int s = 0;
     for (int p = 1; p < P_; ++p) {
-      if (packed_[p].ms > packed_[s].ms) s = p;
+      if (packed_[p]->ms > packed_[s]->ms) s = p;
     }
     return s;
   }
@@ -283,7 +307,7 @@ class Solver {
   // Estimated real time = estimate + (real - estimate) of the current state, so packing
   // effects the estimate misses (an extra micro-batch) carry over.
   double Corrected(int p, const Load& l) const {
-    return Estimate(p, l) + (packed_[p].ms - est_[p]);
+    return Estimate(p, l) + (packed_[p]->ms - est_[p]);
   }
 
   // Positions in [0, end) of `sorted` around where `rising(i)` stops being below
@@ -316,7 +340,7 @@ class Solver {
     for (int step = 0; step < options_.max_local_search_steps && repacked < budget; ++step) {
       if (Stopped()) return;
       const int crit = Slowest();
-      const double limit = packed_[crit].ms;
+      const double limit = packed_[crit]->ms;
       if (limit <= options_.stop_below_ms) return;
       std::vector<Move> moves;
       const auto& from = docs_[crit];
@@ -490,7 +514,7 @@ class Solver {
     bool accepted = false;
     bool keeps_level = false;  // the level test held (asked for by wants_level or level)
     std::vector<int> crit_docs, to_docs;
-    PackResult crit_packed, to_packed;
+    Packing crit_packed, to_packed;
   };
 
   // Re-packs both pipelines as the move leaves them; it is kept if both end below `limit`
@@ -511,7 +535,7 @@ class Solver {
     }
     Insert(o.to_docs, d);
     o.crit_packed = PackedOf(crit, o.crit_docs);
-    const double crit_ms = o.crit_packed.ms;
+    const double crit_ms = o.crit_packed->ms;
     // Where the slowest pipeline does not come out below `limit`, the move is not lower
     // whatever the destination's packing; nor is it level when it comes out above, or when
     // the caller does not ask. The destination is then not re-packed: about half of the
@@ -522,7 +546,7 @@ class Solver {
       return o;
     }
     o.to_packed = PackedOf(m.to, o.to_docs);
-    const double to_ms = o.to_packed.ms;
+    const double to_ms = o.to_packed->ms;
     const bool lower = DefinitelyLess(std::max(crit_ms, to_ms), limit);
     o.keeps_level = !DefinitelyLess(limit, crit_ms) && DefinitelyLess(to_ms, limit);
     o.accepted = lower || (level && o.keeps_level);
@@ -570,8 +594,8 @@ class Solver {
   std::vector<Load> load_;
   std::vector<double> est_;
   std::vector<double> scale_;  // per pipeline: what Calibrate learnt of its estimate
-  std::vector<PackResult> packed_;
-  std::unordered_map<PackKey, PackResult, PackKeyHash> packs_;
+  std::vector<Packing> packed_;
+  std::unordered_map<PackKey, Packing, PackKeyHash, PackKeyEqual> packs_;
   std::mutex packs_mutex_;  // packs_ and packed_documents_: EvaluateMove may run on a lent thread
   std::int64_t packed_documents_ = 0;  // held by packs_, keys and packings
   // About 32 MB of document indices.
