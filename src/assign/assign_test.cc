@@ -38,6 +38,18 @@ struct CaseStudy {
       LoadCandidates(kRoot + "/configs/candidates/llama-32b-64gpu.json", profile);
 };
 
+// The 128K benchmark's proposed candidates on 256 GPUs, planned at 128K context.
+struct LongContextStudy {
+  Profile profile = LoadProfile(kRoot + "/configs/profiles/llama-32b-a800.json");
+  CandidateSet candidates =
+      LoadCandidates(kRoot + "/configs/candidates/llama-32b-256gpu-128k.json", profile);
+  PlannerOptions options = [] {
+    PlannerOptions o;
+    o.context_tokens = 131'072;
+    return o;
+  }();
+};
+
 // Real batches: the shared Wikipedia lengths when present, else the bundled sample.
 std::vector<std::vector<std::int64_t>> RealBatches(int count, std::int64_t tokens,
                                                    std::uint64_t seed,
@@ -474,15 +486,11 @@ TEST(PlannerTest, LongDocumentRulesOutNarrowCandidates) {
 // with cp = 1 ones; every plan is valid, carries one layout per cp micro-batch, and keeps
 // every token that the cp = 1 fallback alone would cut.
 TEST(PlannerTest, CpCandidatesHoldLongDocumentsWithValidLayouts) {
-  const Profile profile = LoadProfile(kRoot + "/configs/profiles/llama-32b-a800.json");
-  const CandidateSet candidates =
-      LoadCandidates(kRoot + "/configs/candidates/llama-32b-256gpu-128k.json", profile);
-  PlannerOptions options;
-  options.context_tokens = 131'072;
-  const Planner planner(profile, candidates, options);
-  PlannerOptions fallback_only = options;
+  const LongContextStudy study;
+  const Planner planner(study.profile, study.candidates, study.options);
+  PlannerOptions fallback_only = study.options;
   fallback_only.only_strategy = 0;  // 16 x TP16, cp = 1: holds 43,520 tokens
-  const Planner cp1(profile, candidates, fallback_only);
+  const Planner cp1(study.profile, study.candidates, fallback_only);
   int sharded_documents = 0, cut_by_cp1 = 0;
   for (const auto& batch : RealBatches(3, 2'097'152, 11, 131'072)) {
     const Plan plan = planner.PlanBatch(batch);
@@ -1156,12 +1164,9 @@ class TestThreads : public IdleThreads {
 // thread lent never starts: the same assignment as alone, on real 128K batches with cp
 // pipelines, both searches (plain and exchange-charged).
 TEST(TwoStageTest, LentThreadsLeaveTheSearchUnchanged) {
-  const Profile profile = LoadProfile(kRoot + "/configs/profiles/llama-32b-a800.json");
-  const CandidateSet candidates =
-      LoadCandidates(kRoot + "/configs/candidates/llama-32b-256gpu-128k.json", profile);
-  PlannerOptions options;
-  options.context_tokens = 131'072;
-  const Planner planner(profile, candidates, options);
+  const LongContextStudy study;
+  const Planner planner(study.profile, study.candidates, study.options);
+  const CandidateSet& candidates = study.candidates;
   int posted = 0;
   for (const auto& batch : RealBatches(2, 2'097'152, 13, 131'072)) {
     const std::int64_t longest = *std::max_element(batch.begin(), batch.end());

@@ -54,7 +54,8 @@ class Solver {
     const int slowest = Slowest();
     if (!Stopped() && options_.cp_calibration_rounds > 0 &&
         P_ <= options_.cp_calibration_max_pipelines &&
-        packed_[slowest]->ms > options_.stop_below_ms && problem_.pipelines[slowest].scheme.cp > 1) {
+        packed_[slowest]->ms > options_.stop_below_ms &&
+        problem_.pipelines[slowest].scheme.cp > 1) {
       const State first = Save();
       Calibrate();
       LocalSearch();
