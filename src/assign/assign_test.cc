@@ -589,6 +589,32 @@ TEST(PlannerTest, StrategyOverheadsShiftTheChoiceButNotTheComputeEstimate) {
   EXPECT_THROW(Planner(cs.profile, cs.candidates, options), InvalidInput);
 }
 
+// Longest first, ties by index: the same order from documents in stage 1's ascending
+// (length, index) order (the linear path) and from any other order (the sort).
+TEST(PackTest, LongestFirstIsOneOrderWhateverTheInputOrder) {
+  Rng rng(17);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<std::int64_t> lengths;
+    for (int i = 0; i < 200; ++i) lengths.push_back(1 + static_cast<std::int64_t>(rng.Below(20)));
+    std::vector<int> docs;
+    for (int d = 0; d < 200; ++d) {
+      if (rng.Below(3) != 0) docs.push_back(d);
+    }
+    std::vector<int> expected = docs;
+    std::stable_sort(expected.begin(), expected.end(),
+                     [&](int x, int y) { return lengths[x] > lengths[y]; });
+    std::vector<int> ascending = docs;
+    std::stable_sort(ascending.begin(), ascending.end(),
+                     [&](int x, int y) { return lengths[x] < lengths[y]; });
+    EXPECT_EQ(LongestFirst(lengths, ascending), expected);
+    std::vector<int> shuffled = docs;
+    for (std::size_t i = shuffled.size(); i > 1; --i) {
+      std::swap(shuffled[i - 1], shuffled[rng.Below(i)]);
+    }
+    EXPECT_EQ(LongestFirst(lengths, shuffled), expected);
+  }
+}
+
 TEST(PackTest, MinCountPackReachesTheTokenBoundWhenFirstFitCan) {
   std::vector<std::int64_t> lengths = {5, 5, 4, 3, 3, 2, 2};
   std::vector<int> docs(lengths.size());

@@ -64,11 +64,28 @@ double OrderForSchedule(const AssignProblem& problem, const PipelineModel& pipe,
 }  // namespace
 
 std::vector<int> LongestFirst(std::span<const std::int64_t> lengths, std::span<const int> docs) {
-  std::vector<int> order(docs.begin(), docs.end());
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-    if (lengths[x] != lengths[y]) return lengths[x] > lengths[y];
-    return x < y;
+  auto len = [&](int d) { return lengths[static_cast<std::size_t>(d)]; };
+  // Stage 1 keeps each pipeline's documents by ascending (length, index): then the order is
+  // its runs of equal lengths from the last one, each run as it is, in linear time (the
+  // packers ask for it several times per re-pack).
+  const bool ascending = std::is_sorted(docs.begin(), docs.end(), [&](int x, int y) {
+    return len(x) != len(y) ? len(x) < len(y) : x < y;
   });
+  std::vector<int> order;
+  order.reserve(docs.size());
+  if (ascending) {
+    for (std::size_t end = docs.size(); end > 0;) {
+      std::size_t begin = end - 1;
+      while (begin > 0 && len(docs[begin - 1]) == len(docs[end - 1])) --begin;
+      order.insert(order.end(), docs.begin() + static_cast<std::ptrdiff_t>(begin),
+                   docs.begin() + static_cast<std::ptrdiff_t>(end));
+      end = begin;
+    }
+    return order;
+  }
+  order.assign(docs.begin(), docs.end());
+  std::sort(order.begin(), order.end(),
+            [&](int x, int y) { return len(x) != len(y) ? len(x) > len(y) : x < y; });
   return order;
 }
 
