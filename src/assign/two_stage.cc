@@ -526,15 +526,9 @@ class Solver {
     MoveOutcome o;
     if (DestinationCannotGoBelow(crit, m, limit)) return o;
     o.crit_docs = docs_[crit];
-    o.to_docs = docs_[m.to];
     const int d = o.crit_docs[static_cast<std::size_t>(m.from_pos)];
     o.crit_docs.erase(o.crit_docs.begin() + m.from_pos);
-    if (m.swap_pos >= 0) {
-      const int e = o.to_docs[static_cast<std::size_t>(m.swap_pos)];
-      o.to_docs.erase(o.to_docs.begin() + m.swap_pos);
-      Insert(o.crit_docs, e);
-    }
-    Insert(o.to_docs, d);
+    if (m.swap_pos >= 0) Insert(o.crit_docs, docs_[m.to][static_cast<std::size_t>(m.swap_pos)]);
     o.crit_packed = PackedOf(crit, o.crit_docs);
     const double crit_ms = o.crit_packed->ms;
     // Where the slowest pipeline does not come out below `limit`, the move is not lower
@@ -546,6 +540,9 @@ class Solver {
         (!wants_level || DefinitelyLess(limit, crit_ms))) {
       return o;
     }
+    o.to_docs = docs_[m.to];
+    if (m.swap_pos >= 0) o.to_docs.erase(o.to_docs.begin() + m.swap_pos);
+    Insert(o.to_docs, d);
     o.to_packed = PackedOf(m.to, o.to_docs);
     const double to_ms = o.to_packed->ms;
     const bool lower = DefinitelyLess(std::max(crit_ms, to_ms), limit);
