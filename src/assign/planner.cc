@@ -585,7 +585,8 @@ class BatchPlanning {
   // finding a full bound at the front waits for it when it comes before, so the workers
   // take candidates in the order one thread would (at 1,024 GPUs and 128K a worker that did
   // not wait searched a candidate with a quick bound while the first's was still being
-  // computed, delaying the first's search by 40-120 ms).
+  // computed, delaying the first's search by 40-120 ms); one finding a front still without
+  // its full bound computes it meanwhile, so the bounds are taken in parallel.
   SearchPool::Ahead NextAhead() {
     for (;;) {
       std::optional<CandidateOrder::Entry> e;
@@ -602,7 +603,8 @@ class BatchPlanning {
             (before == nullptr || before->key >= prune)) {
           return {};
         }
-        if (before != nullptr && (front == nullptr || *before < *front)) {
+        if (before != nullptr && (front == nullptr || *before < *front) &&
+            (front == nullptr || front->full)) {
           wait_for = before->index;
         } else {
           e = ahead_->Pop();
