@@ -449,16 +449,15 @@ class BatchPlanning {
   // (nor do the rest, which come after it). Such a candidate reports its cheap bound.
   //
   // With several threads (PlannerOptions::threads) the full bounds of the next candidates
-  // at the front are computed in parallel, and candidates are assigned in waves of one per
-  // thread: the next candidates in order whose bound can still beat the best plan are
-  // assigned at once, then taken in order as the sequential search would, each pruned if
-  // an earlier one of the wave has since made its bound hopeless (its assignment is then
-  // discarded). Every assignment and bound depends only on its candidate, so the plan is
-  // the sequential one, byte for byte, whatever the thread count; the waves only spend
+  // at the front are computed in parallel, and a pool of workers (SearchPool) searches the
+  // candidates ahead of need, in the order this search would take them if no better plan
+  // came first; this search takes their results in its own order and decides from them
+  // alone. Every assignment and bound depends only on its candidate, so the plan is the
+  // sequential one, byte for byte, whatever the thread count; searching ahead only spends
   // some discarded work.
   void SearchOurs(std::vector<int> usable) {
     auto promise = [&](int i) { return Report(i).lower_bound_ms + Overhead(i); };
-    // `spare`: threads the candidate may use itself (a wave smaller than the thread count).
+    // `spare`: threads the candidate may use itself (Speculate's share of them).
     // Candidate i's assignment; it stops at `full_bound` (i's full bound), as low as any
     // plan of i can go.
     auto assign_at = [&](int i, double full_bound, int spare) {
@@ -627,7 +626,7 @@ class BatchPlanning {
 
   // With two threads per usable candidate or more, the first candidate alone leaves most
   // of them idle (its two assignments, plain and exchange-charged, take two), and so do
-  // the waves after it. Then every usable candidate gets its full bound and assignment at
+  // the candidates after it. Then every usable candidate gets its full bound and assignment at
   // once, two threads each, before the search, which takes them from here instead of
   // computing them when it reaches them: the step costs about its slowest candidate.
   // Bounds and assignments depend only on their candidate, so the plan is the one of one
