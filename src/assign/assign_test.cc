@@ -1160,7 +1160,7 @@ class TestThreads : public IdleThreads {
   bool Post(Task& task) override {
     ++posted;
     if (lend_) {
-      task.state = 1;
+      task.state = Task::State::kRunning;
       running_.emplace(&task, std::thread([&task] {
         try {
           task.run();

@@ -268,9 +268,10 @@ class BatchPlanning {
   // kFirstBounds of them (then the least of those), as one thread would; with more threads, once
   // the first front has moved, the next ones' bounds are computed together and kept for when they
   // are needed (computed_bound_ms_), so which bounds are reported does not depend on the thread
-  // count.
+  // count. `workers_ahead`: the pool's workers are computing these bounds too.
   template <typename Promise>
-  int LeastFullBound(const std::vector<int>& ranked, int threads, const Promise& promise) {
+  int LeastFullBound(const std::vector<int>& ranked, int threads, bool workers_ahead,
+                     const Promise& promise) {
     std::vector<int> order(ranked.size());
     std::iota(order.begin(), order.end(), 0);
     std::vector<int> fetch;
@@ -303,7 +304,7 @@ class BatchPlanning {
         }
         batch = threads;
         // With the pool's workers computing the same bounds ahead, one thread here.
-        ParallelFor(static_cast<int>(fetch.size()), pool_started_ ? 1 : threads,
+        ParallelFor(static_cast<int>(fetch.size()), workers_ahead ? 1 : threads,
                     [&](int k) { FullBoundMs(fetch[static_cast<std::size_t>(k)]); });
       }
       SetFullBound(front, FullBoundMs(front));
@@ -512,7 +513,6 @@ class BatchPlanning {
             return SearchPool::Setup{Problem(i), AssignOptions(FullBoundMs(i), 1)};
           },
           [&] { return NextAhead(); });
-      pool_started_ = true;
     };
     const bool pooled = threads >= 2 && speculated_.empty();
     // The pool's workers start at once, on the order of the cheap bounds, taking full bounds
@@ -520,8 +520,9 @@ class BatchPlanning {
     // while the first is being chosen. Not where many candidates tie (below): the workers
     // would take all their full bounds.
     if (pooled && tied <= kFirstBounds) start_pool(0);
-    const int first =
-        tied > kFirstBounds ? usable.front() : LeastFullBound(usable, threads, promise);
+    const int first = tied > kFirstBounds
+                          ? usable.front()
+                          : LeastFullBound(usable, threads, pool != nullptr, promise);
     if (!full_bound_known_[static_cast<std::size_t>(first)])
       SetFullBound(first, FullBoundMs(first));
     std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first; });
@@ -769,7 +770,6 @@ class BatchPlanning {
   std::mutex bounds_mutex_;         // guards computed_bound_ms_: the pool's workers add to it
   std::set<int> bounds_in_flight_;  // being computed by some thread
   std::condition_variable bound_done_;
-  bool pool_started_ = false;
   // PruneAbove(), for the pool's workers.
   std::atomic<double> prune_above_{kInf};
   // The pool's copy of the search's order (NextAhead), and its guard.

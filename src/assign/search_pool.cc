@@ -50,17 +50,14 @@ Assignment SearchPool::Take(int i) {
   Entry& e = *entries_.at(i);
   changed_.wait(lock, [&] { return e.pending == 0; });
   if (e.error) std::rethrow_exception(e.error);
-  // As AssignTwoStage: the plain result where it reached the bound or ran alone, else the
-  // faster of the two.
-  if (!e.charged_ran || PlainSearchIsFinal(e.plain, e.setup.options)) return std::move(e.plain);
-  return FasterSearch(std::move(e.plain), std::move(e.charged));
+  return KeptSearch(std::move(e.plain), std::move(e.charged), e.setup.options);
 }
 
 bool SearchPool::Post(Task& task) {
   {
     const std::lock_guard lock(mutex_);
     if (closing_ || idle_ <= static_cast<int>(help_queue_.size())) return false;
-    task.state = 0;
+    task.state = Task::State::kQueued;
     task.error = nullptr;
     help_queue_.push_back(&task);
   }
@@ -70,11 +67,11 @@ bool SearchPool::Post(Task& task) {
 
 bool SearchPool::Reclaim(Task& task) {
   std::unique_lock lock(mutex_);
-  if (task.state == 0) {
+  if (task.state == Task::State::kQueued) {
     std::erase(help_queue_, &task);
     return false;
   }
-  changed_.wait(lock, [&] { return task.state == 2; });
+  changed_.wait(lock, [&] { return task.state == Task::State::kDone; });
   if (task.error) std::rethrow_exception(task.error);
   return true;
 }
@@ -95,7 +92,7 @@ void SearchPool::Work() {
     if (!help_queue_.empty()) {
       Task& task = *help_queue_.front();
       help_queue_.pop_front();
-      task.state = 1;
+      task.state = Task::State::kRunning;
       lock.unlock();
       try {
         task.run();
@@ -103,7 +100,7 @@ void SearchPool::Work() {
         task.error = std::current_exception();
       }
       lock.lock();
-      task.state = 2;
+      task.state = Task::State::kDone;
       changed_.notify_all();
       continue;
     }
@@ -167,7 +164,6 @@ void SearchPool::Run(const Job& job, std::unique_lock<std::mutex>& lock) {
     if (PlainSearchIsFinal(e.plain, e.setup.options)) e.stop = true;
   } else if (!(e.plain_done && PlainSearchIsFinal(e.plain, e.setup.options)) && !e.stop) {
     e.charged = std::move(result);
-    e.charged_ran = true;
   }
   finish();
 }

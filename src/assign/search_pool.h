@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -62,8 +63,9 @@ class SearchPool : public IdleThreads {
     Setup setup;
     bool has_charged = false;
     int pending = 0;  // jobs not finished
-    Assignment plain, charged;
-    bool plain_done = false, charged_ran = false;
+    Assignment plain;
+    std::optional<Assignment> charged;  // where the charged search ran and is kept
+    bool plain_done = false;
     std::atomic<bool> stop{false};
     std::exception_ptr error;
   };

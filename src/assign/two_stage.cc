@@ -421,65 +421,38 @@ class Solver {
       // fails all of them.
       std::vector<MoveOutcome> batch;  // outcomes of tries first_batched.. when evaluated so
       int first_batched = -1;
+      auto sort_all = [&] {
+        std::sort(moves.begin() + static_cast<std::ptrdiff_t>(sorted), moves.end(), by_score);
+        sorted = moves.size();
+      };
+      // Counts try k against the re-pack budgets; false where the extra budget is spent.
+      auto charge = [&](int k, std::int64_t& total, std::int64_t& beyond) {
+        const std::int64_t cost =
+            RepackCost(crit) + RepackCost(moves[static_cast<std::size_t>(k)].to);
+        if (k >= tries) {
+          if (beyond >= extra_budget) return false;
+          beyond += cost;
+        }
+        total += cost;
+        return true;
+      };
       for (int t = 0; t < static_cast<int>(moves.size()) && !accepted && repacked < budget; ++t) {
-        if (static_cast<std::size_t>(t) == sorted) {
-          std::sort(moves.begin() + static_cast<std::ptrdiff_t>(sorted), moves.end(), by_score);
-          sorted = moves.size();
-        }
+        if (static_cast<std::size_t>(t) == sorted) sort_all();
+        if (!charge(t, repacked, extra)) break;
         const Move& m = moves[static_cast<std::size_t>(t)];
-        const std::int64_t cost = RepackCost(crit) + RepackCost(m.to);
-        if (t >= tries) {
-          if (extra >= extra_budget) break;
-          extra += cost;
-        }
-        repacked += cost;
         // The level test matters only until the first level move is found, and only on a
         // cp pipeline. A move evaluated with it gives the same verdict without it.
         const bool wants_level = level < 0 && problem_.pipelines[crit].scheme.cp > 1;
         if (t == 1 && options_.helpers != nullptr) {
-          if (sorted < moves.size()) {
-            std::sort(moves.begin() + static_cast<std::ptrdiff_t>(sorted), moves.end(), by_score);
-            sorted = moves.size();
-          }
+          if (sorted < moves.size()) sort_all();
           // The last try the budgets reach should every one fail.
           int last = t;
           for (std::int64_t r = repacked, x = extra;
-               last + 1 < static_cast<int>(moves.size()) && r < budget;) {
-            const Move& n = moves[static_cast<std::size_t>(last) + 1];
-            const std::int64_t c = RepackCost(crit) + RepackCost(n.to);
-            if (last + 1 >= tries) {
-              if (x >= extra_budget) break;
-              x += c;
-            }
-            r += c;
+               last + 1 < static_cast<int>(moves.size()) && r < budget && charge(last + 1, r, x);) {
             ++last;
           }
-          if (last > t) {
-            batch.assign(static_cast<std::size_t>(last - t + 1), MoveOutcome{});
-            std::atomic<int> next{t}, first_accepted{last + 1};
-            auto work = [&] {
-              for (int k = next++; k <= last && k < first_accepted.load(); k = next++) {
-                MoveOutcome& o = batch[static_cast<std::size_t>(k - t)];
-                o = EvaluateMove(crit, moves[static_cast<std::size_t>(k)], limit, false,
-                                 wants_level);
-                int seen = first_accepted.load();
-                while (o.accepted && k < seen && !first_accepted.compare_exchange_weak(seen, k)) {
-                }
-              }
-            };
-            IdleThreads::Task task;
-            task.run = work;
-            if (options_.helpers->Post(task)) {
-              std::exception_ptr error;
-              try {
-                work();
-              } catch (...) {
-                error = std::current_exception();  // rethrown once the lent thread is done
-              }
-              options_.helpers->Reclaim(task);
-              if (error) std::rethrow_exception(error);
-              first_batched = t;
-            }
+          if (last > t && EvaluateOnTwoThreads(crit, moves, t, last, limit, wants_level, batch)) {
+            first_batched = t;
           }
         }
         MoveOutcome outcome = first_batched >= 0
@@ -549,6 +522,37 @@ class Solver {
     o.keeps_level = !DefinitelyLess(limit, crit_ms) && DefinitelyLess(to_ms, limit);
     o.accepted = lower || (level && o.keeps_level);
     return o;
+  }
+
+  // Tries first..last of `moves` evaluated on this thread and one lent by options_.helpers,
+  // each taking the next untried one, both stopping past the first accepted; outcomes into
+  // out[k - first] (those past the first accepted may be left empty). False, with nothing
+  // evaluated, where no thread is lent now.
+  bool EvaluateOnTwoThreads(int crit, const std::vector<Move>& moves, int first, int last,
+                            double limit, bool wants_level, std::vector<MoveOutcome>& out) {
+    out.assign(static_cast<std::size_t>(last - first + 1), MoveOutcome{});
+    std::atomic<int> next{first}, first_accepted{last + 1};
+    auto work = [&] {
+      for (int k = next++; k <= last && k < first_accepted.load(); k = next++) {
+        MoveOutcome& o = out[static_cast<std::size_t>(k - first)];
+        o = EvaluateMove(crit, moves[static_cast<std::size_t>(k)], limit, false, wants_level);
+        int seen = first_accepted.load();
+        while (o.accepted && k < seen && !first_accepted.compare_exchange_weak(seen, k)) {
+        }
+      }
+    };
+    IdleThreads::Task task;
+    task.run = work;
+    if (!options_.helpers->Post(task)) return false;
+    std::exception_ptr error;
+    try {
+      work();
+    } catch (...) {
+      error = std::current_exception();  // rethrown once the lent thread is done
+    }
+    options_.helpers->Reclaim(task);
+    if (error) std::rethrow_exception(error);
+    return true;
   }
 
   void ApplyMove(int crit, int to, MoveOutcome&& o) {
@@ -641,8 +645,10 @@ bool PlainSearchIsFinal(const Assignment& plain, const TwoStageOptions& options)
   return plain.step_ms <= options.stop_below_ms;
 }
 
-Assignment FasterSearch(Assignment plain, Assignment charged) {
-  return DefinitelyLess(charged.step_ms, plain.step_ms) ? std::move(charged) : std::move(plain);
+Assignment KeptSearch(Assignment plain, std::optional<Assignment> charged,
+                      const TwoStageOptions& options) {
+  if (!charged || PlainSearchIsFinal(plain, options)) return plain;
+  return DefinitelyLess(charged->step_ms, plain.step_ms) ? std::move(*charged) : std::move(plain);
 }
 
 Assignment AssignTwoStage(const AssignProblem& problem, const TwoStageOptions& options) {
@@ -662,7 +668,7 @@ Assignment AssignTwoStage(const AssignProblem& problem, const TwoStageOptions& o
     if (PlainSearchIsFinal(runs[0], options)) return std::move(runs[0]);
     runs[1] = AssignTwoStageSearch(problem, options, true);
   }
-  return FasterSearch(std::move(runs[0]), std::move(runs[1]));
+  return KeptSearch(std::move(runs[0]), std::move(runs[1]), options);
 }
 
 }  // namespace hydraulis

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 
 #include "hydraulis/assign/pack.h"
 #include "hydraulis/assign/problem.h"
@@ -56,14 +57,16 @@ Assignment AssignTwoStage(const AssignProblem& problem, const TwoStageOptions& o
 // AssignTwoStage in its parts, for callers that schedule them on their own threads:
 // with cp pipelines it runs two searches, the plain one (`charge_exchange` false) and one
 // whose stage-1 estimate charges the exchange of documents that must be sharded, and keeps
-// the faster (FasterSearch). `options.threads` is not used by one search.
+// the one KeptSearch keeps. `options.threads` is not used by one search.
 bool HasExchangeSearch(const AssignProblem& problem);
 Assignment AssignTwoStageSearch(const AssignProblem& problem, const TwoStageOptions& options,
                                 bool charge_exchange);
 // Whether the plain search's result makes the exchange-charged one pointless: it reached
 // `options.stop_below_ms`, which no plan can beat.
 bool PlainSearchIsFinal(const Assignment& plain, const TwoStageOptions& options);
-// The faster of the two searches' results (the plain one on ties), as AssignTwoStage keeps.
-Assignment FasterSearch(Assignment plain, Assignment charged);
+// What AssignTwoStage keeps of its two searches: the plain result where it is final or
+// ran alone (`charged` empty), else the faster of the two (the plain one on ties).
+Assignment KeptSearch(Assignment plain, std::optional<Assignment> charged,
+                      const TwoStageOptions& options);
 
 }  // namespace hydraulis

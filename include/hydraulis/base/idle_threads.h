@@ -13,10 +13,10 @@ namespace hydraulis {
 class IdleThreads {
  public:
   struct Task {
+    enum class State { kQueued, kRunning, kDone };
     std::function<void()> run;
-    // Kept by the implementation: 0 queued, 1 running, 2 done.
-    int state = 0;
-    std::exception_ptr error;  // what run threw, rethrown by Reclaim
+    State state = State::kQueued;  // kept by the implementation
+    std::exception_ptr error;      // what run threw, rethrown by Reclaim
   };
 
   virtual ~IdleThreads() = default;
