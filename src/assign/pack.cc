@@ -188,7 +188,9 @@ class BalancedPacking {
         work_(v, 0.0),
         tokens_(v, 0),
         room_(static_cast<std::size_t>(v)) {
-    out_.assign(static_cast<std::size_t>(v), {});
+    // Cleared, not re-made: a caller packing count after count reuses the storage.
+    out_.resize(static_cast<std::size_t>(v));
+    for (auto& mb : out_) mb.clear();
     for (int b = 0; b < v; ++b) by_work_.insert({0.0, b}), room_.Set(b, cap_);
   }
 
@@ -257,10 +259,12 @@ class BalancedPacking {
   }
 
   void Add(int b, int d, double sign) {
-    by_work_.erase({work_[b], b});
+    // The node is re-keyed, not freed and allocated again.
+    auto node = by_work_.extract({work_[b], b});
     work_[b] += sign * pipe_.time.DocumentMs(Len(problem_, d));
     tokens_[b] += static_cast<std::int64_t>(sign) * Len(problem_, d);
-    by_work_.insert({work_[b], b});
+    node.value() = {work_[b], b};
+    by_work_.insert(std::move(node));
     room_.Set(b, cap_ - tokens_[b]);
   }
 

@@ -24,6 +24,37 @@ namespace {
 
 std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// EstimatePipelineMs for pp > 1, from the fewest micro-batches the tokens need.
+double PipelinedEstimateMs(const PipelineModel& pipe, int v_min, double work_ms,
+                           double max_work_ms, int docs) {
+  const double c = pipe.time.c_ms;
+  const int pp = pipe.scheme.pp;
+  auto at = [&](int v) {
+    return work_ms + v * c + (pp - 1) * (std::max(max_work_ms, work_ms / v) + c);
+  };
+  double best = at(v_min);
+  // Without the max_work floor, the best v balances v*c against (pp-1)*work/v.
+  const int v_star = c > 0 ? static_cast<int>(std::sqrt((pp - 1) * work_ms / c)) : docs;
+  const int v_hi = std::max(v_min, docs);
+  for (int v = std::clamp(v_star - 1, v_min, v_hi); v <= std::min(v_hi, v_star + 1); ++v) {
+    best = std::min(best, at(v));
+  }
+  // Where the largest document's cost starts to floor the micro-batch time.
+  if (max_work_ms > 0)
+    best = std::min(best, at(std::clamp(static_cast<int>(work_ms / max_work_ms), v_min, v_hi)));
+  return best;
+}
+
+// EstimatePipelineMs; the pp = 1 case small enough to inline into stage 1's dispatch loop.
+inline double PipelineEstimateMs(const PipelineModel& pipe, std::int64_t tokens, double work_ms,
+                                 double max_work_ms, int docs) {
+  if (docs <= 0) return 0.0;
+  const int v_min =
+      static_cast<int>(std::max<std::int64_t>(1, CeilDiv(tokens, pipe.capacity_tokens)));
+  if (pipe.scheme.pp == 1) return work_ms + v_min * pipe.time.c_ms;
+  return PipelinedEstimateMs(pipe, v_min, work_ms, max_work_ms, docs);
+}
+
 // A pipeline's packing, shared between the search's state and its memo.
 using Packing = std::shared_ptr<const PackResult>;
 
@@ -86,7 +117,7 @@ class Solver {
   }
   double Estimate(int p, const Load& l) const {
     return scale_[static_cast<std::size_t>(p)] *
-           EstimatePipelineMs(problem_.pipelines[p], l.tokens, l.work, l.max_work, l.docs);
+           PipelineEstimateMs(problem_.pipelines[p], l.tokens, l.work, l.max_work, l.docs);
   }
 
   // The search's state, to try something and go back.
@@ -181,12 +212,16 @@ class Solver {
     std::sort(offered_always.begin(), offered_always.end());
     std::vector<int> offered;
     for (int d : order) {
-      offered = offered_always;
-      for (const auto& members : large) offered.push_back(members.begin()->second);
-      if (!large.empty()) std::sort(offered.begin(), offered.end());
+      const std::vector<int>* scanned = &offered_always;
+      if (!large.empty()) {
+        offered = offered_always;
+        for (const auto& members : large) offered.push_back(members.begin()->second);
+        std::sort(offered.begin(), offered.end());
+        scanned = &offered;
+      }
       int best = -1;
       double best_after = 0;
-      for (int p : offered) {
+      for (int p : *scanned) {
         if (!Fits(p, d)) continue;
         const double after = Estimate(p, With(p, load_[p], d));
         if (best < 0 || DefinitelyLess(after, best_after) ||
@@ -608,26 +643,7 @@ class Solver {
 
 double EstimatePipelineMs(const PipelineModel& pipe, std::int64_t tokens, double work_ms,
                           double max_work_ms, int docs) {
-  if (docs <= 0) return 0.0;
-  const int v_min =
-      static_cast<int>(std::max<std::int64_t>(1, CeilDiv(tokens, pipe.capacity_tokens)));
-  const double c = pipe.time.c_ms;
-  const int pp = pipe.scheme.pp;
-  if (pp == 1) return work_ms + v_min * c;
-  auto at = [&](int v) {
-    return work_ms + v * c + (pp - 1) * (std::max(max_work_ms, work_ms / v) + c);
-  };
-  double best = at(v_min);
-  // Without the max_work floor, the best v balances v*c against (pp-1)*work/v.
-  const int v_star = c > 0 ? static_cast<int>(std::sqrt((pp - 1) * work_ms / c)) : docs;
-  const int v_hi = std::max(v_min, docs);
-  for (int v = std::clamp(v_star - 1, v_min, v_hi); v <= std::min(v_hi, v_star + 1); ++v) {
-    best = std::min(best, at(v));
-  }
-  // Where the largest document's cost starts to floor the micro-batch time.
-  if (max_work_ms > 0)
-    best = std::min(best, at(std::clamp(static_cast<int>(work_ms / max_work_ms), v_min, v_hi)));
-  return best;
+  return PipelineEstimateMs(pipe, tokens, work_ms, max_work_ms, docs);
 }
 
 bool HasExchangeSearch(const AssignProblem& problem) {

@@ -69,8 +69,10 @@ CpLayout AllSharded(std::size_t n) { return CpLayout(n, kSharded); }
 // sharded, the others placed whole longest first on the least-loaded rank that holds them
 // (sharded when none does), then documents of the slowest rank sharded while that helps.
 // Returns false when a rank ends over its memory.
-bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& cost,
+bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& shard_cost,
             const std::vector<std::size_t>& order, std::size_t forced, CpLayout& layout) {
+  // A copy: the compiler need not reload its fields after every store to the loads below.
+  const ShardCost cost = shard_cost;
   const std::size_t n = lengths.size();
   const auto ranks = static_cast<std::size_t>(cost.cp);
   layout.assign(n, 0);
@@ -86,10 +88,13 @@ bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& cost,
   for (std::size_t k = forced; k < n; ++k) {
     const std::size_t i = order[k];
     const double tokens = static_cast<double>(lengths[i]);
+    // The least-loaded rank with room (the first on ties), without a branch per rank.
     std::size_t best = ranks;
+    double best_load = std::numeric_limits<double>::infinity();
     for (std::size_t r = 0; r < ranks; ++r) {
-      if (!cost.FitsRank(memory[r] + tokens)) continue;
-      if (best == ranks || load[r] < load[best]) best = r;
+      const double l = cost.FitsRank(memory[r] + tokens) ? load[r] : best_load;
+      best = l < best_load ? r : best;
+      best_load = std::min(l, best_load);
     }
     if (best == ranks) {
       shard(i);
