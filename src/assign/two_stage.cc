@@ -25,8 +25,8 @@ namespace {
 std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // EstimatePipelineMs for pp > 1, from the fewest micro-batches the tokens need.
-double PipelinedEstimateMs(const PipelineModel& pipe, int v_min, double work_ms,
-                           double max_work_ms, int docs) {
+double PipelinedEstimateMs(const PipelineModel& pipe, int v_min, double work_ms, double max_work_ms,
+                           int docs) {
   const double c = pipe.time.c_ms;
   const int pp = pipe.scheme.pp;
   auto at = [&](int v) {
