@@ -36,12 +36,14 @@ double PipelinedEstimateMs(const PipelineModel& pipe, int v_min, double work_ms,
   // Without the max_work floor, the best v balances v*c against (pp-1)*work/v.
   const int v_star = c > 0 ? static_cast<int>(std::sqrt((pp - 1) * work_ms / c)) : docs;
   const int v_hi = std::max(v_min, docs);
-  for (int v = std::clamp(v_star - 1, v_min, v_hi); v <= std::min(v_hi, v_star + 1); ++v) {
-    best = std::min(best, at(v));
-  }
+  const int lo = std::clamp(v_star - 1, v_min, v_hi), hi = std::min(v_hi, v_star + 1);
+  // Each count once (a count evaluated twice gives the same time).
+  for (int v = lo == v_min ? lo + 1 : lo; v <= hi; ++v) best = std::min(best, at(v));
   // Where the largest document's cost starts to floor the micro-batch time.
-  if (max_work_ms > 0)
-    best = std::min(best, at(std::clamp(static_cast<int>(work_ms / max_work_ms), v_min, v_hi)));
+  if (max_work_ms > 0) {
+    const int v = std::clamp(static_cast<int>(work_ms / max_work_ms), v_min, v_hi);
+    if (v != v_min && (v < lo || v > hi)) best = std::min(best, at(v));
+  }
   return best;
 }
 
@@ -159,10 +161,11 @@ class Solver {
     }
   }
 
-  Load With(int p, const Load& l, int d) const {
+  Load With(int p, const Load& l, int d) const { return With(l, d, Work(p, d)); }
+  // With, given the document's work on the pipeline.
+  Load With(const Load& l, int d, double w) const {
     Load out = l;
     out.tokens += problem_.lengths[static_cast<std::size_t>(d)];
-    const double w = Work(p, d);
     out.work += w;
     out.max_work = std::max(out.max_work, w);
     ++out.docs;
@@ -198,7 +201,14 @@ class Solver {
     std::vector<int> offered_always;
     std::vector<std::set<std::pair<double, int>>> large;
     std::vector<int> large_of(P_, -1);
-    for (const std::vector<int>& m : GroupMembers(problem_.pipelines)) {
+    const std::vector<std::vector<int>> groups = GroupMembers(problem_.pipelines);
+    std::vector<int> group_first, group_of(P_);
+    for (const std::vector<int>& m : groups) {
+      for (int p : m) group_of[p] = static_cast<int>(group_first.size());
+      group_first.push_back(m.front());
+    }
+    std::vector<double> group_work(groups.size());
+    for (const std::vector<int>& m : groups) {
       if (static_cast<int>(m.size()) <= options_.scanned_group_members) {
         offered_always.insert(offered_always.end(), m.begin(), m.end());
         continue;
@@ -219,11 +229,15 @@ class Solver {
         std::sort(offered.begin(), offered.end());
         scanned = &offered;
       }
+      // The document's work on each group's pipelines, once per group.
+      for (std::size_t g = 0; g < group_work.size(); ++g) {
+        group_work[g] = Work(group_first[g], d);
+      }
       int best = -1;
       double best_after = 0;
       for (int p : *scanned) {
         if (!Fits(p, d)) continue;
-        const double after = Estimate(p, With(p, load_[p], d));
+        const double after = Estimate(p, With(load_[p], d, group_work[group_of[p]]));
         if (best < 0 || DefinitelyLess(after, best_after) ||
             (!DefinitelyLess(best_after, after) && DefinitelyLess(est_[p], est_[best]))) {
           best = p;
@@ -234,7 +248,7 @@ class Solver {
         throw InternalError("document " + std::to_string(d) + " fits no pipeline");
       }
       docs_[best].push_back(d);
-      load_[best] = With(best, load_[best], d);
+      load_[best] = With(load_[best], d, group_work[group_of[best]]);
       if (large_of[best] >= 0) {
         auto& members = large[static_cast<std::size_t>(large_of[best])];
         members.erase({est_[best], best});
