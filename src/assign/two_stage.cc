@@ -220,30 +220,33 @@ class Solver {
       }
     }
     std::sort(offered_always.begin(), offered_always.end());
-    std::vector<int> offered;
+    std::vector<int> leaders;  // the large groups' least-loaded members, ascending
     for (int d : order) {
-      const std::vector<int>* scanned = &offered_always;
-      if (!large.empty()) {
-        offered = offered_always;
-        for (const auto& members : large) offered.push_back(members.begin()->second);
-        std::sort(offered.begin(), offered.end());
-        scanned = &offered;
-      }
+      leaders.clear();
+      for (const auto& members : large) leaders.push_back(members.begin()->second);
+      std::sort(leaders.begin(), leaders.end());
       // The document's work on each group's pipelines, once per group.
       for (std::size_t g = 0; g < group_work.size(); ++g) {
         group_work[g] = Work(group_first[g], d);
       }
       int best = -1;
       double best_after = 0;
-      for (int p : *scanned) {
-        if (!Fits(p, d)) continue;
+      auto offer = [&](int p) {
+        if (!Fits(p, d)) return;
         const double after = Estimate(p, With(load_[p], d, group_work[group_of[p]]));
         if (best < 0 || DefinitelyLess(after, best_after) ||
             (!DefinitelyLess(best_after, after) && DefinitelyLess(est_[p], est_[best]))) {
           best = p;
           best_after = after;
         }
+      };
+      // Every offered pipeline in index order (the ties' order): the two sorted lists merged.
+      auto leader = leaders.begin();
+      for (int p : offered_always) {
+        for (; leader != leaders.end() && *leader < p; ++leader) offer(*leader);
+        offer(p);
       }
+      for (; leader != leaders.end(); ++leader) offer(*leader);
       if (best < 0) {
         throw InternalError("document " + std::to_string(d) + " fits no pipeline");
       }
