@@ -32,23 +32,28 @@ double OrderForSchedule(const AssignProblem& problem, const PipelineModel& pipe,
   std::vector<int> asc(mbs.size());
   std::iota(asc.begin(), asc.end(), 0);
   std::stable_sort(asc.begin(), asc.end(), [&](int x, int y) { return t[x] < t[y]; });
-  std::vector<std::vector<int>> orders;
-  orders.push_back(asc);
-  orders.push_back(std::vector<int>(asc.rbegin(), asc.rend()));
-  // Smallest first, second smallest last, the rest largest first in between.
-  std::vector<int> ends = {asc[0]};
-  for (int k = v - 1; k >= 2; --k) ends.push_back(asc[k]);
-  ends.push_back(asc[1]);
-  orders.push_back(ends);
-  // Smallest first, then largest first (drains with a small backward tail).
-  std::vector<int> first_small = {asc[0]};
-  for (int k = v - 1; k >= 1; --k) first_small.push_back(asc[k]);
-  orders.push_back(first_small);
+  // Shape k's micro-batch at position j: 0 ascending; 1 descending; 2 smallest first,
+  // second smallest last, the rest largest first in between; 3 smallest first, then
+  // largest first (drains with a small backward tail).
+  auto shape = [&](int k, int j) {
+    switch (k) {
+      case 0:
+        return asc[j];
+      case 1:
+        return asc[v - 1 - j];
+      case 2:
+        return j == 0 ? asc[0] : j == v - 1 ? asc[1] : asc[v - j];
+      default:
+        return j == 0 ? asc[0] : asc[v - j];
+    }
+  };
+  constexpr int kShapes = 4;
   double best = -1;
-  std::size_t best_k = 0;
-  std::vector<double> ordered(mbs.size());
-  for (std::size_t k = 0; k < orders.size(); ++k) {
-    for (int j = 0; j < v; ++j) ordered[j] = t[orders[k][j]];
+  int best_k = 0;
+  thread_local std::vector<double> ordered;  // scratch: no allocation per call
+  ordered.resize(mbs.size());
+  for (int k = 0; k < kShapes; ++k) {
+    for (int j = 0; j < v; ++j) ordered[j] = t[shape(k, j)];
     double ms = OneFOneBMs(ordered, pipe.scheme.pp, problem.schedule);
     if (best < 0 || DefinitelyLess(ms, best)) {
       best = ms;
@@ -56,7 +61,7 @@ double OrderForSchedule(const AssignProblem& problem, const PipelineModel& pipe,
     }
   }
   MicroBatches out(mbs.size());
-  for (int j = 0; j < v; ++j) out[j] = std::move(mbs[orders[best_k][j]]);
+  for (int j = 0; j < v; ++j) out[j] = std::move(mbs[shape(best_k, j)]);
   mbs = std::move(out);
   return best;
 }

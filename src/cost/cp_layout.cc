@@ -76,7 +76,9 @@ bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& shard_cost,
   const std::size_t n = lengths.size();
   const auto ranks = static_cast<std::size_t>(cost.cp);
   layout.assign(n, 0);
-  std::vector<double> load(ranks, 0.0), memory(ranks, 0.0);
+  thread_local std::vector<double> load, memory;  // scratch: no allocation per call
+  load.assign(ranks, 0.0);
+  memory.assign(ranks, 0.0);
   auto shard = [&](std::size_t i) {
     layout[i] = kSharded;
     for (std::size_t r = 0; r < ranks; ++r) {
@@ -155,7 +157,8 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
   if (cost.cp <= 1) return {};
   const std::size_t n = lengths.size();
   if (cost.shard_every_document) return AllSharded(n);
-  std::vector<std::size_t> order(n);
+  thread_local std::vector<std::size_t> order;  // scratch: no allocation per call
+  order.resize(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
   // Longest first, ties in micro-batch order (a stable order without stable_sort's buffer).
   std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
@@ -182,11 +185,13 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
     const double ms = LaidOutStageMs(lengths, candidate, cost);
     if (ms < best_ms) {
       best_ms = ms;
-      best = candidate;
+      best.swap(candidate);  // LayOut rewrites all of `candidate`
     }
   }
-  CpLayout all = AllSharded(n);
-  if (best.empty() || LaidOutStageMs(lengths, all, cost) < best_ms) return all;
+  // LaidOutStageMs of every document sharded, in its order of operations.
+  double sharded_ms = 0;
+  for (std::int64_t s : lengths) sharded_ms += cost.ShardedDocumentMs(s);
+  if (best.empty() || cost.whole.c_ms + sharded_ms < best_ms) return AllSharded(n);
   return best;
 }
 
@@ -197,7 +202,8 @@ double LaidOutStageMs(std::span<const std::int64_t> lengths, const CpLayout& lay
     for (std::int64_t s : lengths) t += cost.whole.DocumentMs(s);
     return t;
   }
-  std::vector<double> load(static_cast<std::size_t>(cost.cp), 0.0);
+  thread_local std::vector<double> load;  // scratch: no allocation per call
+  load.assign(static_cast<std::size_t>(cost.cp), 0.0);
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (layout[i] == kSharded) {
       const double t = cost.ShardedDocumentMs(lengths[i]);
