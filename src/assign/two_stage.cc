@@ -47,14 +47,24 @@ double PipelinedEstimateMs(const PipelineModel& pipe, int v_min, double work_ms,
   return best;
 }
 
-// EstimatePipelineMs; the pp = 1 case small enough to inline into stage 1's dispatch loop.
+// The fewest micro-batches `tokens` tokens need on `pipe` (at least one).
+int FewestMicroBatches(const PipelineModel& pipe, std::int64_t tokens) {
+  return static_cast<int>(std::max<std::int64_t>(1, CeilDiv(tokens, pipe.capacity_tokens)));
+}
+
+// EstimatePipelineMs given FewestMicroBatches of the tokens (v_min); the pp = 1 case small
+// enough to inline into stage 1's dispatch loop.
+inline double EstimateFromFewestMs(const PipelineModel& pipe, int v_min, double work_ms,
+                                   double max_work_ms, int docs) {
+  if (docs <= 0) return 0.0;
+  if (pipe.scheme.pp == 1) return work_ms + v_min * pipe.time.c_ms;
+  return PipelinedEstimateMs(pipe, v_min, work_ms, max_work_ms, docs);
+}
+
 inline double PipelineEstimateMs(const PipelineModel& pipe, std::int64_t tokens, double work_ms,
                                  double max_work_ms, int docs) {
   if (docs <= 0) return 0.0;
-  const int v_min =
-      static_cast<int>(std::max<std::int64_t>(1, CeilDiv(tokens, pipe.capacity_tokens)));
-  if (pipe.scheme.pp == 1) return work_ms + v_min * pipe.time.c_ms;
-  return PipelinedEstimateMs(pipe, v_min, work_ms, max_work_ms, docs);
+  return EstimateFromFewestMs(pipe, FewestMicroBatches(pipe, tokens), work_ms, max_work_ms, docs);
 }
 
 // A pipeline's packing, shared between the search's state and its memo.
@@ -120,6 +130,11 @@ class Solver {
   double Estimate(int p, const Load& l) const {
     return scale_[static_cast<std::size_t>(p)] *
            PipelineEstimateMs(problem_.pipelines[p], l.tokens, l.work, l.max_work, l.docs);
+  }
+  // Estimate, given FewestMicroBatches of l.tokens.
+  double Estimate(int p, const Load& l, int v_min) const {
+    return scale_[static_cast<std::size_t>(p)] *
+           EstimateFromFewestMs(problem_.pipelines[p], v_min, l.work, l.max_work, l.docs);
   }
 
   // The search's state, to try something and go back.
@@ -189,10 +204,11 @@ class Solver {
   // so such strategies dispatch exactly as the plain scan does
   // (TwoStageOptions::scanned_group_members).
   void Dispatch() {
-    const std::size_t n = problem_.lengths.size();
-    std::vector<int> all(n);
-    std::iota(all.begin(), all.end(), 0);
-    const std::vector<int> order = LongestFirst(problem_.lengths, all);
+    if (dispatch_order_.empty()) {  // the same for every dispatch (calibration rounds)
+      std::vector<int> all(problem_.lengths.size());
+      std::iota(all.begin(), all.end(), 0);
+      dispatch_order_ = LongestFirst(problem_.lengths, all);
+    }
     docs_.assign(P_, {});
     load_.assign(P_, Load{});
     est_.assign(P_, 0.0);
@@ -220,8 +236,14 @@ class Solver {
       }
     }
     std::sort(offered_always.begin(), offered_always.end());
+    // Per pipeline, FewestMicroBatches of its tokens and the tokens it takes before it needs
+    // one more: a document within that room needs no division.
+    std::vector<int> fewest(P_, 1);
+    std::vector<std::int64_t> room(P_);
+    for (int p = 0; p < P_; ++p) room[p] = problem_.pipelines[p].capacity_tokens;
     std::vector<int> leaders;  // the large groups' least-loaded members, ascending
-    for (int d : order) {
+    for (int d : dispatch_order_) {
+      const std::int64_t s = problem_.lengths[static_cast<std::size_t>(d)];
       leaders.clear();
       for (const auto& members : large) leaders.push_back(members.begin()->second);
       std::sort(leaders.begin(), leaders.end());
@@ -233,7 +255,10 @@ class Solver {
       double best_after = 0;
       auto offer = [&](int p) {
         if (!Fits(p, d)) return;
-        const double after = Estimate(p, With(load_[p], d, group_work[group_of[p]]));
+        const Load with = With(load_[p], d, group_work[group_of[p]]);
+        const int v_min =
+            s <= room[p] ? fewest[p] : FewestMicroBatches(problem_.pipelines[p], with.tokens);
+        const double after = Estimate(p, with, v_min);
         if (best < 0 || DefinitelyLess(after, best_after) ||
             (!DefinitelyLess(best_after, after) && DefinitelyLess(est_[p], est_[best]))) {
           best = p;
@@ -252,6 +277,8 @@ class Solver {
       }
       docs_[best].push_back(d);
       load_[best] = With(load_[best], d, group_work[group_of[best]]);
+      fewest[best] = FewestMicroBatches(problem_.pipelines[best], load_[best].tokens);
+      room[best] = fewest[best] * problem_.pipelines[best].capacity_tokens - load_[best].tokens;
       if (large_of[best] >= 0) {
         auto& members = large[static_cast<std::size_t>(large_of[best])];
         members.erase({est_[best], best});
@@ -649,6 +676,7 @@ class Solver {
   std::vector<double> est_;
   std::vector<double> scale_;  // per pipeline: what Calibrate learnt of its estimate
   std::vector<Packing> packed_;
+  std::vector<int> dispatch_order_;  // the documents longest first (LongestFirst)
   std::unordered_map<PackKey, Packing, PackKeyHash, PackKeyEqual> packs_;
   std::mutex packs_mutex_;  // packs_ and packed_documents_: EvaluateMove may run on a lent thread
   std::int64_t packed_documents_ = 0;  // held by packs_, keys and packings
