@@ -47,24 +47,14 @@ double PipelinedEstimateMs(const PipelineModel& pipe, int v_min, double work_ms,
   return best;
 }
 
-// The fewest micro-batches `tokens` tokens need on `pipe` (at least one).
-int FewestMicroBatches(const PipelineModel& pipe, std::int64_t tokens) {
-  return static_cast<int>(std::max<std::int64_t>(1, CeilDiv(tokens, pipe.capacity_tokens)));
-}
-
-// EstimatePipelineMs given FewestMicroBatches of the tokens (v_min); the pp = 1 case small
-// enough to inline into stage 1's dispatch loop.
-inline double EstimateFromFewestMs(const PipelineModel& pipe, int v_min, double work_ms,
-                                   double max_work_ms, int docs) {
-  if (docs <= 0) return 0.0;
-  if (pipe.scheme.pp == 1) return work_ms + v_min * pipe.time.c_ms;
-  return PipelinedEstimateMs(pipe, v_min, work_ms, max_work_ms, docs);
-}
-
+// EstimatePipelineMs; the pp = 1 case small enough to inline into stage 1's dispatch loop.
 inline double PipelineEstimateMs(const PipelineModel& pipe, std::int64_t tokens, double work_ms,
                                  double max_work_ms, int docs) {
   if (docs <= 0) return 0.0;
-  return EstimateFromFewestMs(pipe, FewestMicroBatches(pipe, tokens), work_ms, max_work_ms, docs);
+  const int v_min =
+      static_cast<int>(std::max<std::int64_t>(1, CeilDiv(tokens, pipe.capacity_tokens)));
+  if (pipe.scheme.pp == 1) return work_ms + v_min * pipe.time.c_ms;
+  return PipelinedEstimateMs(pipe, v_min, work_ms, max_work_ms, docs);
 }
 
 // A pipeline's packing, shared between the search's state and its memo.
@@ -130,11 +120,6 @@ class Solver {
   double Estimate(int p, const Load& l) const {
     return scale_[static_cast<std::size_t>(p)] *
            PipelineEstimateMs(problem_.pipelines[p], l.tokens, l.work, l.max_work, l.docs);
-  }
-  // Estimate, given FewestMicroBatches of l.tokens.
-  double Estimate(int p, const Load& l, int v_min) const {
-    return scale_[static_cast<std::size_t>(p)] *
-           EstimateFromFewestMs(problem_.pipelines[p], v_min, l.work, l.max_work, l.docs);
   }
 
   // The search's state, to try something and go back.
@@ -236,14 +221,8 @@ class Solver {
       }
     }
     std::sort(offered_always.begin(), offered_always.end());
-    // Per pipeline, FewestMicroBatches of its tokens and the tokens it takes before it needs
-    // one more: a document within that room needs no division.
-    std::vector<int> fewest(P_, 1);
-    std::vector<std::int64_t> room(P_);
-    for (int p = 0; p < P_; ++p) room[p] = problem_.pipelines[p].capacity_tokens;
     std::vector<int> leaders;  // the large groups' least-loaded members, ascending
     for (int d : dispatch_order_) {
-      const std::int64_t s = problem_.lengths[static_cast<std::size_t>(d)];
       leaders.clear();
       for (const auto& members : large) leaders.push_back(members.begin()->second);
       std::sort(leaders.begin(), leaders.end());
@@ -255,10 +234,7 @@ class Solver {
       double best_after = 0;
       auto offer = [&](int p) {
         if (!Fits(p, d)) return;
-        const Load with = With(load_[p], d, group_work[group_of[p]]);
-        const int v_min =
-            s <= room[p] ? fewest[p] : FewestMicroBatches(problem_.pipelines[p], with.tokens);
-        const double after = Estimate(p, with, v_min);
+        const double after = Estimate(p, With(load_[p], d, group_work[group_of[p]]));
         if (best < 0 || DefinitelyLess(after, best_after) ||
             (!DefinitelyLess(best_after, after) && DefinitelyLess(est_[p], est_[best]))) {
           best = p;
@@ -277,8 +253,6 @@ class Solver {
       }
       docs_[best].push_back(d);
       load_[best] = With(load_[best], d, group_work[group_of[best]]);
-      fewest[best] = FewestMicroBatches(problem_.pipelines[best], load_[best].tokens);
-      room[best] = fewest[best] * problem_.pipelines[best].capacity_tokens - load_[best].tokens;
       if (large_of[best] >= 0) {
         auto& members = large[static_cast<std::size_t>(large_of[best])];
         members.erase({est_[best], best});
