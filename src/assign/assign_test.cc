@@ -51,7 +51,7 @@ struct LongContextStudy {
 };
 
 // Whether the shared Wikipedia lengths are present (else RealBatches draws from the bundled
-// sample). Tests whose expected figures hold on the real distribution only skip without it.
+// sample). Figures that hold on the real distribution only are checked only with it.
 bool HaveSharedLengths() {
   return std::filesystem::exists(kRoot + "/../shared/data/wikipedia-doc-lengths.txt");
 }
