@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -50,19 +49,11 @@ struct LongContextStudy {
   }();
 };
 
-// Whether the shared Wikipedia lengths are present (else RealBatches draws from the bundled
-// sample). Figures that hold on the real distribution only are checked only with it.
-bool HaveSharedLengths() {
-  return std::filesystem::exists(kRoot + "/../shared/data/wikipedia-doc-lengths.txt");
-}
-
 // Real batches: the shared Wikipedia lengths when present, else the bundled sample.
 std::vector<std::vector<std::int64_t>> RealBatches(int count, std::int64_t tokens,
                                                    std::uint64_t seed,
                                                    std::int64_t max_len = 32'768) {
-  std::string path = kRoot + "/../shared/data/wikipedia-doc-lengths.txt";
-  if (!std::filesystem::exists(path)) path = kRoot + "/data/wikipedia-sample-lengths.txt";
-  static const std::vector<std::int64_t> dataset = ReadLengths(path);
+  static const std::vector<std::int64_t> dataset = ReadLengths(test_support::RealLengthsPath());
   BatchSampler sampler(dataset, {tokens, max_len, seed});
   std::vector<std::vector<std::int64_t>> out;
   for (int i = 0; i < count; ++i) out.push_back(sampler.Next().lengths);
@@ -377,7 +368,7 @@ TEST(PlannerTest, PruneToleranceBoundsTheLossAndPlansNoMore) {
     fewer += planned(pb) < planned(pa);
   }
   // On the bundled sample's 8 batches (no shared data) no candidate falls within it.
-  if (HaveSharedLengths()) {
+  if (test_support::HaveSharedLengths()) {
     EXPECT_GT(fewer, 0);
   }
   for (const double bad :
@@ -1048,7 +1039,7 @@ TEST(LowerBoundTest, ThreeGroupsReachTheDivisibleLoadOnRealLengths) {
     // the closed form (42,544 against 39,866 ms; the plan: 43,006 ms).
     const double ms = ComputeLowerBound(p).ms;
     EXPECT_GE(ms, divisible * (1 - 2e-6));
-    if (HaveSharedLengths()) {
+    if (test_support::HaveSharedLengths()) {
       EXPECT_NEAR(ms, divisible, 2e-6 * divisible);
     }
   }

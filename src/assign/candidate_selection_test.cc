@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
@@ -53,9 +52,7 @@ TEST(SelectCandidatesByPlansTest, ValuesAreThePlannersAndTheSelectionIsDetermini
   const Profile profile = LoadProfile(kRoot + "/configs/profiles/llama-32b-a800.json");
   const CandidateSet candidates =
       LoadCandidates(kRoot + "/configs/candidates/llama-32b-64gpu-proposed.json", profile);
-  std::string path = kRoot + "/../shared/data/wikipedia-doc-lengths.txt";
-  if (!std::filesystem::exists(path)) path = kRoot + "/data/wikipedia-sample-lengths.txt";
-  const std::vector<std::int64_t> dataset = ReadLengths(path);
+  const std::vector<std::int64_t> dataset = ReadLengths(test_support::RealLengthsPath());
   BatchSampler sampler(dataset, {200'000, 32'768, 5});
   std::vector<std::vector<std::int64_t>> batches;
   for (int i = 0; i < 6; ++i) batches.push_back(sampler.Next().lengths);

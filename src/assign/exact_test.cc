@@ -20,6 +20,8 @@
 #include "hydraulis/base/rng.h"
 #include "hydraulis/cost/pipeline_time.h"
 
+#include "../base/test_support.h"
+
 namespace hydraulis {
 namespace {
 
@@ -99,7 +101,7 @@ double BruteForceMs(const AssignProblem& problem) {
 class LengthSource {
  public:
   LengthSource() {
-    std::ifstream in(HYDRAULIS_SOURCE_DIR "/../shared/data/wikipedia-doc-lengths.txt");
+    std::ifstream in(test_support::SharedLengthsPath());
     std::int64_t s;
     while (lengths_.size() < 200000 && in >> s) lengths_.push_back(s);
   }

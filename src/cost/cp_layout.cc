@@ -188,10 +188,8 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
       best.swap(candidate);  // LayOut rewrites all of `candidate`
     }
   }
-  // LaidOutStageMs of every document sharded, in its order of operations.
-  double sharded_ms = 0;
-  for (std::int64_t s : lengths) sharded_ms += cost.ShardedDocumentMs(s);
-  if (best.empty() || cost.whole.c_ms + sharded_ms < best_ms) return AllSharded(n);
+  CpLayout all = AllSharded(n);
+  if (best.empty() || LaidOutStageMs(lengths, all, cost) < best_ms) return all;
   return best;
 }
 

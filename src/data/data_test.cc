@@ -21,8 +21,7 @@ namespace {
 
 using Lengths = std::vector<std::int64_t>;
 
-const std::string kWikipediaLengths =
-    std::string(HYDRAULIS_SOURCE_DIR) + "/../shared/data/wikipedia-doc-lengths.txt";
+const std::string kWikipediaLengths = test_support::SharedLengthsPath();
 
 using test_support::InvalidInputMessage;
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -42,10 +41,7 @@ const CaseStudy& Case() {
     out->profile = LoadProfile(HYDRAULIS_SOURCE_DIR "/configs/profiles/llama-32b-a800.json");
     out->candidates = LoadCandidates(
         HYDRAULIS_SOURCE_DIR "/configs/candidates/llama-32b-64gpu.json", out->profile);
-    const std::string full = HYDRAULIS_SOURCE_DIR "/../shared/data/wikipedia-doc-lengths.txt";
-    out->dataset = ReadLengths(std::filesystem::exists(full) ? full
-                                                             : HYDRAULIS_SOURCE_DIR
-                                   "/data/wikipedia-sample-lengths.txt");
+    out->dataset = ReadLengths(test_support::RealLengthsPath());
     return out;
   }();
   return *c;
@@ -140,7 +136,7 @@ TEST(Simulator, WithoutOverlapCommunicationAddsTheModelledAmounts) {
 TEST(Simulator, OverlapHidesPartOfTheCollectivesAndNeverAddsMore) {
   // The step-by-step comparison needs both runs to choose the same strategies, which they
   // do on the shared lengths' batches but not on every batch of the bundled sample.
-  if (!std::filesystem::exists(HYDRAULIS_SOURCE_DIR "/../shared/data/wikipedia-doc-lengths.txt")) {
+  if (!test_support::HaveSharedLengths()) {
     GTEST_SKIP() << "needs ../shared/data/wikipedia-doc-lengths.txt";
   }
   for (System system : {System::kStaticFixed, System::kOurs}) {
