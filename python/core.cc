@@ -70,8 +70,9 @@ struct PyPipeline {
   nb::list cu_seqlens;    // per micro-batch: 0, then the running sum of its documents' lengths
   nb::object max_seqlen;  // int64 array: per micro-batch, its longest document
   int cp = 1;
-  // cp > 1: per micro-batch, an int64 array with each document's cp rank, or -1 where the
-  // document is sharded over every cp rank (cost/cp_layout.h); empty for cp = 1.
+  // cp > 1: per micro-batch, a list with each document's place as the plan format writes it
+  // (docs/plan-format.md): its cp rank when it is whole on one, -1 when it is sharded over
+  // every cp rank, else the list of its ranks (cost/cp_layout.h); empty for cp = 1.
   nb::list cp_layouts;
 };
 
@@ -92,7 +93,20 @@ nb::object MakePipelines(const Plan& plan) {
     pp.estimated_ms = p.estimated_ms;
     pp.tokens = p.tokens;
     pp.cp = p.scheme.cp;
-    for (const CpLayout& layout : p.cp_layouts) pp.cp_layouts.append(nb::cast(ToNumpy(layout)));
+    for (const CpLayout& layout : p.cp_layouts) {
+      nb::list places;
+      for (std::size_t d = 0; d < layout.size(); ++d) {
+        const std::span<const int> ranks = layout.Ranks(d);
+        if (ranks.size() == 1) {
+          places.append(ranks[0]);
+        } else if (static_cast<int>(ranks.size()) == p.scheme.cp) {
+          places.append(kSharded);
+        } else {
+          places.append(nb::cast(std::vector<int>(ranks.begin(), ranks.end())));
+        }
+      }
+      pp.cp_layouts.append(places);
+    }
     std::vector<std::int64_t> tokens, longest;
     // The packing rule the runtime's step uses too (micro_batch_layout.h).
     for (const MicroBatchLayout& layout : PipelineLayouts(plan, static_cast<int>(i))) {
@@ -471,8 +485,8 @@ NB_MODULE(_core, m) {
           "__init__",
           [](PyPlanner* self, const Profile& profile, const CandidatesText& candidates,
              const std::string& algorithm, std::uint64_t seed, std::int64_t max_len,
-             bool reject_overlong, double backward_to_forward, int threads,
-             double prune_tolerance) {
+             bool reject_overlong, double backward_to_forward, int threads, double prune_tolerance,
+             const std::string& cp_layouts) {
             if (max_len < 1) {
               throw InvalidInput("max_len: must be >= 1, got " + std::to_string(max_len));
             }
@@ -489,12 +503,13 @@ NB_MODULE(_core, m) {
             options.schedule.backward_to_forward = backward_to_forward;
             options.threads = threads;
             options.prune_tolerance = prune_tolerance;  // the Planner rejects a bad one
+            options.cp_layout_space = ParseCpLayoutSpace(cp_layouts, "cp_layouts");
             new (self) PyPlanner(profile, set, options);
           },
           nb::arg("profile"), nb::arg("candidates"), nb::kw_only(), nb::arg("algorithm") = "ours",
           nb::arg("seed") = 1, nb::arg("max_len") = 32'768, nb::arg("reject_overlong") = false,
           nb::arg("backward_to_forward") = 2.0, nb::arg("threads") = 1,
-          nb::arg("prune_tolerance") = 0.0)
+          nb::arg("prune_tolerance") = 0.0, nb::arg("cp_layouts") = "subsets")
       .def(
           "plan",
           [](PyPlanner& planner, nb::handle lengths) {

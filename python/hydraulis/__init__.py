@@ -130,9 +130,12 @@ class BatchSampler(_core.BatchSampler):
 class Planner(_core.Planner):
     """Plans global batches on a candidate set: Planner(profile, candidates, *,
     algorithm="ours", seed=1, max_len=32768, reject_overlong=False,
-    backward_to_forward=2.0, threads=1), the options of `hydraulis plan` (--algorithm,
-    --seed, --max-len, --reject-overlong, --backward-to-forward, --threads; threads=0 uses
-    every core, and the plan is the same for every count).
+    backward_to_forward=2.0, threads=1, cp_layouts="subsets"), the options of `hydraulis
+    plan` (--algorithm, --seed, --max-len, --reject-overlong, --backward-to-forward,
+    --threads, --cp-layouts; threads=0 uses every core, and the plan is the same for every
+    count). cp_layouts: where a cp > 1 pipeline may put a document: "subsets" (over any k of
+    its cp ranks), "whole-or-every" (whole on one rank or over all of them, what Megatron's
+    hybrid context parallelism runs) or "every-rank" (Megatron-LM's THD rule).
 
     plan(lengths) takes a sequence of ints or an integer NumPy array (each >= 1) and
     returns a Plan. Caches persist across calls; the GIL is released while planning, so

@@ -27,7 +27,7 @@ class Pipeline:
     cu_seqlens: list[npt.NDArray[np.int64]]
     max_seqlen: npt.NDArray[np.int64]
     cp: int
-    cp_layouts: list[npt.NDArray[np.int64]]
+    cp_layouts: list[list[int | list[int]]]
 
 class Plan:
     @property
@@ -64,7 +64,8 @@ def load_candidates(path_or_dict: Union[str, os.PathLike, dict]) -> Candidates: 
 class Planner:
     def __init__(self, profile: Profile, candidates: Candidates, *, algorithm: str = "ours",
                  seed: int = 1, max_len: int = 32768, reject_overlong: bool = False,
-                 backward_to_forward: float = 2.0) -> None: ...
+                 backward_to_forward: float = 2.0, threads: int = 1,
+                 prune_tolerance: float = 0.0, cp_layouts: str = "subsets") -> None: ...
     def plan(self, lengths: Union[Sequence[int], npt.NDArray[np.integer]]) -> Plan: ...
 
 class LookaheadPlanner:

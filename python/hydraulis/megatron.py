@@ -320,7 +320,8 @@ class BalancedCPScheduler:
         self.planner = hydraulis.Planner(
             hydraulis.load_profile(_planning_profile(self.costs, self.block_sizes,
                                                      self.max_seq_len_per_rank, n)),
-            candidates, max_len=self.max_sample_tokens, reject_overlong=True, threads=threads)
+            candidates, max_len=self.max_sample_tokens, reject_overlong=True, threads=threads,
+            cp_layouts="whole-or-every")
         self.last_plan = None
 
     def gpus_needed(self, seq_len):

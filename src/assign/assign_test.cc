@@ -507,7 +507,7 @@ TEST(PlannerTest, CpCandidatesHoldLongDocumentsWithValidLayouts) {
       for (std::size_t j = 0; j < pipe.micro_batches.size(); ++j) {
         for (std::size_t i = 0; i < pipe.micro_batches[j].size(); ++i) {
           const std::int64_t s = plan.lengths[static_cast<std::size_t>(pipe.micro_batches[j][i])];
-          const bool sharded = pipe.cp_layouts[j][i] == kSharded;
+          const bool sharded = pipe.cp_layouts[j].Width(i) > 1;
           sharded_documents += sharded ? 1 : 0;
           // A document no rank can hold whole is sharded.
           if (static_cast<double>(s) > problem.pipelines[p].shard.rank_capacity_tokens) {
@@ -687,7 +687,11 @@ TEST(PackTest, CpRanksHoldWholeDocumentsSideBySide) {
   EXPECT_LT(r.ms, 0.8 * before.ms);
   for (const CpLayout& layout : MicroBatchLayouts(p.lengths, p.pipelines[0], r.micro_batches)) {
     ASSERT_EQ(layout.size(), 8u);
-    std::vector<int> ranks(layout.begin(), layout.end());
+    std::vector<int> ranks;
+    for (std::size_t d = 0; d < layout.size(); ++d) {
+      ASSERT_EQ(layout.Width(d), 1);
+      ranks.push_back(layout.Ranks(d)[0]);
+    }
     std::sort(ranks.begin(), ranks.end());
     EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));  // one whole per rank
   }

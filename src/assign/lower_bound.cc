@@ -89,8 +89,19 @@ double WholeThresholdMs(const PipelineModel& p, std::int64_t s) {
 // charges it only where memory forces it).
 double WorkMs(const PipelineModel& p, std::int64_t s, double theta) {
   const double work = p.time.DocumentMs(s);
-  return WholeThresholdMs(p, s) > theta ? work + p.shard.kv_ms_per_token * static_cast<double>(s)
-                                        : work;
+  if (WholeThresholdMs(p, s) <= theta) return work;
+  // Sharded over k ranks it adds u (k - 1) s of exchange over the k ranks, least at the
+  // narrowest width its memory and theta allow (a width whose own time through the pp
+  // stages exceeds theta cannot run it; the floor's cheapest link for that width).
+  const ShardCost& cost = p.shard;
+  int k = std::max(2, cost.MinWidth(s));
+  if (cost.space == CpLayoutSpace::kAnySubset) {
+    for (; k < cost.cp; ++k) {
+      const double fastest = cost.DocumentMs(s, k, k <= cost.ranks_per_node);
+      if (p.scheme.pp * (fastest + p.time.c_ms) <= theta) break;
+    }
+  }
+  return work + cost.LeastExchangeWorkMs(s, k) / p.scheme.cp;
 }
 
 // Per document of length s, its work on a pipeline of the group when it also pays its

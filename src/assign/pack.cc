@@ -514,7 +514,7 @@ namespace {
 void TryRankBins(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
                  int fewest, PackResult& result) {
   const ShardCost& cost = pipe.shard;
-  if (cost.cp < 2 || cost.shard_every_document) return;
+  if (cost.cp < 2 || cost.space == CpLayoutSpace::kEveryRank) return;
   double demand = 0;  // rank memory the documents need, over all ranks of the pipeline
   bool any_whole = false;
   // No packing beats the documents' balanced work (with the exchange of those no rank

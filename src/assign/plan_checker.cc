@@ -42,18 +42,9 @@ std::string CheckCpLayouts(const PipelinePlan& pipeline) {
            std::to_string(pipeline.micro_batches.size()) + " micro-batches";
   }
   for (std::size_t j = 0; j < pipeline.micro_batches.size(); ++j) {
-    const CpLayout& layout = pipeline.cp_layouts[j];
-    if (layout.size() != pipeline.micro_batches[j].size()) {
-      return "micro-batch " + std::to_string(j) + " has " + std::to_string(layout.size()) +
-             " shard layout entries for " + std::to_string(pipeline.micro_batches[j].size()) +
-             " documents";
-    }
-    for (int where : layout) {
-      if (where != kSharded && (where < 0 || where >= cp)) {
-        return "micro-batch " + std::to_string(j) + " places a document on cp rank " +
-               std::to_string(where) + " of " + std::to_string(cp);
-      }
-    }
+    const std::string error =
+        CpLayoutError(pipeline.cp_layouts[j], pipeline.micro_batches[j].size(), cp);
+    if (!error.empty()) return "micro-batch " + std::to_string(j) + ": " + error;
   }
   return "";
 }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <vector>
 
 namespace hydraulis {
 namespace {
@@ -13,6 +15,24 @@ nlohmann::ordered_json Ms(double x) {
 
 nlohmann::ordered_json SchemeJson(const Scheme& s) {
   return nlohmann::ordered_json{{"cp", s.cp}, {"tp", s.tp}, {"pp", s.pp}};
+}
+
+// One micro-batch's layout in the plan format (docs/plan-format.md): per document its rank
+// when it is whole on one, -1 when it is over every rank (the format before subsets), else
+// the array of its ranks.
+nlohmann::ordered_json CpLayoutJson(const CpLayout& layout, int cp) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (std::size_t d = 0; d < layout.size(); ++d) {
+    const std::span<const int> ranks = layout.Ranks(d);
+    if (ranks.size() == 1) {
+      j.push_back(ranks[0]);
+    } else if (static_cast<int>(ranks.size()) == cp) {
+      j.push_back(kSharded);
+    } else {
+      j.push_back(std::vector<int>(ranks.begin(), ranks.end()));
+    }
+  }
+  return j;
 }
 
 }  // namespace
@@ -48,7 +68,12 @@ std::string PlanToJson(const Plan& plan, bool pretty, bool include_timing) {
     pj["estimated_ms"] = Ms(p.estimated_ms);
     pj["closed_form_ms"] = Ms(p.closed_form_ms);
     pj["micro_batches"] = p.micro_batches;
-    if (!p.cp_layouts.empty()) pj["cp_layouts"] = p.cp_layouts;
+    if (!p.cp_layouts.empty()) {
+      pj["cp_layouts"] = nlohmann::ordered_json::array();
+      for (const CpLayout& layout : p.cp_layouts) {
+        pj["cp_layouts"].push_back(CpLayoutJson(layout, p.scheme.cp));
+      }
+    }
     j["pipelines"].push_back(pj);
   }
   j["truncated"] = nlohmann::ordered_json::array();

@@ -90,7 +90,7 @@ Planner::Planner(const Profile& profile, const CandidateSet& candidates,
                            SchemeName(scheme) + " has no fitted entry in the profile");
       }
       PipelineModel m = MakePipelineModel(profile, *sp, candidates_.optimizer_layout);
-      m.shard.shard_every_document = options_.shard_every_document;
+      m.shard.space = options_.cp_layout_space;
       // Every estimate and bound sums such times: a full micro-batch must cost a finite,
       // sane time, or plans would carry infinities (null in JSON) with exit status 0.
       const double full_ms =

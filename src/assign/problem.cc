@@ -93,11 +93,13 @@ class LaidOutTimes {
     thread_local std::vector<std::int64_t> key;  // scratch: no allocation on a hit
     key.clear();
     for (const double x : {cost.whole.a_ms_per_token2, cost.whole.b_ms_per_token, cost.whole.c_ms,
-                           cost.kv_ms_per_token, cost.kv_memory_ratio, cost.rank_capacity_tokens}) {
+                           cost.kv_ms_per_token, cost.kv_memory_ratio, cost.rank_capacity_tokens,
+                           cost.kv_unit_intra_ms_per_token, cost.kv_unit_inter_ms_per_token}) {
       key.push_back(std::bit_cast<std::int64_t>(x));
     }
     key.push_back(cost.cp);
-    key.push_back(cost.shard_every_document ? 1 : 0);
+    key.push_back(cost.ranks_per_node);
+    key.push_back(static_cast<std::int64_t>(cost.space));
     key.insert(key.end(), lengths.begin(), lengths.end());
     const std::size_t hash = KeyHash{}(key);
     Shard& shard = shards_[hash % kShards];

@@ -69,7 +69,8 @@ ShardCost MakeShardCost(const Profile& p, const SchemeProfile& entry,
                         std::int64_t capacity_tokens) {
   const int cp = entry.scheme.cp;
   return MakeShardCost(cp, TimeModel::From(entry), capacity_tokens, entry.kv_ms_per_token,
-                       cp > 1 ? KvMemoryRatio(p, entry.scheme.tp) : 0.0);
+                       cp > 1 ? KvMemoryRatio(p, entry.scheme.tp) : 0.0,
+                       CpTopologyOf(p.cluster, entry.scheme.tp));
 }
 
 }  // namespace hydraulis

@@ -4,28 +4,128 @@
 #include <limits>
 #include <string>
 
+#include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
 
 namespace hydraulis {
+namespace {
 
-TokenRange ShardChunk(std::int64_t length, int cp, int chunk) {
-  const std::int64_t chunks = 2 * static_cast<std::int64_t>(cp);
+constexpr EnumNames<CpLayoutSpace, 3> kCpLayoutSpaceNames{
+    {{CpLayoutSpace::kAnySubset, "subsets"},
+     {CpLayoutSpace::kWholeOrEvery, "whole-or-every"},
+     {CpLayoutSpace::kEveryRank, "every-rank"}}};
+
+}  // namespace
+
+std::string CpLayoutSpaceName(CpLayoutSpace space) {
+  return std::string(NameOf(space, kCpLayoutSpaceNames));
+}
+
+CpLayoutSpace ParseCpLayoutSpace(std::string_view name, std::string_view what) {
+  return ParseName(name, kCpLayoutSpaceNames, what);
+}
+
+CpLayout CpLayout::EveryRank(std::size_t documents, int cp) {
+  CpLayout layout;
+  layout.starts_.reserve(documents + 1);
+  layout.starts_.push_back(0);
+  layout.ranks_.reserve(documents * static_cast<std::size_t>(std::max(cp, 1)));
+  for (std::size_t i = 0; i < documents; ++i) {
+    for (int r = 0; r < cp; ++r) layout.ranks_.push_back(r);
+    layout.starts_.push_back(static_cast<int>(layout.ranks_.size()));
+  }
+  return layout;
+}
+
+void CpLayout::Add(std::span<const int> ranks) {
+  if (starts_.empty()) starts_.push_back(0);
+  ranks_.insert(ranks_.end(), ranks.begin(), ranks.end());
+  starts_.push_back(static_cast<int>(ranks_.size()));
+}
+
+CpLayout CpLayoutFromPlaces(std::span<const int> places, int cp) {
+  CpLayout layout;
+  std::vector<int> every(static_cast<std::size_t>(std::max(cp, 0)));
+  for (int r = 0; r < cp; ++r) every[static_cast<std::size_t>(r)] = r;
+  for (std::size_t d = 0; d < places.size(); ++d) {
+    if (places[d] == kSharded) {
+      layout.Add(every);
+    } else if (places[d] < 0 || places[d] >= cp) {
+      throw InvalidInput("shard layout: document " + std::to_string(d) + " is placed on rank " +
+                         std::to_string(places[d]) + ", outside a cp group of " +
+                         std::to_string(cp));
+    } else {
+      layout.AddWhole(places[d]);
+    }
+  }
+  return layout;
+}
+
+CpLayout CpLayoutFromPlaces(const std::vector<std::vector<int>>& places, int cp) {
+  CpLayout layout;
+  for (const std::vector<int>& ranks : places) {
+    if (ranks.size() == 1 && ranks[0] == kSharded) {
+      layout.Add(CpLayout::EveryRank(1, cp).Ranks(0));
+    } else {
+      layout.Add(ranks);
+    }
+  }
+  return layout;
+}
+
+std::string CpLayoutError(const CpLayout& layout, std::size_t documents, int cp) {
+  if (layout.empty()) {
+    return cp == 1 || documents == 0 ? ""
+                                     : "no layout for " + std::to_string(documents) +
+                                           " documents on cp " + std::to_string(cp);
+  }
+  if (cp < 2) return "a cp 1 stage has no shard layout";
+  if (layout.size() != documents) {
+    return std::to_string(layout.size()) + " layout entries for " + std::to_string(documents) +
+           " documents";
+  }
+  for (std::size_t d = 0; d < documents; ++d) {
+    const std::span<const int> ranks = layout.Ranks(d);
+    const std::string where = "document " + std::to_string(d) + ": ";
+    if (ranks.empty()) return where + "no rank holds it (an empty rank set)";
+    if (ranks.size() > static_cast<std::size_t>(cp)) {
+      return where + std::to_string(ranks.size()) + " ranks, more than cp " + std::to_string(cp);
+    }
+    for (std::size_t j = 0; j < ranks.size(); ++j) {
+      if (ranks[j] < 0 || ranks[j] >= cp) {
+        return where + "rank " + std::to_string(ranks[j]) + " is outside a cp group of " +
+               std::to_string(cp);
+      }
+      if (j > 0 && ranks[j] == ranks[j - 1]) {
+        return where + "rank " + std::to_string(ranks[j]) + " is named twice";
+      }
+      if (j > 0 && ranks[j] < ranks[j - 1]) {
+        return where + "ranks must be ascending (" + std::to_string(ranks[j - 1]) + " before " +
+               std::to_string(ranks[j]) + ")";
+      }
+    }
+  }
+  return "";
+}
+
+TokenRange ShardChunk(std::int64_t length, int k, int chunk) {
+  const std::int64_t chunks = 2 * static_cast<std::int64_t>(k);
   const std::int64_t q = length / chunks, extra = length % chunks;
-  const std::int64_t k = chunk;
-  const std::int64_t begin = k * q + std::min(k, extra);
-  return {begin, begin + q + (k < extra ? 1 : 0)};
+  const std::int64_t c = chunk;
+  const std::int64_t begin = c * q + std::min(c, extra);
+  return {begin, begin + q + (c < extra ? 1 : 0)};
 }
 
-std::array<TokenRange, 2> RankChunks(std::int64_t length, int cp, int rank) {
-  return {ShardChunk(length, cp, rank), ShardChunk(length, cp, 2 * cp - 1 - rank)};
+std::array<TokenRange, 2> RankChunks(std::int64_t length, int k, int position) {
+  return {ShardChunk(length, k, position), ShardChunk(length, k, 2 * k - 1 - position)};
 }
 
-ChunkHolder HolderOfChunk(int cp, int chunk) {
-  return chunk < cp ? ChunkHolder{chunk, 0} : ChunkHolder{2 * cp - 1 - chunk, 1};
+ChunkHolder HolderOfChunk(int k, int chunk) {
+  return chunk < k ? ChunkHolder{chunk, 0} : ChunkHolder{2 * k - 1 - chunk, 1};
 }
 
-std::int64_t RankShardTokens(std::int64_t length, int cp, int rank) {
-  const auto chunks = RankChunks(length, cp, rank);
+std::int64_t RankShardTokens(std::int64_t length, int k, int position) {
+  const auto chunks = RankChunks(length, k, position);
   return chunks[0].Size() + chunks[1].Size();
 }
 
@@ -35,27 +135,61 @@ std::vector<RankSegment> RankSegments(std::span<const std::int64_t> lengths, con
     throw InvalidInput("shard layout: rank " + std::to_string(rank) + " is outside a cp group of " +
                        std::to_string(cp));
   }
-  if (!layout.empty() && layout.size() != lengths.size()) {
-    throw InvalidInput("shard layout: " + std::to_string(layout.size()) + " entries for " +
-                       std::to_string(lengths.size()) + " documents");
+  if (!layout.empty() || cp > 1) {
+    if (const std::string error = CpLayoutError(layout, lengths.size(), cp); !error.empty()) {
+      throw InvalidInput("shard layout: " + error);
+    }
   }
   std::vector<RankSegment> segments;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     const int doc = static_cast<int>(i);
-    const int where = layout.empty() ? 0 : layout[i];
-    if (where != kSharded && (where < 0 || where >= cp)) {
-      throw InvalidInput("shard layout: document " + std::to_string(i) + " is placed on rank " +
-                         std::to_string(where) + ", outside a cp group of " + std::to_string(cp));
-    }
-    if (where == rank) {
+    if (layout.empty()) {
       segments.push_back({doc, {0, lengths[i]}});
-    } else if (where == kSharded) {
-      for (const TokenRange& r : RankChunks(lengths[i], cp, rank)) {
-        if (r.Size() > 0) segments.push_back({doc, r});
-      }
+      continue;
+    }
+    const std::span<const int> ranks = layout.Ranks(i);
+    const auto at = std::find(ranks.begin(), ranks.end(), rank);
+    if (at == ranks.end()) continue;
+    if (ranks.size() == 1) {
+      segments.push_back({doc, {0, lengths[i]}});
+      continue;
+    }
+    const int k = static_cast<int>(ranks.size());
+    for (const TokenRange& r : RankChunks(lengths[i], k, static_cast<int>(at - ranks.begin()))) {
+      if (r.Size() > 0) segments.push_back({doc, r});
     }
   }
   return segments;
+}
+
+double ShardCost::FloorDocumentMs(std::int64_t tokens) const {
+  // One rank's time over k ranks on one link is (w - u s) / k + u s with w the whole time
+  // and u the link's exchange unit: monotone in k, so the least is at k = 1 or at the widest
+  // k of each link (cp over the group's link; the node's ranks over NVLink).
+  const double w = whole.DocumentMs(tokens);
+  double best = std::min(w, DocumentMs(tokens, cp, cp <= ranks_per_node));
+  if (space == CpLayoutSpace::kAnySubset && ranks_per_node >= 2 && ranks_per_node < cp) {
+    best = std::min(best, DocumentMs(tokens, ranks_per_node, true));
+  }
+  return best;
+}
+
+double ShardCost::LeastExchangeWorkMs(std::int64_t tokens, int min_width) const {
+  // Summed over its k ranks the exchange is u (k - 1) s: least at the narrowest width, on
+  // the cheapest link that width can use.
+  const double s = static_cast<double>(tokens);
+  if (space != CpLayoutSpace::kAnySubset) return cp * kv_ms_per_token * s;
+  const int k = std::clamp(min_width, 2, std::max(cp, 2));
+  return k * ExchangeMsPerToken(k, k <= ranks_per_node) * s;
+}
+
+int ShardCost::MinWidth(std::int64_t tokens) const {
+  if (FitsRank(static_cast<double>(tokens))) return 1;
+  if (space != CpLayoutSpace::kAnySubset) return FitsRank(MemoryTokens(tokens, cp)) ? cp : cp + 1;
+  for (int k = 2; k <= cp; ++k) {
+    if (FitsRank(MemoryTokens(tokens, k))) return k;
+  }
+  return cp + 1;
 }
 
 }  // namespace hydraulis
@@ -63,14 +197,15 @@ std::vector<RankSegment> RankSegments(std::span<const std::int64_t> lengths, con
 namespace hydraulis {
 namespace {
 
-CpLayout AllSharded(std::size_t n) { return CpLayout(n, kSharded); }
+// Today's two-way rule works on one int per document: a rank, or kSharded.
+using WholeOrEvery = std::vector<int>;
 
-// One candidate of the rule: the first `forced` documents of `order` (longest first)
+// One candidate of the two-way rule: the first `forced` documents of `order` (longest first)
 // sharded, the others placed whole longest first on the least-loaded rank that holds them
 // (sharded when none does), then documents of the slowest rank sharded while that helps.
 // Returns false when a rank ends over its memory.
 bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& shard_cost,
-            const std::vector<std::size_t>& order, std::size_t forced, CpLayout& layout) {
+            const std::vector<std::size_t>& order, std::size_t forced, WholeOrEvery& layout) {
   // A copy: the compiler need not reload its fields after every store to the loads below.
   const ShardCost cost = shard_cost;
   const std::size_t n = lengths.size();
@@ -140,30 +275,39 @@ bool LayOut(std::span<const std::int64_t> lengths, const ShardCost& shard_cost,
   return std::all_of(memory.begin(), memory.end(), [&](double m) { return cost.FitsRank(m); });
 }
 
-}  // namespace
-
-ShardCost MakeShardCost(int cp, const TimeModel& whole, std::int64_t capacity_tokens,
-                        double kv_ms_per_token, double kv_memory_ratio) {
-  ShardCost c;
-  c.cp = cp;
-  c.whole = whole;
-  c.kv_ms_per_token = kv_ms_per_token;
-  c.kv_memory_ratio = kv_memory_ratio;
-  c.rank_capacity_tokens = c.ShardedMemoryTokens(capacity_tokens);
-  return c;
+// The two-way layout's stage time (the same sums as LaidOutStageMs).
+double WholeOrEveryMs(std::span<const std::int64_t> lengths, const WholeOrEvery& layout,
+                      const ShardCost& cost) {
+  thread_local std::vector<double> load;  // scratch: no allocation per call
+  load.assign(static_cast<std::size_t>(cost.cp), 0.0);
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (layout[i] == kSharded) {
+      const double t = cost.ShardedDocumentMs(lengths[i]);
+      for (double& l : load) l += t;
+    } else {
+      load[static_cast<std::size_t>(layout[i])] += cost.whole.DocumentMs(lengths[i]);
+    }
+  }
+  return cost.whole.c_ms + *std::max_element(load.begin(), load.end());
 }
 
-CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost& cost) {
-  if (cost.cp <= 1) return {};
-  const std::size_t n = lengths.size();
-  if (cost.shard_every_document) return AllSharded(n);
-  thread_local std::vector<std::size_t> order;  // scratch: no allocation per call
-  order.resize(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  // Longest first, ties in micro-batch order (a stable order without stable_sort's buffer).
-  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-    return lengths[x] != lengths[y] ? lengths[x] > lengths[y] : x < y;
-  });
+void ToCpLayout(const WholeOrEvery& two_way, int cp, CpLayout& layout) {
+  layout.Clear();
+  thread_local std::vector<int> every;
+  every.resize(static_cast<std::size_t>(cp));
+  for (int r = 0; r < cp; ++r) every[static_cast<std::size_t>(r)] = r;
+  for (int where : two_way) {
+    if (where == kSharded) {
+      layout.Add(every);
+    } else {
+      layout.AddWhole(where);
+    }
+  }
+}
+
+// The two-way rule: the best candidate, or every document sharded. Returns its time.
+double BestWholeOrEvery(std::span<const std::int64_t> lengths, const ShardCost& cost,
+                        const std::vector<std::size_t>& order, WholeOrEvery& best) {
   // How many of the longest documents the time rule would shard: each whose whole time
   // exceeds the balanced share of it and the documents after it plus its own exchange.
   double unsharded_ms = 0;
@@ -178,18 +322,248 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
     unsharded_ms -= whole;
   }
   // Ties go to the fewest sharded documents (the least communication).
-  CpLayout best, candidate;
+  thread_local WholeOrEvery candidate;
+  best.clear();
   double best_ms = std::numeric_limits<double>::infinity();
   for (std::size_t forced = 0; forced <= long_documents; ++forced) {
     if (!LayOut(lengths, cost, order, forced, candidate)) continue;
-    const double ms = LaidOutStageMs(lengths, candidate, cost);
+    const double ms = WholeOrEveryMs(lengths, candidate, cost);
     if (ms < best_ms) {
       best_ms = ms;
       best.swap(candidate);  // LayOut rewrites all of `candidate`
     }
   }
-  CpLayout all = AllSharded(n);
-  if (best.empty() || LaidOutStageMs(lengths, all, cost) < best_ms) return all;
+  const WholeOrEvery all(lengths.size(), kSharded);
+  const double all_ms = WholeOrEveryMs(lengths, all, cost);
+  if (best.empty() || all_ms < best_ms) {
+    best = all;
+    return all_ms;
+  }
+  return best_ms;
+}
+
+// A subset layout being built: each rank's load and memory, and per document its ranks
+// and its time on each of them.
+class SubsetSchedule {
+ public:
+  SubsetSchedule(std::span<const std::int64_t> lengths, const ShardCost& cost)
+      : lengths_(lengths), cost_(cost), cp_(cost.cp) {
+    load_.assign(static_cast<std::size_t>(cp_), 0.0);
+    memory_.assign(static_cast<std::size_t>(cp_), 0.0);
+    by_load_.resize(static_cast<std::size_t>(cp_));
+    ranks_.assign(lengths.size(), {});
+    time_.assign(lengths.size(), 0.0);
+    blocks_ = (cp_ + cost.ranks_per_node - 1) / cost.ranks_per_node;
+  }
+
+  // A place for document `d`: its ranks (ascending) and its time on each.
+  struct Place {
+    std::vector<int> ranks;
+    double time = 0;
+    double key = std::numeric_limits<double>::infinity();  // what the choice minimised
+  };
+
+  // The best place for document `d` (not placed) over every width k and, for each k, the k
+  // least-loaded ranks with room in each node and in the whole group. `key(top, t, k, ex)`
+  // scores a place whose most loaded rank has `top` before it, time t per rank and exchange
+  // ex per rank; the least wins (ties: the first found, narrower widths first).
+  template <typename Key>
+  bool Best(std::size_t d, int max_width, Key key, Place& best) {
+    const std::int64_t s = lengths_[d];
+    const double w = cost_.whole.DocumentMs(s);
+    for (int r = 0; r < cp_; ++r) by_load_[static_cast<std::size_t>(r)] = r;
+    std::sort(by_load_.begin(), by_load_.end(), [&](int x, int y) {
+      const double lx = load_[static_cast<std::size_t>(x)], ly = load_[static_cast<std::size_t>(y)];
+      return lx != ly ? lx < ly : x < y;
+    });
+    best.key = std::numeric_limits<double>::infinity();
+    best.ranks.clear();
+    auto consider = [&](int k, int block) {
+      const double need = Need(s, k);
+      pick_.clear();
+      for (int r : by_load_) {
+        if (block >= 0 && r / cost_.ranks_per_node != block) continue;
+        if (!cost_.FitsRank(memory_[static_cast<std::size_t>(r)] + need)) continue;
+        pick_.push_back(r);
+        if (static_cast<int>(pick_.size()) == k) break;
+      }
+      if (static_cast<int>(pick_.size()) < k) return;
+      // pick_ is in load order: its last rank is its most loaded.
+      const double top = load_[static_cast<std::size_t>(pick_.back())];
+      std::sort(pick_.begin(), pick_.end());
+      const double t = TimeOf(s, pick_);
+      const double score = key(top, t, k, t - w / k);
+      if (score < best.key) {
+        best.key = score;
+        best.time = t;
+        best.ranks = pick_;
+      }
+    };
+    for (int k = 1; k <= max_width; ++k) {
+      if (k >= 2 && k <= cost_.ranks_per_node && blocks_ > 1) {
+        for (int b = 0; b < blocks_; ++b) consider(k, b);
+      }
+      consider(k, -1);
+    }
+    return !best.ranks.empty();
+  }
+
+  void Put(std::size_t d, const Place& place) {
+    const double need = Need(lengths_[d], static_cast<int>(place.ranks.size()));
+    for (int r : place.ranks) {
+      load_[static_cast<std::size_t>(r)] += place.time;
+      memory_[static_cast<std::size_t>(r)] += need;
+    }
+    ranks_[d] = place.ranks;
+    time_[d] = place.time;
+  }
+
+  Place Take(std::size_t d) {
+    Place place{std::move(ranks_[d]), time_[d], 0};
+    const double need = Need(lengths_[d], static_cast<int>(place.ranks.size()));
+    for (int r : place.ranks) {
+      load_[static_cast<std::size_t>(r)] -= place.time;
+      memory_[static_cast<std::size_t>(r)] -= need;
+    }
+    ranks_[d].clear();
+    return place;
+  }
+
+  double Slowest() const { return *std::max_element(load_.begin(), load_.end()); }
+  int SlowestRank() const {
+    return static_cast<int>(std::max_element(load_.begin(), load_.end()) - load_.begin());
+  }
+  const std::vector<int>& Ranks(std::size_t d) const { return ranks_[d]; }
+
+ private:
+  double Need(std::int64_t s, int k) const {
+    return k == 1 ? static_cast<double>(s) : cost_.MemoryTokens(s, k);
+  }
+  double TimeOf(std::int64_t s, std::span<const int> ranks) const {
+    const int k = static_cast<int>(ranks.size());
+    if (k == 1) return cost_.whole.DocumentMs(s);
+    return k == cp_ ? cost_.ShardedDocumentMs(s) : cost_.DocumentMs(s, k, cost_.IntraNode(ranks));
+  }
+
+  std::span<const std::int64_t> lengths_;
+  const ShardCost& cost_;
+  int cp_ = 1, blocks_ = 1;
+  std::vector<double> load_, memory_;
+  std::vector<int> by_load_, pick_;
+  std::vector<std::vector<int>> ranks_;
+  std::vector<double> time_;
+};
+
+// The list schedule over widths up to `max_width`, then moves that lower the slowest rank
+// (LayOutMicroBatch, kAnySubset). Returns false when some document finds no width with room.
+bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCost& cost,
+                            const std::vector<std::size_t>& order, int max_width,
+                            CpLayout& layout) {
+  const std::size_t n = lengths.size();
+  const double cp = cost.cp;
+  SubsetSchedule schedule(lengths, cost);
+  SubsetSchedule::Place place;
+  double remaining = 0, total = 0;
+  for (std::int64_t s : lengths) remaining += cost.whole.DocumentMs(s);
+  // Each document where the stage would end soonest if the work still to place spread
+  // evenly: max(the slowest rank with it, the ranks' mean with it and the rest).
+  for (std::size_t d : order) {
+    const double w = cost.whole.DocumentMs(lengths[d]);
+    remaining -= w;
+    const double slowest = schedule.Slowest();
+    const auto projected = [&](double top, double t, int k, double exchange) {
+      return std::max(std::max(slowest, top + t), (total + w + k * exchange + remaining) / cp);
+    };
+    if (!schedule.Best(d, max_width, projected, place)) return false;
+    schedule.Put(d, place);
+    total += place.time * static_cast<double>(place.ranks.size());
+  }
+  // Moves: a document of the slowest rank to its best place given all the others, while
+  // that lowers the slowest rank's time (each move lowers it, so this ends; 4n moves at most
+  // keep it cheap).
+  for (std::size_t moves = 0; moves < 4 * n; ++moves) {
+    const int slowest_rank = schedule.SlowestRank();
+    const double slowest = schedule.Slowest();
+    bool moved = false;
+    for (std::size_t d : order) {
+      const std::vector<int>& ranks = schedule.Ranks(d);
+      if (std::find(ranks.begin(), ranks.end(), slowest_rank) == ranks.end()) continue;
+      SubsetSchedule::Place old = schedule.Take(d);
+      const double rest = schedule.Slowest();
+      const auto peak = [&](double top, double t, int, double) { return std::max(rest, top + t); };
+      if (schedule.Best(d, max_width, peak, place) && place.key < slowest * (1 - 1e-12)) {
+        schedule.Put(d, place);
+        moved = true;
+        break;
+      }
+      schedule.Put(d, old);
+    }
+    if (!moved) break;
+  }
+  layout.Clear();
+  for (std::size_t d = 0; d < n; ++d) layout.Add(schedule.Ranks(d));
+  return true;
+}
+
+}  // namespace
+
+ShardCost MakeShardCost(int cp, const TimeModel& whole, std::int64_t capacity_tokens,
+                        double kv_ms_per_token, double kv_memory_ratio,
+                        const CpTopology& topology) {
+  ShardCost c;
+  c.cp = cp;
+  c.whole = whole;
+  c.kv_ms_per_token = kv_ms_per_token;
+  c.kv_memory_ratio = kv_memory_ratio;
+  c.rank_capacity_tokens = c.ShardedMemoryTokens(capacity_tokens);
+  c.ranks_per_node = topology.ranks_per_node <= 0 || topology.ranks_per_node >= cp
+                         ? std::max(cp, 1)
+                         : topology.ranks_per_node;
+  // kv_ms_per_token is the exchange over all cp ranks on the group's own link.
+  const double unit = cp > 1 ? kv_ms_per_token * cp / (cp - 1) : 0.0;
+  if (c.ranks_per_node >= cp) {
+    c.kv_unit_intra_ms_per_token = c.kv_unit_inter_ms_per_token = unit;
+  } else {
+    c.kv_unit_inter_ms_per_token = unit;
+    c.kv_unit_intra_ms_per_token = unit * std::clamp(topology.intra_over_inter, 0.0, 1.0);
+  }
+  return c;
+}
+
+CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost& cost) {
+  if (cost.cp <= 1) return {};
+  const std::size_t n = lengths.size();
+  if (cost.space == CpLayoutSpace::kEveryRank) return CpLayout::EveryRank(n, cost.cp);
+  thread_local std::vector<std::size_t> order;  // scratch: no allocation per call
+  order.resize(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  // Longest first, ties in micro-batch order (a stable order without stable_sort's buffer).
+  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return lengths[x] != lengths[y] ? lengths[x] > lengths[y] : x < y;
+  });
+  thread_local WholeOrEvery two_way;
+  const double two_way_ms = BestWholeOrEvery(lengths, cost, order, two_way);
+  CpLayout best;
+  ToCpLayout(two_way, cost.cp, best);
+  if (cost.space != CpLayoutSpace::kAnySubset) return best;
+  // The list schedule with widths up to cp, then up to half as many, and so on down to 2:
+  // it places one document at a time, and a narrower cap lets long documents tile the ranks
+  // where the widest first choice would leave the next one no good place.
+  double best_ms = two_way_ms;
+  CpLayout listed;
+  for (int max_width = cost.cp;; max_width = (max_width + 1) / 2) {
+    if (ListScheduleOverWidths(lengths, cost, order, max_width, listed)) {
+      const std::vector<double> memory = RankMemoryTokens(lengths, listed, cost);
+      const bool fits =
+          std::all_of(memory.begin(), memory.end(), [&](double m) { return cost.FitsRank(m); });
+      const double ms = LaidOutStageMs(lengths, listed, cost);
+      if (fits && ms < best_ms) {
+        best_ms = ms;
+        best = listed;
+      }
+    }
+    if (max_width <= 2) break;
+  }
   return best;
 }
 
@@ -203,12 +577,16 @@ double LaidOutStageMs(std::span<const std::int64_t> lengths, const CpLayout& lay
   thread_local std::vector<double> load;  // scratch: no allocation per call
   load.assign(static_cast<std::size_t>(cost.cp), 0.0);
   for (std::size_t i = 0; i < lengths.size(); ++i) {
-    if (layout[i] == kSharded) {
-      const double t = cost.ShardedDocumentMs(lengths[i]);
-      for (double& l : load) l += t;
-    } else {
-      load.at(static_cast<std::size_t>(layout[i])) += cost.whole.DocumentMs(lengths[i]);
+    const std::span<const int> ranks = layout.Ranks(i);
+    if (ranks.size() == 1) {
+      load.at(static_cast<std::size_t>(ranks[0])) += cost.whole.DocumentMs(lengths[i]);
+      continue;
     }
+    const int k = static_cast<int>(ranks.size());
+    // Over every rank, the profile's own figure (bit for bit the two-way rule's sums).
+    const double t = k == cost.cp ? cost.ShardedDocumentMs(lengths[i])
+                                  : cost.DocumentMs(lengths[i], k, cost.IntraNode(ranks));
+    for (int r : ranks) load.at(static_cast<std::size_t>(r)) += t;
   }
   return cost.whole.c_ms + *std::max_element(load.begin(), load.end());
 }
@@ -219,11 +597,12 @@ std::vector<double> RankMemoryTokens(std::span<const std::int64_t> lengths, cons
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (layout.empty()) {
       memory[0] += static_cast<double>(lengths[i]);
-    } else if (layout[i] == kSharded) {
-      for (double& m : memory) m += cost.ShardedMemoryTokens(lengths[i]);
-    } else {
-      memory.at(static_cast<std::size_t>(layout[i])) += static_cast<double>(lengths[i]);
+      continue;
     }
+    const std::span<const int> ranks = layout.Ranks(i);
+    const int k = static_cast<int>(ranks.size());
+    const double m = k == 1 ? static_cast<double>(lengths[i]) : cost.MemoryTokens(lengths[i], k);
+    for (int r : ranks) memory.at(static_cast<std::size_t>(r)) += m;
   }
   return memory;
 }

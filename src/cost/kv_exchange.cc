@@ -35,6 +35,17 @@ double KvExchangeMsPerToken(const ModelSpec& model, const Scheme& scheme, int gp
   return bytes / bytes_per_s * kMsPerSecond;
 }
 
+CpTopology CpTopologyOf(const ClusterSpec& cluster, int tp, const KvExchangeLinks& links) {
+  CpTopology t;
+  const int gpus_per_node = std::max(cluster.gpus_per_node, 1);
+  t.ranks_per_node = std::max(gpus_per_node / std::max(tp, 1), 1);
+  const double inter_bytes_per_s =
+      links.network_gbits_per_s_per_node * kBytesPerGigabyte / kBitsPerByte / gpus_per_node;
+  const double intra_bytes_per_s = links.nvlink_gbytes_per_s * kBytesPerGigabyte;
+  t.intra_over_inter = std::min(1.0, inter_bytes_per_s / intra_bytes_per_s);
+  return t;
+}
+
 void AddDerivedContextParallelSchemes(Profile& profile, std::span<const int> cp_sizes,
                                       const KvExchangeLinks& links) {
   for (int cp : cp_sizes) {

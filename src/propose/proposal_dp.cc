@@ -14,11 +14,9 @@ namespace hydraulis {
 namespace {
 
 // The time of the interval's longest document on one replica: taken whole; a cp replica
-// places it on one rank or shards it over all of them, whichever is faster.
+// places it on one rank or shards it over some of them, whichever is fastest.
 double LongestDocumentMs(const DpScheme& s, const IntervalLoad& load) {
-  return s.scheme.cp > 1 ? std::min(s.shard.whole.DocumentMs(load.longest),
-                                    s.shard.ShardedDocumentMs(load.longest))
-                         : s.time.DocumentMs(load.longest);
+  return s.scheme.cp > 1 ? s.shard.FloorDocumentMs(load.longest) : s.time.DocumentMs(load.longest);
 }
 
 // The interval's summed document work.

@@ -27,6 +27,7 @@
 #include <iostream>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -489,16 +490,26 @@ int HandPlaced(int document, int step, int cp) {
   return where == cp ? kSharded : where;
 }
 
+// Where document `document` of step `step` lies with subsets (flag "subsets"): for cp >= 3 a
+// cycle through rank sets of every width, non-contiguous ones included, so that step 2's
+// single micro-batch of all seven documents holds on cp = 4 widths 1, 1, 2, 1, 4, 2 and 3
+// at once (the 1- and 2-token documents over 2 ranks: empty chunks); cp = 2 as HandPlaced.
+std::vector<int> SubsetPlaced(int document, int step, int cp) {
+  static const std::vector<std::vector<int>> kCp4 = {
+      {0, 1, 2, 3}, {1, 3}, {0, 2, 3}, {1}, {0, 1}, {1, 2, 3}, {3}, {2}, {0, 2}, {0}};
+  static const std::vector<std::vector<int>> kCp3 = {{0, 1, 2}, {0, 2}, {1},   {1, 2},
+                                                     {0},       {2},    {0, 1}};
+  if (cp < 3 || cp > 4) return {HandPlaced(document, step, cp)};
+  const std::vector<std::vector<int>>& sets = cp == 4 ? kCp4 : kCp3;
+  return sets[static_cast<std::size_t>(document + 3 * step) % sets.size()];
+}
+
 // The planner's layout rule (LayOutMicroBatch) on a cost that makes sharding worthwhile for
 // documents of more than about 10 tokens (a made-up cost: quadratic attention, a cheap
 // exchange, memory for any micro-batch of the test).
 CpLayout RuleLayout(const std::vector<std::int64_t>& lengths, int cp) {
-  ShardCost cost;
-  cost.cp = cp;
-  cost.whole = TimeModel{0.01, 0.1, 1.0};
-  cost.kv_ms_per_token = 0.02;
-  cost.kv_memory_ratio = 0.25;
-  cost.rank_capacity_tokens = 1000;
+  const std::int64_t capacity = 4000;  // a rank holds 1000 tokens: any micro-batch here
+  const ShardCost cost = MakeShardCost(cp, TimeModel{0.01, 0.1, 1.0}, capacity, 0.02, 0.0);
   return LayOutMicroBatch(lengths, cost);
 }
 
@@ -507,7 +518,7 @@ CpLayout RuleLayout(const std::vector<std::int64_t>& lengths, int cp) {
 // each cp > 1 pipeline's micro-batches laid out by HandPlaced, or by RuleLayout with
 // `rule_layouts`.
 Plan PlanFor(int step, int strategy, const std::vector<Strategy>& candidates,
-             bool rule_layouts = false) {
+             const std::string& layouts = "") {
   const Strategy& s = candidates[static_cast<std::size_t>(strategy)];
   const std::size_t pipelines = s.pipelines.size();
   std::vector<Split> dealt(pipelines);
@@ -518,13 +529,15 @@ Plan PlanFor(int step, int strategy, const std::vector<Strategy>& candidates,
     const int cp = s.pipelines[p].cp;
     if (cp == 1) continue;
     for (const std::vector<int>& mb : plan.pipelines[p].micro_batches) {
-      CpLayout layout;
+      std::vector<std::vector<int>> places;
       std::vector<std::int64_t> lengths;
       for (int d : mb) {
-        layout.push_back(HandPlaced(d, step, cp));
+        places.push_back(layouts == "subsets" ? SubsetPlaced(d, step, cp)
+                                              : std::vector<int>{HandPlaced(d, step, cp)});
         lengths.push_back(kGlobalBatchLengths[static_cast<std::size_t>(d)]);
       }
-      plan.pipelines[p].cp_layouts.push_back(rule_layouts ? RuleLayout(lengths, cp) : layout);
+      plan.pipelines[p].cp_layouts.push_back(layouts == "rule" ? RuleLayout(lengths, cp)
+                                                               : CpLayoutFromPlaces(places, cp));
     }
   }
   return plan;
@@ -533,7 +546,8 @@ Plan PlanFor(int step, int strategy, const std::vector<Strategy>& candidates,
 // Scenario "CANDIDATES/SCHEDULE/EPS[/FLAG]": SCHEDULE lists the candidate of each step
 // ("0,1,2"); FLAG "corrupt": rank 1 runs step 1 with a different plan; "corrupt-layout": rank
 // 1 runs step 1 with another cp layout (same micro-batches); "no-layouts": the cp pipelines'
-// plans lack cp_layouts; "rule": cp layouts by RuleLayout instead of HandPlaced.
+// plans lack cp_layouts; "rule": cp layouts by RuleLayout instead of HandPlaced; "subsets":
+// by SubsetPlaced.
 void TrainerWorker(const std::string& scenario, Outcome& o) {
   std::vector<std::string> parts;
   std::stringstream text(scenario);
@@ -554,13 +568,19 @@ void TrainerWorker(const std::string& scenario, Outcome& o) {
     const Documents docs =
         RandomDocuments(kGlobalBatchLengths, 100 + static_cast<std::uint64_t>(step),
                         static_cast<int>(c.shape.vocab));
-    Plan plan =
-        PlanFor(step, schedule.at(static_cast<std::size_t>(step)), candidates, flag == "rule");
+    Plan plan = PlanFor(step, schedule.at(static_cast<std::size_t>(step)), candidates,
+                        flag == "rule" || flag == "subsets" ? flag : "");
     if (corrupt && step == 1 && options.rank == 1)
       std::swap(plan.pipelines[0].micro_batches[0][0], plan.pipelines[0].micro_batches[1][0]);
     if (flag == "corrupt-layout" && step == 1 && options.rank == 1) {
-      int& where = plan.pipelines[0].cp_layouts.at(0).at(0);
-      where = where == kSharded ? 0 : kSharded;
+      CpLayout& layout = plan.pipelines[0].cp_layouts.at(0);
+      std::vector<std::vector<int>> places;
+      for (std::size_t d = 0; d < layout.size(); ++d) {
+        const std::span<const int> ranks = layout.Ranks(d);
+        places.emplace_back(ranks.begin(), ranks.end());
+      }
+      places.at(0) = places[0].size() == 1 ? std::vector<int>{kSharded} : std::vector<int>{0};
+      layout = CpLayoutFromPlaces(places, plan.pipelines[0].scheme.cp);
     }
     if (flag == "no-layouts") {
       for (PipelinePlan& pipeline : plan.pipelines) pipeline.cp_layouts.clear();
@@ -709,15 +729,42 @@ TEST(ContextParallelTrainerTest, CpTimesPpTrainsLikeOneProcess) {
 TEST(ContextParallelTrainerTest, PlannerRuleLayoutsTrainLikeOneProcess) {
   int sharded = 0, placed = 0;
   for (int step = 0; step < kSteps; ++step) {
-    const Plan plan = PlanFor(step, 0, ParseCandidates("t1p1c2"), true);
+    const Plan plan = PlanFor(step, 0, ParseCandidates("t1p1c2"), "rule");
     for (const CpLayout& layout : plan.pipelines[0].cp_layouts) {
-      for (int where : layout) (where == kSharded ? sharded : placed)++;
+      for (std::size_t d = 0; d < layout.size(); ++d) (layout.Width(d) > 1 ? sharded : placed)++;
     }
   }
   // The rule must both shard and place documents, or this test checks only one of them.
   EXPECT_GT(sharded, 0);
   EXPECT_GT(placed, 0);
   ExpectTrainerMatchesOneProcess("t1p1c2", "0,0,0", "rule");
+}
+
+// Documents over any subset of the cp ranks (SubsetPlaced): on cp = 4 a micro-batch with
+// widths 1, 2, 3 and 4 at once, non-contiguous rank sets, 1- and 2-token documents over
+// 2 ranks, and every step a different layout.
+TEST(ContextParallelTrainerTest, SubsetsOfFourCpRanksTrainLikeOneProcess) {
+  const Plan plan = PlanFor(2, 0, ParseCandidates("t1p1c4"), "subsets");
+  const CpLayout& layout = plan.pipelines[0].cp_layouts.at(0);
+  std::vector<int> widths;
+  for (std::size_t d = 0; d < layout.size(); ++d) widths.push_back(layout.Width(d));
+  EXPECT_EQ(widths, (std::vector<int>{1, 1, 2, 1, 4, 2, 3}));
+  ExpectTrainerMatchesOneProcess("t1p1c4", "0,0,0", "subsets");
+}
+
+// cp = 3 with subsets of two ranks ({0, 2} and {1, 2}) beside whole and full ones.
+TEST(ContextParallelTrainerTest, SubsetsOfThreeCpRanksTrainLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t1p1c3", "0,0,0", "subsets");
+}
+
+// Subsets inside tp groups: tp = 2 x cp = 4 on 8 ranks.
+TEST(ContextParallelTrainerTest, SubsetsTimesTpTrainLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t2p1c4", "0,0,0", "subsets");
+}
+
+// A subset-sharded cp = 3 pipeline beside a cp = 1 one, switching with a cp = 1 strategy.
+TEST(ContextParallelTrainerTest, SubsetsInAHeterogeneousStrategyTrainLikeOneProcess) {
+  ExpectTrainerMatchesOneProcess("t1p1c3,t1p1|t2p1,t1p1,t1p1", "0,1,0", "subsets");
 }
 
 // cp ranks that disagree on a layout would gather mismatched keys: the plan-hash check

@@ -135,12 +135,19 @@ TEST(GpuTest, FlashVarlenBottomRightEqualsDense) {
 }
 
 // Context-parallel attention in bf16 on the GPU (flash attention; Gloo stages the K/V
-// gather and the gradient's reduce-scatter through the host), three rank threads on one
+// gather and the gradient's reduce-scatter through the host; one document over a subset of
+// two of the three ranks), three rank threads on one
 // GPU, against one CPU process in fp32; bf16 tolerance as above.
 TEST(GpuTest, ContextParallelAttentionBf16MatchesCpuFp32) {
   REQUIRE_GPU();
-  const test_support::CpCase c{
-      "gpu cp3", 3, {700, 33, 250, 5, 901}, {kSharded, 1, kSharded, 2, kSharded}, 8, 2, 64, 8};
+  const test_support::CpCase c{"gpu cp3",
+                               3,
+                               {700, 33, 250, 5, 901},
+                               CpLayoutFromPlaces({{kSharded}, {1}, {0, 2}, {2}, {kSharded}}, 3),
+                               8,
+                               2,
+                               64,
+                               8};
   const test_support::CpResult reference = test_support::CpReference(test_support::MakeCpData(c));
   const test_support::CpData data =
       test_support::MakeCpData(c, 5, at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16));
@@ -190,7 +197,8 @@ Plan TwoMicroBatches() { return PlanOf(0, {{{0, 1, 2, 3}, {4, 5, 6, 7}}}); }
 // (odd lengths 17 and 33, the 1-token one) and the others placed whole on either rank.
 Plan TwoMicroBatchesOnTwoCpRanks() {
   Plan plan = TwoMicroBatches();
-  plan.pipelines[0].cp_layouts = {{kSharded, 0, 1, kSharded}, {kSharded, kSharded, 1, 0}};
+  plan.pipelines[0].cp_layouts = {CpLayoutFromPlaces({{kSharded}, {0}, {1}, {kSharded}}, 2),
+                                  CpLayoutFromPlaces({{kSharded}, {kSharded}, {1}, {0}}, 2)};
   return plan;
 }
 

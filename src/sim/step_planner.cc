@@ -27,7 +27,7 @@ PlannerOptions OptionsFor(System system, PlannerOptions options) {
     case System::kStaticCp:
       options.algorithm = Algorithm::kStaticFixed;
       options.only_strategy = PlannerOptions::kStaticCandidate;
-      options.shard_every_document = true;
+      options.cp_layout_space = CpLayoutSpace::kEveryRank;
       break;
     case System::kPublished:
       options.algorithm = Algorithm::kPublished;

@@ -41,7 +41,8 @@ StepTimer::StepTimer(const Profile& profile, const CandidateSet& candidates,
                             " has no profile entry; the candidates were not validated");
       }
       models.push_back(MakePipelineModel(profile_, *sp, candidates_.optimizer_layout));
-      models.back().shard.shard_every_document = options_.system == System::kStaticCp;
+      if (options_.system == System::kStaticCp)
+        models.back().shard.space = CpLayoutSpace::kEveryRank;
     }
     models_.push_back(std::move(models));
   }

@@ -52,9 +52,11 @@ struct PlannerOptions {
   // published baseline links hydraulis_milp and passes AssignPublished here. nullptr:
   // the Planner rejects Algorithm::kPublished (InvalidInput).
   PublishedAssigner published_assigner = nullptr;
-  // cp > 1 pipelines shard every document of a micro-batch (Megatron-LM's rule, the
-  // static-cp baseline) instead of laying them out by the cost model (cost/cp_layout.h).
-  bool shard_every_document = false;
+  // The layouts cp > 1 pipelines may give their micro-batches (cost/cp_layout.h): any rank
+  // subset per document (ours), whole-or-every (Megatron-LM's hybrid context parallelism
+  // runs only these), or every document over every rank (Megatron-LM's THD rule, the
+  // static-cp baseline).
+  CpLayoutSpace cp_layout_space = CpLayoutSpace::kAnySubset;
   // Ours skips a candidate whose lower bound is within this fraction of the best plan found
   // so far (bound >= best / (1 + tolerance)): it could lower the step by at most that much.
   // 0 (the default) plans every candidate that can beat the best at all. Candidate selection

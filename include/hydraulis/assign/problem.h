@@ -28,22 +28,24 @@ struct PipelineModel {
   ShardCost shard;
 
   // The least time a document of `tokens` tokens adds to the slowest rank of the stage
-  // running its micro-batch: time.DocumentMs for cp = 1; for cp > 1 the faster of placing it
-  // whole on one rank and sharding it (with its exchange). Bounds on a document's critical
-  // path use this; sums of work use `time`.
+  // running its micro-batch: time.DocumentMs for cp = 1; for cp > 1 the least over placing
+  // it whole on one rank and sharding it over any width the layouts allow (with its
+  // exchange; ShardCost::FloorDocumentMs). Bounds on a document's critical path use this;
+  // sums of work use `time`.
   double DocumentFloorMs(std::int64_t tokens) const {
     if (scheme.cp == 1) return time.DocumentMs(tokens);
-    return std::min(shard.whole.DocumentMs(tokens), shard.ShardedDocumentMs(tokens));
+    return shard.FloorDocumentMs(tokens);
   }
 
   // A document's least share of its stage's work, averaged over the cp ranks:
-  // time.DocumentMs, plus for cp > 1 the exchange of a document no rank can hold whole
-  // (it must be sharded). The ranks' mean load, hence the slowest rank's, is at least the
-  // sum of these plus c, so bounds may sum them.
+  // time.DocumentMs, plus for cp > 1 the least exchange of a document no rank can hold
+  // whole (it must be sharded, over at least ShardCost::MinWidth ranks). The ranks' mean
+  // load, hence the slowest rank's, is at least the sum of these plus c, so bounds may sum
+  // them.
   double DocumentWorkMs(std::int64_t tokens) const {
     const double work = time.DocumentMs(tokens);
     if (scheme.cp == 1 || static_cast<double>(tokens) <= shard.rank_capacity_tokens) return work;
-    return work + shard.kv_ms_per_token * static_cast<double>(tokens);
+    return work + shard.LeastExchangeWorkMs(tokens, shard.MinWidth(tokens)) / scheme.cp;
   }
 
   bool SameAs(const PipelineModel& o) const {
@@ -51,6 +53,9 @@ struct PipelineModel {
            time.a_ms_per_token2 == o.time.a_ms_per_token2 &&
            time.b_ms_per_token == o.time.b_ms_per_token && time.c_ms == o.time.c_ms &&
            shard.kv_ms_per_token == o.shard.kv_ms_per_token &&
+           shard.kv_unit_intra_ms_per_token == o.shard.kv_unit_intra_ms_per_token &&
+           shard.kv_unit_inter_ms_per_token == o.shard.kv_unit_inter_ms_per_token &&
+           shard.ranks_per_node == o.shard.ranks_per_node && shard.space == o.shard.space &&
            shard.kv_memory_ratio == o.shard.kv_memory_ratio;
   }
 };

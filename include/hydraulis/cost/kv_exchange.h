@@ -4,6 +4,7 @@
 
 #include <span>
 
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/spec/profile.h"
 
 namespace hydraulis {
@@ -31,6 +32,11 @@ double KvBytesPerTokenLayer(const ModelSpec& model, int tp, double bytes_per_val
 // node's network otherwise. 0 for cp = 1.
 double KvExchangeMsPerToken(const ModelSpec& model, const Scheme& scheme, int gpus_per_node,
                             const KvExchangeLinks& links);
+
+// Where the cp ranks of a stage of tp-wide ranks sit on `cluster`: gpus_per_node / tp of
+// them share a node (at least 1), and the exchange inside a node runs at NVLink speed
+// against the GPU's share of the node's network across nodes (`links`' ratio).
+CpTopology CpTopologyOf(const ClusterSpec& cluster, int tp, const KvExchangeLinks& links = {});
 
 // Adds to `profile` a <cp, tp, 1> scheme for every cp in `cp_sizes` (each >= 2) and every
 // profiled <1, tp, 1> scheme: the same a, b and c (a document placed whole on one cp rank

@@ -196,11 +196,12 @@ std::vector<TimeSample> ProfileShardedStage(
   const at::Device device = TorchDevice(options.compute);
   const std::vector<PackedBatch> batches =
       RandomBatches(config, micro_batches, options.seed, device);
-  // Every document kSharded: this rank's zigzag chunks of each, as the trainer runs them.
+  // Every document over every rank: this rank's zigzag chunks of each, as the trainer runs
+  // them.
   std::vector<LocalTokens> tokens;
   std::vector<ContextParallelRows> rows;
   for (std::size_t j = 0; j < batches.size(); ++j) {
-    const CpLayout layout(micro_batches[j].size(), kSharded);
+    const CpLayout layout = CpLayout::EveryRank(micro_batches[j].size(), cp);
     const LocalTokenLayout local =
         MakeLocalTokenLayout(micro_batches[j], layout, cp, cp_group.rank());
     tokens.push_back(LocalTokensOf(batches[j].tokens, local));

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -52,15 +53,19 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
   ContextParallelRows rows;
   rows.local = local;
   // Where each rank's share of every sharded document starts in that rank's block of the
-  // gathered buffer: its chunks of the sharded documents in micro-batch order, head then
-  // tail, the order of its local segments. The same on every rank: lengths and layout only.
+  // gathered buffer (per document, by the rank's position among its ranks): its chunks of
+  // the sharded documents in micro-batch order, head then tail, the order of its local
+  // segments. The same on every rank: lengths and layout only.
   std::vector<std::vector<std::int64_t>> base(local.lengths.size());
   std::vector<std::int64_t> shares(static_cast<std::size_t>(cp), 0);
   for (std::size_t d = 0; d < local.lengths.size(); ++d) {
-    if (local.layout.empty() || local.layout[d] != kSharded) continue;
-    base[d] = shares;
-    for (int r = 0; r < cp; ++r) {
-      shares[static_cast<std::size_t>(r)] += RankShardTokens(local.lengths[d], cp, r);
+    if (local.layout.empty() || local.layout.Width(d) < 2) continue;
+    const std::span<const int> ranks = local.layout.Ranks(d);
+    const int k = static_cast<int>(ranks.size());
+    for (int j = 0; j < k; ++j) {
+      const auto r = static_cast<std::size_t>(ranks[static_cast<std::size_t>(j)]);
+      base[d].push_back(shares[r]);
+      shares[r] += RankShardTokens(local.lengths[d], k, j);
     }
   }
   rows.rows_per_rank = *std::max_element(shares.begin(), shares.end());
@@ -79,15 +84,18 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
     }
     for (std::int64_t p = 0; p < seg.range.Size(); ++p) send.push_back(first + p);
     // Keys [0, end) of the document, chunk by chunk from the rank holding each.
+    const std::span<const int> ranks = local.layout.Ranks(d);
+    const int k = static_cast<int>(ranks.size());
     const std::int64_t length = local.lengths[d];
     const std::int64_t end = seg.range.end;
-    for (int c = 0; c < 2 * cp; ++c) {
-      const TokenRange chunk = ShardChunk(length, cp, c);
+    for (int c = 0; c < 2 * k; ++c) {
+      const TokenRange chunk = ShardChunk(length, k, c);
       if (chunk.begin >= end) break;
-      const ChunkHolder h = HolderOfChunk(cp, c);
-      const std::int64_t start = storage + h.rank * rows.rows_per_rank +
-                                 base[d][static_cast<std::size_t>(h.rank)] +
-                                 (h.slot == 1 ? RankChunks(length, cp, h.rank)[0].Size() : 0);
+      const ChunkHolder h = HolderOfChunk(k, c);
+      const auto position = static_cast<std::size_t>(h.rank);
+      const std::int64_t start = storage + ranks[position] * rows.rows_per_rank +
+                                 base[d][position] +
+                                 (h.slot == 1 ? RankChunks(length, k, h.rank)[0].Size() : 0);
       for (std::int64_t p = chunk.begin; p < std::min(chunk.end, end); ++p) {
         keys.push_back(start + (p - chunk.begin));
       }

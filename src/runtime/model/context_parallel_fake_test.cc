@@ -165,7 +165,8 @@ TEST(VarlenCausalAttentionTest, SdpaPathMatchesTheDenseReferenceWithGradients) {
 TEST(ContextParallelFakeTest, EveryRankIssuesTheSameCollectives) {
   // cp 3, lengths 12 (rank 0), 5 (rank 1), 7 (sharded: chunks 2,1,1,1,1,1, so shares
   // 3, 2, 2): rank 2 holds two chunks of one token, rank 1 a placed document too.
-  const CpCase c{"schedule", 3, {12, 5, 7}, {0, 1, kSharded}, 4, 2, 8, 1};
+  const CpCase c{"schedule", 3, {12, 5, 7}, CpLayoutFromPlaces({{0}, {1}, {kSharded}}, 3),
+                 4,          2, 8,          1};
   std::vector<std::vector<std::string>> calls;
   const std::vector<CpResult> ranks = RunOnFakeRanks(c, test_support::MakeCpData(c), calls);
   // 3 rows per rank x 3 ranks, K and V side by side (2 x 2 kv heads), head_dim 8.
@@ -174,7 +175,8 @@ TEST(ContextParallelFakeTest, EveryRankIssuesTheSameCollectives) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(calls[static_cast<std::size_t>(r)], expected) << r;
 
   // Rank 2 holds no token: a one-token sharded document lies on rank 0 alone.
-  const CpCase idle{"idle", 3, {12, 5, 1}, {0, 1, kSharded}, 4, 2, 8, 1};
+  const CpCase idle{"idle", 3, {12, 5, 1}, CpLayoutFromPlaces({{0}, {1}, {kSharded}}, 3),
+                    4,      2, 8,          1};
   RunOnFakeRanks(idle, test_support::MakeCpData(idle), calls);
   const std::vector<std::string> one_row = {"all-gather 3x4x8", "all-gather 3x4x8",
                                             "reduce-scatter 3x4x8"};
@@ -193,10 +195,34 @@ TEST(ContextParallelFakeTest, NoShardedDocumentNoCommunication) {
 // The fake's collectives are exact sums in rank order, so the equivalence holds as with Gloo.
 TEST(ContextParallelFakeTest, RanksMatchOneProcess) {
   for (const CpCase& c :
-       {CpCase{"cp2", 2, {13, 7, 5, 11}, {kSharded, 0, 1, kSharded}, 4, 2, 8, 1},
-        CpCase{"cp3 padded", 3, {17, 4, 9, 3}, {kSharded, 1, kSharded, kSharded}, 6, 3, 8, 4},
-        CpCase{"idle rank", 3, {12, 5, 1}, {0, 1, kSharded}, 4, 2, 8, 1},
-        CpCase{"idle rank, nothing sharded", 2, {6, 9}, {1, 1}, 4, 2, 8, 1}}) {
+       {CpCase{"cp2",
+               2,
+               {13, 7, 5, 11},
+               CpLayoutFromPlaces({{kSharded}, {0}, {1}, {kSharded}}, 2),
+               4,
+               2,
+               8,
+               1},
+        CpCase{"cp3 padded",
+               3,
+               {17, 4, 9, 3},
+               CpLayoutFromPlaces({{kSharded}, {1}, {kSharded}, {kSharded}}, 3),
+               6,
+               3,
+               8,
+               4},
+        CpCase{
+            "idle rank", 3, {12, 5, 1}, CpLayoutFromPlaces({{0}, {1}, {kSharded}}, 3), 4, 2, 8, 1},
+        CpCase{
+            "idle rank, nothing sharded", 2, {6, 9}, CpLayoutFromPlaces({{1}, {1}}, 2), 4, 2, 8, 1},
+        CpCase{"cp4 subsets",
+               4,
+               {21, 3, 14, 9, 30},
+               CpLayoutFromPlaces({{0, 2}, {0, 1, 3}, {kSharded}, {2}, {1, 3}}, 4),
+               4,
+               2,
+               8,
+               1}}) {
     SCOPED_TRACE(c.name);
     std::vector<std::vector<std::string>> calls;
     const test_support::CpData data = test_support::MakeCpData(c);
@@ -210,8 +236,8 @@ TEST(ContextParallelFakeTest, RanksMatchOneProcess) {
 // (after rank 0's 3 storage rows): 3, 4, 5 = positions 0, 1, 4; 6, 7 = positions 2, 3.
 TEST(ContextParallelFakeTest, RowsFindEveryChunkInTheGatheredBuffer) {
   const std::vector<std::int64_t> lengths = {5};
-  const ContextParallelRows r0 =
-      MakeContextParallelRows(MakeLocalTokenLayout(lengths, {kSharded}, 2, 0), at::kCPU);
+  const ContextParallelRows r0 = MakeContextParallelRows(
+      MakeLocalTokenLayout(lengths, CpLayoutFromPlaces({{kSharded}}, 2), 2, 0), at::kCPU);
   EXPECT_EQ(r0.rows_per_rank, 3);
   EXPECT_FALSE(r0.real_rows.defined());
   EXPECT_TRUE(at::equal(r0.send_rows, at::tensor({0, 1, 2}, at::kLong)));
@@ -222,7 +248,9 @@ TEST(ContextParallelFakeTest, RowsFindEveryChunkInTheGatheredBuffer) {
   // Rank 1 with a placed document before (rows 0..2, its own keys) and storage padded to 4:
   // storage rows 0..3 (document 0), 4 (position 2), 8 (position 3); gathered rows from 12.
   const ContextParallelRows r1 = MakeContextParallelRows(
-      MakeLocalTokenLayout(std::vector<std::int64_t>{3, 5}, {1, kSharded}, 2, 1, 4), at::kCPU);
+      MakeLocalTokenLayout(std::vector<std::int64_t>{3, 5},
+                           CpLayoutFromPlaces({{1}, {kSharded}}, 2), 2, 1, 4),
+      at::kCPU);
   EXPECT_EQ(r1.rows_per_rank, 3);
   EXPECT_TRUE(at::equal(r1.real_rows, at::tensor({0, 1, 2, 4, 8}, at::kLong)));
   EXPECT_TRUE(at::equal(r1.send_rows, at::tensor({4, 8}, at::kLong)));
@@ -234,7 +262,7 @@ TEST(ContextParallelFakeTest, RejectsAGroupThatIsNotTheLayouts) {
   FakeCommWorld world(2);
   std::unique_ptr<CommGroup> group = world.Group(0, "cp");
   const LocalTokenLayout local =
-      MakeLocalTokenLayout(std::vector<std::int64_t>{5}, {kSharded}, 2, 1);
+      MakeLocalTokenLayout(std::vector<std::int64_t>{5}, CpLayoutFromPlaces({{kSharded}}, 2), 2, 1);
   const at::Tensor q = at::zeros({local.storage_tokens(), 2, 4});
   try {
     ContextParallelAttention(q, q, q, local, *group);
@@ -243,7 +271,7 @@ TEST(ContextParallelFakeTest, RejectsAGroupThatIsNotTheLayouts) {
     EXPECT_NE(std::string(e.what()).find("rank 1 of cp 2"), std::string::npos) << e.what();
   }
   const LocalTokenLayout mine =
-      MakeLocalTokenLayout(std::vector<std::int64_t>{5}, {kSharded}, 2, 0);
+      MakeLocalTokenLayout(std::vector<std::int64_t>{5}, CpLayoutFromPlaces({{kSharded}}, 2), 2, 0);
   EXPECT_THROW(ContextParallelAttention(at::zeros({1, 2, 4}), at::zeros({1, 2, 4}),
                                         at::zeros({1, 2, 4}), mine, *group),
                InvalidInput);

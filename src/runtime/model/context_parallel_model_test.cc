@@ -97,11 +97,15 @@ void ExpectCpModelMatchesOneProcess(int cp, const std::vector<int>& lengths, con
 }
 
 TEST(ContextParallelModelTest, TwoRanksTrainLikeOneProcess) {
-  ExpectCpModelMatchesOneProcess(2, {37, 5, 20, 2, 64}, {kSharded, 0, kSharded, 1, kSharded}, 1);
+  ExpectCpModelMatchesOneProcess(
+      2, {37, 5, 20, 2, 64}, CpLayoutFromPlaces({{kSharded}, {0}, {kSharded}, {1}, {kSharded}}, 2),
+      1);
 }
 
 TEST(ContextParallelModelTest, ThreeRanksWithPaddingTrainLikeOneProcess) {
-  ExpectCpModelMatchesOneProcess(3, {41, 3, 26, 9, 1}, {kSharded, 2, kSharded, 0, kSharded}, 4);
+  ExpectCpModelMatchesOneProcess(
+      3, {41, 3, 26, 9, 1}, CpLayoutFromPlaces({{kSharded}, {2}, {kSharded}, {0}, {kSharded}}, 3),
+      4);
 }
 
 }  // namespace

@@ -9,7 +9,10 @@
 namespace hydraulis {
 
 bool LocalTokenLayout::has_sharded_documents() const {
-  return std::find(layout.begin(), layout.end(), kSharded) != layout.end();
+  for (std::size_t d = 0; d < layout.size(); ++d) {
+    if (layout.Width(d) > 1) return true;
+  }
+  return false;
 }
 
 LocalTokenLayout MakeLocalTokenLayout(std::span<const std::int64_t> lengths, const CpLayout& layout,

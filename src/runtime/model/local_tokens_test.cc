@@ -31,7 +31,7 @@ using V = std::vector<std::int64_t>;
 // is placed whole on rank 0.
 TEST(LocalTokensTest, ShardedChunksKeepOriginalPositionsAndNextTokens) {
   const V lengths = {5, 3};
-  const CpLayout layout = {kSharded, 0};
+  const CpLayout layout = CpLayoutFromPlaces({{kSharded}, {0}}, 2);
   const LocalTokenLayout l0 = MakeLocalTokenLayout(lengths, layout, 2, 0);
   EXPECT_EQ(l0.cu_seqlens, (V{0, 2, 3, 6}));
   EXPECT_EQ(l0.storage_offsets, (V{0, 2, 3, 6}));
@@ -56,7 +56,8 @@ TEST(LocalTokensTest, ShardedChunksKeepOriginalPositionsAndNextTokens) {
 // The same micro-batch with every segment's storage rounded up to 4 rows: rank 0's
 // segments of 2, 1 and 3 tokens start at rows 0, 4 and 8; the rows between are padding.
 TEST(LocalTokensTest, InteriorPaddingHoldsNoTokenPositionOrTarget) {
-  const LocalTokenLayout l0 = MakeLocalTokenLayout(V{5, 3}, {kSharded, 0}, 2, 0, 4);
+  const LocalTokenLayout l0 =
+      MakeLocalTokenLayout(V{5, 3}, CpLayoutFromPlaces({{kSharded}, {0}}, 2), 2, 0, 4);
   EXPECT_EQ(l0.cu_seqlens, (V{0, 2, 3, 6}));
   EXPECT_EQ(l0.storage_offsets, (V{0, 4, 8, 12}));
   EXPECT_TRUE(l0.has_padding());
@@ -79,11 +80,13 @@ TEST(LocalTokensTest, RanksTogetherHoldTheMicroBatchAndItsTargetsOnce) {
     CpLayout layout;
     std::int64_t pad;
   };
-  const std::vector<Case> cases = {{2, {13, 7, 5, 11}, {kSharded, 0, 1, kSharded}, 1},
-                                   {3, {17, 4, 9, 3}, {kSharded, 1, kSharded, kSharded}, 1},
-                                   {3, {12, 5, 1}, {0, 1, kSharded}, 8},
-                                   {3, {23, 2, 10}, {kSharded, 2, kSharded}, 3},
-                                   {1, {4, 6}, {}, 1}};
+  const std::vector<Case> cases = {
+      {2, {13, 7, 5, 11}, CpLayoutFromPlaces({{kSharded}, {0}, {1}, {kSharded}}, 2), 1},
+      {3, {17, 4, 9, 3}, CpLayoutFromPlaces({{kSharded}, {1}, {kSharded}, {kSharded}}, 3), 1},
+      {3, {12, 5, 1}, CpLayoutFromPlaces({{0}, {1}, {kSharded}}, 3), 8},
+      {3, {23, 2, 10}, CpLayoutFromPlaces({{kSharded}, {2}, {kSharded}}, 3), 3},
+      {4, {23, 2, 10, 7}, CpLayoutFromPlaces({{0, 3}, {1, 2, 3}, {2}, {0, 1, 2}}, 4), 2},
+      {1, {4, 6}, {}, 1}};
   for (const Case& c : cases) {
     PackedBatch batch;
     std::vector<std::vector<std::int64_t>> docs;
@@ -124,10 +127,14 @@ TEST(LocalTokensTest, RanksTogetherHoldTheMicroBatchAndItsTargetsOnce) {
 }
 
 TEST(LocalTokensTest, BadInputsAreNamed) {
-  EXPECT_THROW(MakeLocalTokenLayout(V{3, 0}, {0, 1}, 2, 0), InvalidInput);
-  EXPECT_THROW(MakeLocalTokenLayout(V{3}, {0}, 2, 0, 0), InvalidInput);
-  EXPECT_THROW(MakeLocalTokenLayout(V{3}, {2}, 2, 0), InvalidInput);  // RankSegments' check
-  const LocalTokenLayout l = MakeLocalTokenLayout(V{3, 4}, {kSharded, 1}, 2, 0);
+  EXPECT_THROW(MakeLocalTokenLayout(V{3, 0}, CpLayoutFromPlaces({{0}, {1}}, 2), 2, 0),
+               InvalidInput);
+  EXPECT_THROW(MakeLocalTokenLayout(V{3}, CpLayoutFromPlaces({{0}}, 2), 2, 0, 0), InvalidInput);
+  // RankSegments' checks: a rank outside the group, a rank named twice.
+  EXPECT_THROW(MakeLocalTokenLayout(V{3}, CpLayoutFromPlaces({{2}}, 2), 2, 0), InvalidInput);
+  EXPECT_THROW(MakeLocalTokenLayout(V{3}, CpLayoutFromPlaces({{1, 1}}, 2), 2, 0), InvalidInput);
+  const LocalTokenLayout l =
+      MakeLocalTokenLayout(V{3, 4}, CpLayoutFromPlaces({{kSharded}, {1}}, 2), 2, 0);
   try {
     LocalTokensOf(Ids(6), l);
     ADD_FAILURE() << "no error";

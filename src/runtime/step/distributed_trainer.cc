@@ -91,7 +91,10 @@ std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int6
     h.Add(static_cast<std::int64_t>(pipeline.cp_layouts.size()));
     for (const CpLayout& layout : pipeline.cp_layouts) {
       h.Add(static_cast<std::int64_t>(layout.size()));
-      for (int where : layout) h.Add(where);
+      for (std::size_t d = 0; d < layout.size(); ++d) {
+        h.Add(static_cast<std::int64_t>(layout.Width(d)));
+        for (int r : layout.Ranks(d)) h.Add(r);
+      }
     }
   }
   h.Add(static_cast<std::int64_t>(documents.size()));

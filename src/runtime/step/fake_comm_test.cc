@@ -223,8 +223,10 @@ TEST(FakeCommTest, ContextParallelPipelineStagesMatchOneProcess) {
   const Documents docs = RandomDocuments(kLengths, 7, static_cast<int>(c.shape.vocab));
   // Documents of each micro-batch (indices into kLengths) and their layout.
   const std::vector<std::vector<int>> split = {{0, 1}, {2, 5, 6}, {3}, {4, 7}};
-  const std::vector<CpLayout> layouts = {
-      {kSharded, 0}, {kSharded, kSharded, 1}, {0}, {1, kSharded}};
+  const std::vector<CpLayout> layouts = {CpLayoutFromPlaces({{kSharded}, {0}}, cp),
+                                         CpLayoutFromPlaces({{kSharded}, {kSharded}, {1}}, cp),
+                                         CpLayoutFromPlaces({{0}}, cp),
+                                         CpLayoutFromPlaces({{1}, {kSharded}}, cp)};
   std::vector<PackedBatch> mbs;
   std::vector<std::vector<std::int64_t>> lengths;
   for (const std::vector<int>& mb : split) {
