@@ -30,6 +30,7 @@ struct PlanArgs {
   double backward_to_forward = 2.0;
   int threads = 0;
   double prune_tolerance = 0.0;
+  std::string cp_layouts = "subsets";
   LengthFlags source;
 };
 
@@ -64,6 +65,7 @@ int RunPlan(const PlanArgs& a) {
   options.schedule.backward_to_forward = a.backward_to_forward;
   options.threads = a.threads;
   options.prune_tolerance = a.prune_tolerance;
+  options.cp_layout_space = ParseCpLayoutSpace(a.cp_layouts, "--cp-layouts");
   Planner planner(profile, candidates, options);
   std::string out;
   if (!a.lengths.empty()) {
@@ -135,6 +137,10 @@ Command AddPlanCommand(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   a->source.AddTo(cmd);
+  cmd->add_option("--cp-layouts", a->cp_layouts,
+                  "where a cp > 1 pipeline may put a document: subsets (over any of its cp "
+                  "ranks), whole-or-every (one rank or all) or every-rank (Megatron-LM's rule)")
+      ->capture_default_str();
   cmd->add_flag("--pretty", a->pretty, "indent the JSON (single-batch mode)");
   cmd->add_flag("--no-timing", a->no_timing,
                 "leave out planning_ms so the output is byte-identical across runs");

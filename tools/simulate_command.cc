@@ -24,7 +24,7 @@ namespace hydraulis::tools {
 namespace {
 
 struct SimulateArgs {
-  std::string profile, candidates, lengths, system = "ours", json, trace;
+  std::string profile, candidates, lengths, system = "ours", json, trace, cp_layouts = "subsets";
   std::vector<int> trace_steps;
   bool quiet = false;
   bool no_communication = false;
@@ -79,6 +79,7 @@ int RunSimulate(SimulateArgs a) {
   a.options.sync_aware = !a.sync_blind;
   a.options.comm.overlap = !a.no_overlap;
   a.options.planner_seed = a.options.sampler.seed;
+  a.options.cp_layout_space = ParseCpLayoutSpace(a.cp_layouts, "--cp-layouts");
   ValidateSimOptions(a.options);
   if (!a.trace_steps.empty() && a.trace.empty()) {
     throw InvalidInput("--trace-steps: give --trace FILE to write the trace to");
@@ -187,6 +188,11 @@ Command AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--ddp-bucket-size", o.comm.bucket_elements,
                   "parameters per bucket of the overlapped collectives (as train's)")
       ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--cp-layouts", a->cp_layouts,
+                  "where a cp > 1 pipeline may put a document: subsets (over any of its cp "
+                  "ranks), whole-or-every (one rank or all) or every-rank (Megatron-LM's rule; "
+                  "static-cp always uses it)")
       ->capture_default_str();
   cmd->add_flag("--sync-blind", a->sync_blind,
                 "ours chooses strategies on compute time alone (default: compute + modelled "

@@ -130,6 +130,7 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
   planner_options.context_tokens = options.sampler.max_len;
   planner_options.seed = options.planner_seed;
   planner_options.schedule = options.schedule;
+  planner_options.cp_layout_space = options.cp_layout_space;
   if (options.system == System::kOurs && options.sync_aware && options.comm.enabled) {
     // The sync cost depends on the strategy only, so it is computed once per candidate.
     // With overlap, what a step waits for depends on its plan; the planner is charged the

@@ -41,8 +41,8 @@ StepTimer::StepTimer(const Profile& profile, const CandidateSet& candidates,
                             " has no profile entry; the candidates were not validated");
       }
       models.push_back(MakePipelineModel(profile_, *sp, candidates_.optimizer_layout));
-      if (options_.system == System::kStaticCp)
-        models.back().shard.space = CpLayoutSpace::kEveryRank;
+      models.back().shard.space = options_.system == System::kStaticCp ? CpLayoutSpace::kEveryRank
+                                                                       : options_.cp_layout_space;
     }
     models_.push_back(std::move(models));
   }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/cost/pipeline_time.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/sim/system.h"
@@ -69,6 +70,8 @@ struct SimOptions {
   // its estimated step time when choosing the strategy (method.md section 4). Off: ours
   // chooses on compute time alone, like the published planner.
   bool sync_aware = true;
+  // The layouts cp > 1 pipelines may use (static-cp always shards every document).
+  CpLayoutSpace cp_layout_space = CpLayoutSpace::kAnySubset;
 };
 
 // InvalidInput naming the field and value of the first out-of-range option.

@@ -4,7 +4,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
@@ -14,14 +16,17 @@
 #include "hydraulis/runtime/model/attention.h"
 #include "hydraulis/runtime/model/host_copy.h"
 
-// Why an all-gather of K/V and not a ring (TransformerEngine's p2p, zigzag ring attention):
-// it is Llama 3's choice for long-context training. It is one collective per layer that
-// works for any mix of document lengths (a ring over variable-length chunks needs per-step
-// bookkeeping of which chunk pairs are causal); with grouped-query attention K and V are a
-// small fraction of the activations, so the gathered copy is cheap next to the O(L^2)
-// attention it serves; and the attention itself stays one variable-length kernel call.
-// Its cost: the gather is exposed (not overlapped with attention), and backward gathers again
-// (GatheredAttentionFunction below) so that no layer keeps the gathered K/V.
+// Why exchanging whole chunks of K/V and not a ring (TransformerEngine's p2p, zigzag ring
+// attention): it is Llama 3's all-gather choice, narrowed to each document's own ranks. It
+// works for any mix of document lengths and rank sets (a ring over variable-length chunks
+// needs per-step bookkeeping of which chunk pairs are causal); with grouped-query attention
+// K and V are a small fraction of the activations, so the received copy is cheap next to
+// the O(L^2) attention it serves; and the attention itself stays one variable-length kernel
+// call. Point to point on the stage's one cp communicator rather than a collective over a
+// group per rank set: documents of one micro-batch use different sets, and a communicator
+// per set would be created per micro-batch (or 2^cp of them up front). Its cost: the
+// exchange is exposed (not overlapped with attention), and backward exchanges again
+// (ExchangedAttentionFunction below) so that no layer keeps another rank's K/V.
 
 namespace hydraulis {
 namespace {
@@ -49,32 +54,67 @@ void CheckInputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::Device device) {
   const int cp = local.cp;
+  const auto ranks_count = static_cast<std::size_t>(cp);
   const std::int64_t storage = local.storage_tokens();
   ContextParallelRows rows;
   rows.local = local;
-  // Where each rank's share of every sharded document starts in that rank's block of the
-  // gathered buffer (per document, by the rank's position among its ranks): its chunks of
-  // the sharded documents in micro-batch order, head then tail, the order of its local
-  // segments. The same on every rank: lengths and layout only.
-  std::vector<std::vector<std::int64_t>> base(local.lengths.size());
-  std::vector<std::int64_t> shares(static_cast<std::size_t>(cp), 0);
-  for (std::size_t d = 0; d < local.lengths.size(); ++d) {
+  rows.send_counts.assign(ranks_count, 0);
+  rows.receive_counts.assign(ranks_count, 0);
+  const std::size_t n = local.lengths.size();
+  // Per shared document, where each other rank's chunks start in the block that rank sends
+  // (by position among the document's ranks); the same sums on every rank.
+  std::vector<std::vector<std::int64_t>> base(n);
+  for (std::size_t d = 0; d < n; ++d) {
     if (local.layout.empty() || local.layout.Width(d) < 2) continue;
     const std::span<const int> ranks = local.layout.Ranks(d);
+    if (std::find(ranks.begin(), ranks.end(), local.rank) == ranks.end()) continue;
     const int k = static_cast<int>(ranks.size());
+    base[d].assign(ranks.size(), 0);
     for (int j = 0; j < k; ++j) {
-      const auto r = static_cast<std::size_t>(ranks[static_cast<std::size_t>(j)]);
-      base[d].push_back(shares[r]);
-      shares[r] += RankShardTokens(local.lengths[d], k, j);
+      const auto q = static_cast<std::size_t>(ranks[static_cast<std::size_t>(j)]);
+      if (ranks[static_cast<std::size_t>(j)] == local.rank) continue;
+      base[d][static_cast<std::size_t>(j)] = rows.receive_counts[q];
+      rows.receive_counts[q] += RankShardTokens(local.lengths[d], k, j);
     }
   }
-  rows.rows_per_rank = *std::max_element(shares.begin(), shares.end());
+  std::vector<std::int64_t> receive_offset(ranks_count, storage);
+  for (std::size_t q = 1; q < ranks_count; ++q) {
+    receive_offset[q] = receive_offset[q - 1] + rows.receive_counts[q - 1];
+  }
 
-  std::vector<std::int64_t> real, send, keys;
+  // This rank's own segments of each shared document: the storage row of its head (slot 0)
+  // and tail (slot 1) chunk, -1 where the chunk is empty; and what it sends to each peer.
+  std::vector<std::array<std::int64_t, 2>> own(n, {-1, -1});
+  std::vector<std::vector<std::int64_t>> send_to(ranks_count);
+  for (std::size_t i = 0; i < local.segments.size(); ++i) {
+    const RankSegment& seg = local.segments[i];
+    const auto d = static_cast<std::size_t>(seg.document);
+    if (base[d].empty()) continue;
+    const std::span<const int> ranks = local.layout.Ranks(d);
+    const int k = static_cast<int>(ranks.size());
+    const int me =
+        static_cast<int>(std::find(ranks.begin(), ranks.end(), local.rank) - ranks.begin());
+    const TokenRange head = RankChunks(local.lengths[d], k, me)[0];
+    const int slot = seg.range.begin == head.begin && head.Size() > 0 ? 0 : 1;
+    own[d][static_cast<std::size_t>(slot)] = local.storage_offsets[i];
+    for (int q : ranks) {
+      if (q == local.rank) continue;
+      for (std::int64_t p = 0; p < seg.range.Size(); ++p) {
+        send_to[static_cast<std::size_t>(q)].push_back(local.storage_offsets[i] + p);
+      }
+    }
+  }
+  std::vector<std::int64_t> send;
+  for (std::size_t q = 0; q < ranks_count; ++q) {
+    rows.send_counts[q] = static_cast<std::int64_t>(send_to[q].size());
+    send.insert(send.end(), send_to[q].begin(), send_to[q].end());
+  }
+
+  std::vector<std::int64_t> real, keys;
   rows.cu_seqlens_k.push_back(0);
   for (std::size_t i = 0; i < local.segments.size(); ++i) {
     const RankSegment& seg = local.segments[i];
-    const std::size_t d = static_cast<std::size_t>(seg.document);
+    const auto d = static_cast<std::size_t>(seg.document);
     const std::int64_t first = local.storage_offsets[i];
     for (std::int64_t p = 0; p < seg.range.Size(); ++p) real.push_back(first + p);
     if (base[d].empty()) {  // placed here whole: its own rows are its keys
@@ -82,8 +122,8 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
       rows.cu_seqlens_k.push_back(rows.cu_seqlens_k.back() + seg.range.Size());
       continue;
     }
-    for (std::int64_t p = 0; p < seg.range.Size(); ++p) send.push_back(first + p);
-    // Keys [0, end) of the document, chunk by chunk from the rank holding each.
+    // Keys [0, end) of the document, chunk by chunk: this rank's own from its storage, the
+    // others' from the block their rank sent.
     const std::span<const int> ranks = local.layout.Ranks(d);
     const int k = static_cast<int>(ranks.size());
     const std::int64_t length = local.lengths[d];
@@ -93,9 +133,12 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
       if (chunk.begin >= end) break;
       const ChunkHolder h = HolderOfChunk(k, c);
       const auto position = static_cast<std::size_t>(h.rank);
-      const std::int64_t start = storage + ranks[position] * rows.rows_per_rank +
-                                 base[d][position] +
-                                 (h.slot == 1 ? RankChunks(length, k, h.rank)[0].Size() : 0);
+      const int holder = ranks[position];
+      const std::int64_t start =
+          holder == local.rank
+              ? own[d][static_cast<std::size_t>(h.slot)]
+              : receive_offset[static_cast<std::size_t>(holder)] + base[d][position] +
+                    (h.slot == 1 ? RankChunks(length, k, h.rank)[0].Size() : 0);
       for (std::int64_t p = chunk.begin; p < std::min(chunk.end, end); ++p) {
         keys.push_back(start + (p - chunk.begin));
       }
@@ -115,45 +158,86 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
 
 namespace {
 
+// Sends each other rank q the rows of `outgoing` meant for it (send_counts[q] of them, by
+// receiver in rank order) and receives receive_counts[q] rows from each; returns the
+// received rows by sender in rank order. The lower rank of a pair sends first (NCCL runs a
+// pair's operations in the order both issued them; Gloo matches them by tag). Zero-row
+// messages are not sent; both sides know every count from the layout.
+at::Tensor ExchangeRows(const at::Tensor& outgoing, const std::vector<std::int64_t>& send_counts,
+                        const std::vector<std::int64_t>& receive_counts, CommGroup& group,
+                        int tag) {
+  std::int64_t received_rows = 0;
+  for (std::int64_t c : receive_counts) received_rows += c;
+  std::vector<std::int64_t> sizes = outgoing.sizes().vec();
+  sizes[0] = received_rows;
+  at::Tensor received = at::empty(sizes, outgoing.options());
+  std::vector<std::unique_ptr<CommWork>> pending;
+  std::int64_t sent = 0, got = 0;
+  const int me = group.rank();
+  for (int q = 0; q < group.size(); ++q) {
+    const auto u = static_cast<std::size_t>(q);
+    if (q == me) continue;
+    const auto send = [&] {
+      if (send_counts[u] > 0) group.Send(outgoing.narrow(0, sent, send_counts[u]), q, tag);
+    };
+    const auto receive = [&] {
+      if (receive_counts[u] > 0) {
+        pending.push_back(group.RecvAsync(received.narrow(0, got, receive_counts[u]), q, tag));
+      }
+    };
+    if (me < q) {
+      send();
+      receive();
+    } else {
+      receive();
+      send();
+    }
+    sent += send_counts[u];
+    got += receive_counts[u];
+  }
+  for (const auto& work : pending) work->Wait();
+  group.WaitSends();
+  return received;
+}
+
+// Message tags on the cp group: forward (and backward's repeat of it) and gradients.
+constexpr int kKeysTag = 0, kKeyGradientsTag = 1;
+
 // The keys and values every query segment of this rank reads, [key rows, 2 * kv_heads, d]:
-// this rank's rows of the sharded documents go into one all-gather (padded with zero rows to
-// the largest rank's share) and each segment's keys are picked from [local rows; gathered
-// rows]. Every rank issues the same all-gather, sized by the lengths and layout alone.
-at::Tensor GatheredKeys(const at::Tensor& kv, const at::Tensor& send_rows,
-                        const at::Tensor& key_rows, std::int64_t rows_per_rank, CommGroup& group) {
-  at::Tensor send = kv.index_select(0, send_rows);
-  send = at::constant_pad_nd(send, {0, 0, 0, 0, 0, rows_per_rank - send.size(0)}).contiguous();
-  std::vector<std::int64_t> sizes = send.sizes().vec();
-  sizes[0] *= group.size();
-  at::Tensor gathered = at::empty(sizes, send.options());
-  group.AllGather(send, gathered);
-  return at::cat({kv, gathered}, 0).index_select(0, key_rows);
+// this rank's rows of its shared documents go to their other ranks and theirs come back
+// (ExchangeRows), and each segment's keys are picked from [local rows; received rows].
+at::Tensor ExchangedKeys(const at::Tensor& kv, const at::Tensor& send_rows,
+                         const at::Tensor& key_rows, const std::vector<std::int64_t>& send_counts,
+                         const std::vector<std::int64_t>& receive_counts, CommGroup& group) {
+  const at::Tensor outgoing = kv.index_select(0, send_rows).contiguous();
+  const at::Tensor received = ExchangeRows(outgoing, send_counts, receive_counts, group, kKeysTag);
+  return at::cat({kv, received}, 0).index_select(0, key_rows);
 }
 
 bool FlashAttentionRuns(const at::Tensor& q, const std::vector<std::int64_t>& cu_seqlens_q) {
   return UsesFlashAttention(q.device(), q.scalar_type(), q.size(-1)) && cu_seqlens_q.size() >= 2;
 }
 
-// Attention over gathered keys whose backward gathers them again instead of keeping them:
-// the gathered keys and values of a layer are a transient, as docs/design.md's memory model
+// Attention over exchanged keys whose backward exchanges them again instead of keeping them:
+// the received keys and values of a layer are a transient, as docs/design.md's memory model
 // ("Context parallelism", Memory) assumes, so a rank's memory per layer grows with its own
 // tokens, not with the documents' prefixes. It saves the queries and the rank's own K/V
 // rows (and, with the flash kernel, its output and log-sum-exp, so backward is the flash
 // backward without recomputing the forward). Off the flash path (the CPU, fp32) backward
-// recomputes the attention of its query segments from the gathered keys.
-// Collectives per call: forward, one all-gather; backward, one all-gather and one
-// reduce-scatter, the three transfers the cost model charges.
+// recomputes the attention of its query segments from the received keys.
+// Transfers per call: forward, the exchange of keys; backward, the exchange again and the
+// keys' gradients back to their owners: the three transfers the cost model charges.
 // The group and the rows travel through autograd's saved data (IValue has no slot for a raw
 // pointer, so the group as an integer, as in transformer.cc); the rows are copied, because
 // backward may run after the caller's ContextParallelRows is gone.
-struct GatheredAttentionFunction : public torch::autograd::Function<GatheredAttentionFunction> {
+struct ExchangedAttentionFunction : public torch::autograd::Function<ExchangedAttentionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                             const at::Tensor& kv, const ContextParallelRows* rows,
                             CommGroup* group) {
     const std::vector<std::int64_t>& cu_q = rows->local.cu_seqlens;
     const std::int64_t kv_heads = kv.size(1) / 2;
-    const at::Tensor keys =
-        GatheredKeys(kv, rows->send_rows, rows->key_rows, rows->rows_per_rank, *group);
+    const at::Tensor keys = ExchangedKeys(kv, rows->send_rows, rows->key_rows, rows->send_counts,
+                                          rows->receive_counts, *group);
     const at::Tensor k = keys.slice(1, 0, kv_heads);
     const at::Tensor v = keys.slice(1, kv_heads, 2 * kv_heads);
     at::Tensor out, logsumexp, rng_state, unused;
@@ -170,7 +254,8 @@ struct GatheredAttentionFunction : public torch::autograd::Function<GatheredAtte
     ctx->saved_data["group"] = reinterpret_cast<std::int64_t>(group);
     ctx->saved_data["send_rows"] = rows->send_rows;
     ctx->saved_data["key_rows"] = rows->key_rows;
-    ctx->saved_data["rows_per_rank"] = rows->rows_per_rank;
+    ctx->saved_data["send_counts"] = rows->send_counts;
+    ctx->saved_data["receive_counts"] = rows->receive_counts;
     ctx->saved_data["cu_q"] = cu_q;
     ctx->saved_data["cu_k"] = rows->cu_seqlens_k;
     if (rows->cu_seqlens_q_device.defined()) {
@@ -188,14 +273,17 @@ struct GatheredAttentionFunction : public torch::autograd::Function<GatheredAtte
     CommGroup& group = *reinterpret_cast<CommGroup*>(ctx->saved_data["group"].toInt());
     const at::Tensor send_rows = ctx->saved_data["send_rows"].toTensor();
     const at::Tensor key_rows = ctx->saved_data["key_rows"].toTensor();
-    const std::int64_t rows_per_rank = ctx->saved_data["rows_per_rank"].toInt();
+    const std::vector<std::int64_t> send_counts = ctx->saved_data["send_counts"].toIntVector();
+    const std::vector<std::int64_t> receive_counts =
+        ctx->saved_data["receive_counts"].toIntVector();
     const std::vector<std::int64_t> cu_q = ctx->saved_data["cu_q"].toIntVector();
     const std::vector<std::int64_t> cu_k = ctx->saved_data["cu_k"].toIntVector();
     const std::int64_t kv_heads = kv.size(1) / 2;
     // A rank whose output reached no loss still takes part in both collectives.
     const at::Tensor grad_out =
         grads[0].defined() ? grads[0] : at::zeros_like(saved.size() > 2 ? saved[2] : q);
-    const at::Tensor keys = GatheredKeys(kv, send_rows, key_rows, rows_per_rank, group);
+    const at::Tensor keys =
+        ExchangedKeys(kv, send_rows, key_rows, send_counts, receive_counts, group);
     at::Tensor dq, dk, dv;
     if (saved.size() > 2) {  // flash: its own backward, from the saved output
       std::tie(dq, dk, dv) = at::_flash_attention_backward(
@@ -219,18 +307,20 @@ struct GatheredAttentionFunction : public torch::autograd::Function<GatheredAtte
       dk = dkeys.slice(1, 0, kv_heads);
       dv = dkeys.slice(1, kv_heads, 2 * kv_heads);
     }
-    // Back through the pick: every key row's gradient goes to its row of [local; gathered];
-    // the gathered part is reduce-scattered to the ranks that sent those rows.
+    // Back through the pick: every key row's gradient goes to its row of [local; received];
+    // the received rows' gradients go back to the ranks that sent them, and this rank adds
+    // the gradients of the rows it sent.
     const std::int64_t local_rows = kv.size(0);
+    std::int64_t received_rows = 0;
+    for (std::int64_t c : receive_counts) received_rows += c;
     at::Tensor grad_all =
-        at::zeros({local_rows + group.size() * rows_per_rank, kv.size(1), kv.size(2)}, kv.options())
+        at::zeros({local_rows + received_rows, kv.size(1), kv.size(2)}, kv.options())
             .index_add_(0, key_rows, at::cat({dk, dv}, 1).to(kv.scalar_type()));
     at::Tensor grad_kv = grad_all.narrow(0, 0, local_rows).clone();
-    const at::Tensor grad_gathered =
-        grad_all.narrow(0, local_rows, group.size() * rows_per_rank).contiguous();
-    at::Tensor grad_send = at::empty({rows_per_rank, kv.size(1), kv.size(2)}, kv.options());
-    group.ReduceScatterSum(grad_gathered, grad_send);
-    grad_kv.index_add_(0, send_rows, grad_send.narrow(0, 0, send_rows.size(0)));
+    const at::Tensor grad_received = grad_all.narrow(0, local_rows, received_rows).contiguous();
+    const at::Tensor grad_sent =
+        ExchangeRows(grad_received, receive_counts, send_counts, group, kKeyGradientsTag);
+    grad_kv.index_add_(0, send_rows, grad_sent);
     return {dq, grad_kv, at::Tensor(), at::Tensor()};
   }
 };
@@ -255,10 +345,10 @@ at::Tensor ContextParallelAttention(const at::Tensor& q, const at::Tensor& k, co
                               padded ? v.index_select(0, rows.real_rows) : v, local.cu_seqlens,
                               local.cu_seqlens, rows.cu_seqlens_q_device, rows.cu_seqlens_q_device);
   } else {
-    // K and V side by side: one collective for both. Every rank calls the function, one
-    // whose queries read no gathered row (or that has no token) included, so its backward
-    // joins the collectives the other ranks issue.
-    out = GatheredAttentionFunction::apply(q_real, at::cat({k, v}, 1), &rows, &cp_group);
+    // K and V side by side: one message for both. Every rank calls the function, one whose
+    // queries read no received row (or that has no token) included, so its backward answers
+    // the messages the other ranks send it.
+    out = ExchangedAttentionFunction::apply(q_real, at::cat({k, v}, 1), &rows, &cp_group);
   }
   if (!padded) return out;
   return at::zeros({q.size(0), out.size(1), out.size(2)}, out.options())

@@ -1,6 +1,6 @@
 // Context-parallel attention with the in-process communicator: the bottom-right causal
-// varlen attention it rests on, the collectives every rank issues (the same on every rank,
-// none without a sharded document), and, cheaply, its equivalence with one process.
+// varlen attention it rests on, the messages each pair of ranks sharing a document exchanges
+// (none without a sharded document), and, cheaply, its equivalence with one process.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -158,33 +158,54 @@ TEST(VarlenCausalAttentionTest, SdpaPathMatchesTheDenseReferenceWithGradients) {
   EXPECT_EQ(grads[0][1].slice(0, 9, 13).abs().max().item<float>(), 0.0f);
 }
 
-// Every rank issues the same collectives, of sizes fixed by the lengths and layout: one
-// all-gather of every rank's K and V rows of the sharded documents (padded to the largest
-// share) in forward; in backward the same all-gather again (the gathered keys are not kept)
-// and one reduce-scatter of their gradient; a rank with no token at all included.
-TEST(ContextParallelFakeTest, EveryRankIssuesTheSameCollectives) {
-  // cp 3, lengths 12 (rank 0), 5 (rank 1), 7 (sharded: chunks 2,1,1,1,1,1, so shares
-  // 3, 2, 2): rank 2 holds two chunks of one token, rank 1 a placed document too.
+// Each pair of ranks that shares a document exchanges its rows, sized by the lengths and
+// layout alone, the lower rank sending first: forward sends this rank's rows and receives
+// the other's; backward exchanges them again (the received keys are not kept), then sends
+// the received rows' gradients back and receives those of its own. Ranks that share no
+// document communicate nothing.
+TEST(ContextParallelFakeTest, PairsSharingADocumentExchangeTheirRows) {
+  // cp 3, lengths 12 (rank 0), 5 (rank 1), 7 (over all: chunks 2,1,1,1,1,1, so shares
+  // 3, 2, 2).
   const CpCase c{"schedule", 3, {12, 5, 7}, CpLayoutFromPlaces({{0}, {1}, {kSharded}}, 3),
                  4,          2, 8,          1};
   std::vector<std::vector<std::string>> calls;
-  const std::vector<CpResult> ranks = RunOnFakeRanks(c, test_support::MakeCpData(c), calls);
-  // 3 rows per rank x 3 ranks, K and V side by side (2 x 2 kv heads), head_dim 8.
-  const std::vector<std::string> expected = {"all-gather 9x4x8", "all-gather 9x4x8",
-                                             "reduce-scatter 9x4x8"};
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(calls[static_cast<std::size_t>(r)], expected) << r;
+  RunOnFakeRanks(c, test_support::MakeCpData(c), calls);
+  using Calls = std::vector<std::string>;
+  const auto thrice = [](const Calls& keys, const Calls& gradients) {
+    Calls all = keys;
+    all.insert(all.end(), keys.begin(), keys.end());
+    all.insert(all.end(), gradients.begin(), gradients.end());
+    return all;
+  };
+  EXPECT_EQ(calls[0], thrice({"send 3x4x8", "receive 2x4x8", "send 3x4x8", "receive 2x4x8"},
+                             {"send 2x4x8", "receive 3x4x8", "send 2x4x8", "receive 3x4x8"}));
+  EXPECT_EQ(calls[1], thrice({"receive 3x4x8", "send 2x4x8", "send 2x4x8", "receive 2x4x8"},
+                             {"receive 2x4x8", "send 3x4x8", "send 2x4x8", "receive 2x4x8"}));
+  EXPECT_EQ(calls[2], thrice({"receive 3x4x8", "send 2x4x8", "receive 2x4x8", "send 2x4x8"},
+                             {"receive 2x4x8", "send 3x4x8", "receive 2x4x8", "send 2x4x8"}));
 
-  // Rank 2 holds no token: a one-token sharded document lies on rank 0 alone.
+  // A one-token document over all three: only rank 0 holds a token; empty messages are not
+  // sent.
   const CpCase idle{"idle", 3, {12, 5, 1}, CpLayoutFromPlaces({{0}, {1}, {kSharded}}, 3),
                     4,      2, 8,          1};
   RunOnFakeRanks(idle, test_support::MakeCpData(idle), calls);
-  const std::vector<std::string> one_row = {"all-gather 3x4x8", "all-gather 3x4x8",
-                                            "reduce-scatter 3x4x8"};
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(calls[static_cast<std::size_t>(r)], one_row) << r;
+  EXPECT_EQ(calls[0], thrice({"send 1x4x8", "send 1x4x8"}, {"receive 1x4x8", "receive 1x4x8"}));
+  EXPECT_EQ(calls[1], thrice({"receive 1x4x8"}, {"send 1x4x8"}));
+  EXPECT_EQ(calls[2], thrice({"receive 1x4x8"}, {"send 1x4x8"}));
+
+  // cp 4, an 8-token document over ranks {1, 3}: ranks 0 and 2 send and receive nothing.
+  const CpCase subset{"subset", 4, {6, 8}, CpLayoutFromPlaces({{0}, {1, 3}}, 4), 4, 2, 8, 1};
+  const test_support::CpData data = test_support::MakeCpData(subset);
+  const std::vector<CpResult> ranks = RunOnFakeRanks(subset, data, calls);
+  EXPECT_TRUE(calls[0].empty());
+  EXPECT_TRUE(calls[2].empty());
+  EXPECT_EQ(calls[1], thrice({"send 4x4x8", "receive 4x4x8"}, {"send 4x4x8", "receive 4x4x8"}));
+  EXPECT_EQ(calls[3], thrice({"receive 4x4x8", "send 4x4x8"}, {"receive 4x4x8", "send 4x4x8"}));
+  test_support::ExpectRanksMatchReference(ranks, test_support::CpReference(data), 1e-5);
 }
 
 TEST(ContextParallelFakeTest, NoShardedDocumentNoCommunication) {
-  const CpCase c{"placed", 2, {6, 9, 4}, {1, 0, 1}, 4, 2, 8, 2};
+  const CpCase c{"placed", 2, {6, 9, 4}, CpLayoutFromPlaces({{1}, {0}, {1}}, 2), 4, 2, 8, 2};
   std::vector<std::vector<std::string>> calls;
   const test_support::CpData data = test_support::MakeCpData(c);
   const std::vector<CpResult> ranks = RunOnFakeRanks(c, data, calls);
@@ -232,29 +253,31 @@ TEST(ContextParallelFakeTest, RanksMatchOneProcess) {
 }
 
 // One 5-token document over cp 2: chunks [0,2) [2,3) [3,4) [4,5); rank 0 holds positions
-// 0, 1, 4 (3 rows, the largest share), rank 1 positions 2, 3 and a zero row. Gathered rows
-// (after rank 0's 3 storage rows): 3, 4, 5 = positions 0, 1, 4; 6, 7 = positions 2, 3.
-TEST(ContextParallelFakeTest, RowsFindEveryChunkInTheGatheredBuffer) {
+// 0, 1, 4 (storage rows 0, 1, 2) and receives rank 1's positions 2, 3 after them (rows 3, 4).
+TEST(ContextParallelFakeTest, RowsFindEveryChunkInStorageOrAmongTheReceivedRows) {
   const std::vector<std::int64_t> lengths = {5};
   const ContextParallelRows r0 = MakeContextParallelRows(
       MakeLocalTokenLayout(lengths, CpLayoutFromPlaces({{kSharded}}, 2), 2, 0), at::kCPU);
-  EXPECT_EQ(r0.rows_per_rank, 3);
+  EXPECT_EQ(r0.send_counts, (std::vector<std::int64_t>{0, 3}));
+  EXPECT_EQ(r0.receive_counts, (std::vector<std::int64_t>{0, 2}));
   EXPECT_FALSE(r0.real_rows.defined());
   EXPECT_TRUE(at::equal(r0.send_rows, at::tensor({0, 1, 2}, at::kLong)));
   // Chunk [0,2) reads positions 0, 1; chunk [4,5) reads positions 0..4.
-  EXPECT_TRUE(at::equal(r0.key_rows, at::tensor({3, 4, 3, 4, 6, 7, 5}, at::kLong)));
+  EXPECT_TRUE(at::equal(r0.key_rows, at::tensor({0, 1, 0, 1, 3, 4, 2}, at::kLong)));
   EXPECT_EQ(r0.cu_seqlens_k, (std::vector<std::int64_t>{0, 2, 7}));
 
   // Rank 1 with a placed document before (rows 0..2, its own keys) and storage padded to 4:
-  // storage rows 0..3 (document 0), 4 (position 2), 8 (position 3); gathered rows from 12.
+  // storage rows 0..3 (document 0), 4 (position 2), 8 (position 3); received rows from 12
+  // (positions 0, 1, 4).
   const ContextParallelRows r1 = MakeContextParallelRows(
       MakeLocalTokenLayout(std::vector<std::int64_t>{3, 5},
                            CpLayoutFromPlaces({{1}, {kSharded}}, 2), 2, 1, 4),
       at::kCPU);
-  EXPECT_EQ(r1.rows_per_rank, 3);
+  EXPECT_EQ(r1.send_counts, (std::vector<std::int64_t>{2, 0}));
+  EXPECT_EQ(r1.receive_counts, (std::vector<std::int64_t>{3, 0}));
   EXPECT_TRUE(at::equal(r1.real_rows, at::tensor({0, 1, 2, 4, 8}, at::kLong)));
   EXPECT_TRUE(at::equal(r1.send_rows, at::tensor({4, 8}, at::kLong)));
-  EXPECT_TRUE(at::equal(r1.key_rows, at::tensor({0, 1, 2, 12, 13, 15, 12, 13, 15, 16}, at::kLong)));
+  EXPECT_TRUE(at::equal(r1.key_rows, at::tensor({0, 1, 2, 12, 13, 4, 12, 13, 4, 8}, at::kLong)));
   EXPECT_EQ(r1.cu_seqlens_k, (std::vector<std::int64_t>{0, 3, 6, 10}));
 }
 

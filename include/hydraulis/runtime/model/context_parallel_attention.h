@@ -1,8 +1,9 @@
 // Causal attention of a packed micro-batch whose documents lie on the ranks of a context
-// parallel (cp) group (local_tokens.h): a document placed whole on one rank attends there
-// alone; a sharded one (2*cp chunks, rank r holding chunks r and 2*cp-1-r) needs the keys
-// and values of the chunks before each of a rank's chunks, which the ranks exchange by one
-// all-gather per call, and again in backward (the gathered keys are not kept).
+// parallel (cp) group (local_tokens.h): a document whole on one rank attends there alone; a
+// document over k ranks (2*k chunks, its j-th rank holding chunks j and 2*k-1-j) needs the
+// keys and values of the chunks before each of a rank's chunks, which its k ranks exchange
+// point to point on the cp group's communicator, and again in backward (the exchanged keys
+// are not kept). Keys and values travel only among a document's own ranks.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,12 +18,13 @@ namespace hydraulis {
 // (each call would otherwise rebuild them on the host and copy them to the device).
 struct ContextParallelRows {
   LocalTokenLayout local;
-  // Rows each rank contributes to the gathered K/V buffer: the largest rank's token count
-  // of the sharded documents (the others pad with zero rows); 0 without a sharded document.
-  std::int64_t rows_per_rank = 0;
+  // Per cp rank q: how many rows this rank sends q (its rows of the documents they share) and
+  // receives from q (q's rows of them); 0 for itself. The received rows lie after the
+  // rank's own in the key buffer, by sender in rank order, each sender's in document order.
+  std::vector<std::int64_t> send_counts, receive_counts;
   // int64 on the device: the storage rows of the real tokens, in segment order (undefined
-  // without padding); the storage rows this rank contributes to the gather, in gather order;
-  // per query segment, the rows of its keys in [storage rows; gathered rows].
+  // without padding); the storage rows this rank sends, by receiver in rank order; per query
+  // segment, the rows of its keys in [storage rows; received rows].
   at::Tensor real_rows, send_rows, key_rows;
   // Per query segment, its number of keys, cumulative (a placed document's own tokens, a
   // sharded chunk [b, e)'s e).
@@ -44,11 +46,13 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
 // is a transient, as the memory model assumes) and sends every rank the gradient of its own
 // keys and values from every rank's queries (a reduce-scatter).
 //
-// Collectives: when the micro-batch has a sharded document, one all-gather in forward and
-// one all-gather then one reduce-scatter in backward, of sizes fixed by local.lengths and
-// local.layout alone,
-// so every rank of `cp_group` (all of which must call this, in the same order) issues the
-// same ones, a rank holding no token of a sharded document included; none otherwise.
+// Communication, sized by local.lengths and local.layout alone, so that every pair of ranks
+// derives the same messages: for each other rank q sharing a document with this one, in
+// rank order, one send of this rank's rows of their documents and one receive of q's (the
+// lower rank of a pair sends first, the order NCCL's unbatched point-to-point needs); in
+// backward the same exchange again and then the keys' gradients sent back to their owners.
+// A rank sharing no document with another communicates nothing. Every rank of `cp_group`
+// calls this for every micro-batch, in the same order.
 // InvalidInput when the shapes do not match the layout, the group is not the layout's
 // (size cp, this rank local.rank) or the rows were made for another device.
 at::Tensor ContextParallelAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
