@@ -669,8 +669,9 @@ PipelineModel Cp8Tp4(double kv_memory_ratio = 0) {
 
 TEST(PackTest, CpRanksHoldWholeDocumentsSideBySide) {
   // 16 documents of 7,000 tokens on one (CP8,TP4) pipeline, whose ranks hold 9,456 tokens
-  // each. The fewest micro-batches (10 + 6 documents) must shard two of the first; two
-  // micro-batches of 8 place every document whole, one per rank: 2 (c + whole(7,000)).
+  // each. The fewest micro-batches (10 + 6 documents) must shard two of the first (the
+  // layout rule puts each over four ranks, beside six whole ones); two micro-batches of 8
+  // place every document whole, one per rank: 2 (c + whole(7,000)), 20 % less.
   AssignProblem p;
   p.lengths.assign(16, 7'000);
   p.pipelines = {Cp8Tp4()};
@@ -684,7 +685,7 @@ TEST(PackTest, CpRanksHoldWholeDocumentsSideBySide) {
   ASSERT_EQ(r.micro_batches.size(), 2u);
   EXPECT_NEAR(r.ms, 2 * (cost.whole.c_ms + cost.whole.DocumentMs(7'000)), 1e-9);
   EXPECT_NEAR(r.ms, PipelineMs(p, p.pipelines[0], r.micro_batches), 1e-9);
-  EXPECT_LT(r.ms, 0.8 * before.ms);
+  EXPECT_LT(r.ms, 0.81 * before.ms);
   for (const CpLayout& layout : MicroBatchLayouts(p.lengths, p.pipelines[0], r.micro_batches)) {
     ASSERT_EQ(layout.size(), 8u);
     std::vector<int> ranks;

@@ -416,7 +416,8 @@ TEST(ExactTest, ContextParallelPipelinesMatchBruteForceAndKeepTheBound) {
       "[ exact    ] two-stage vs exact with a cp pipeline: %d instances, mean gap %.3f%%, "
       "worst gap %.3f%%\n",
       count, 100.0 * sum_gap / count, 100.0 * worst_gap);
-  // Measured on these 150 instances: mean gap 0.137%, worst 13.0%.
+  // Measured on these 150 instances: mean gap 0.027%, worst 4.08% (with rank subsets; 0.137%
+  // and 13.0% when a document lay whole on one rank or over all of them).
   EXPECT_LE(sum_gap / count, 0.01);
   EXPECT_LE(worst_gap, 0.2);
 }

@@ -98,7 +98,9 @@ double WorkMs(const PipelineModel& p, std::int64_t s, double theta) {
   if (cost.space == CpLayoutSpace::kAnySubset) {
     for (; k < cost.cp; ++k) {
       const double fastest = cost.DocumentMs(s, k, k <= cost.ranks_per_node);
-      if (p.scheme.pp * (fastest + p.time.c_ms) <= theta) break;
+      // The same sum as the search's thresholds, with slack: a width that fits theta only
+      // up to rounding must count (a narrower width than needed only lowers the bound).
+      if (p.scheme.pp * (fastest + p.time.c_ms) <= theta * (1 + 1e-9)) break;
     }
   }
   return work + cost.LeastExchangeWorkMs(s, k) / p.scheme.cp;
@@ -619,6 +621,16 @@ class LowerBoundSearch {
         // cp > 1: where the document may start to run whole (its unit drops the exchange).
         const double whole = WholeThresholdMs(g.model, s);
         if (whole > lb_.longest_doc_ms && whole < kInf) thresholds_.push_back(whole);
+        // Over rank subsets, where it may run on k ranks (WorkMs charges the narrowest).
+        const ShardCost& cost = g.model.shard;
+        if (g.model.scheme.cp > 1 && cost.space == CpLayoutSpace::kAnySubset) {
+          for (int k = 2; k < cost.cp; ++k) {
+            const double at =
+                g.model.scheme.pp *
+                (cost.DocumentMs(s, k, k <= cost.ranks_per_node) + g.model.time.c_ms);
+            if (at > lb_.longest_doc_ms && at < whole) thresholds_.push_back(at);
+          }
+        }
       }
     }
     std::sort(thresholds_.begin(), thresholds_.end());

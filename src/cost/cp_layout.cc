@@ -43,24 +43,6 @@ void CpLayout::Add(std::span<const int> ranks) {
   starts_.push_back(static_cast<int>(ranks_.size()));
 }
 
-CpLayout CpLayoutFromPlaces(std::span<const int> places, int cp) {
-  CpLayout layout;
-  std::vector<int> every(static_cast<std::size_t>(std::max(cp, 0)));
-  for (int r = 0; r < cp; ++r) every[static_cast<std::size_t>(r)] = r;
-  for (std::size_t d = 0; d < places.size(); ++d) {
-    if (places[d] == kSharded) {
-      layout.Add(every);
-    } else if (places[d] < 0 || places[d] >= cp) {
-      throw InvalidInput("shard layout: document " + std::to_string(d) + " is placed on rank " +
-                         std::to_string(places[d]) + ", outside a cp group of " +
-                         std::to_string(cp));
-    } else {
-      layout.AddWhole(places[d]);
-    }
-  }
-  return layout;
-}
-
 CpLayout CpLayoutFromPlaces(const std::vector<std::vector<int>>& places, int cp) {
   CpLayout layout;
   for (const std::vector<int>& ranks : places) {

@@ -14,7 +14,12 @@
 namespace hydraulis {
 namespace {
 
-CpLayout Places(std::vector<int> places, int cp) { return CpLayoutFromPlaces(places, cp); }
+// The layout of the plan format before subsets: per document a rank, or kSharded.
+CpLayout Places(const std::vector<int>& places, int cp) {
+  std::vector<std::vector<int>> sets;
+  for (int p : places) sets.push_back({p});
+  return CpLayoutFromPlaces(sets, cp);
+}
 
 // All layouts of n documents whose ranks are any non-empty subsets of cp ranks, in turn.
 template <typename Visit>
@@ -125,7 +130,7 @@ TEST(RankSegmentsTest, EmptyLayoutIsOneRankAndBadLayoutsAreNamed) {
   EXPECT_EQ(all[1].range.end, 4);
   EXPECT_THROW(RankSegments(lengths, Places({0}, 2), 2, 0), InvalidInput);
   EXPECT_THROW(RankSegments(lengths, Places({0, 1}, 2), 2, 2), InvalidInput);
-  EXPECT_THROW(Places({0, 2}, 2), InvalidInput);
+  EXPECT_THROW(RankSegments(lengths, Places({0, 2}, 2), 2, 0), InvalidInput);
   CpLayout repeated;
   repeated.AddWhole(0);
   repeated.Add(std::vector<int>{1, 1});
@@ -159,7 +164,7 @@ double BruteForceMs(std::span<const std::int64_t> lengths, const ShardCost& cost
   const std::size_t n = lengths.size();
   std::vector<int> places(n, kSharded);
   while (true) {
-    const CpLayout layout = CpLayoutFromPlaces(places, cost.cp);
+    const CpLayout layout = Places(places, cost.cp);
     if (FitsMemory(lengths, layout, cost)) {
       best = std::min(best, LaidOutStageMs(lengths, layout, cost));
     }

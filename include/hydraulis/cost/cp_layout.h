@@ -60,11 +60,9 @@ class CpLayout {
   std::vector<int> ranks_;
 };
 
-// The layout of the plan format before subsets: per document its rank, or kSharded for
-// every one of the cp ranks. InvalidInput naming the document when a rank is outside [0, cp).
-CpLayout CpLayoutFromPlaces(std::span<const int> places, int cp);
-// The same with subsets: per document {rank}, {kSharded} for every rank, or its ranks (as the
-// plan format's arrays). The ranks are checked by CpLayoutError, not here.
+// A layout from the plan format's entries, per document: {rank} (whole there), {kSharded}
+// (over every one of the cp ranks) or its ranks. The ranks are checked by CpLayoutError, not
+// here.
 CpLayout CpLayoutFromPlaces(const std::vector<std::vector<int>>& places, int cp);
 
 // "" when `layout` is a valid layout of `documents` documents on a cp group of `cp`, else
