@@ -625,9 +625,8 @@ class LowerBoundSearch {
         const ShardCost& cost = g.model.shard;
         if (g.model.scheme.cp > 1 && cost.space == CpLayoutSpace::kAnySubset) {
           for (int k = 2; k < cost.cp; ++k) {
-            const double at =
-                g.model.scheme.pp *
-                (cost.DocumentMs(s, k, k <= cost.ranks_per_node) + g.model.time.c_ms);
+            const double at = g.model.scheme.pp *
+                              (cost.DocumentMs(s, k, k <= cost.ranks_per_node) + g.model.time.c_ms);
             if (at > lb_.longest_doc_ms && at < whole) thresholds_.push_back(at);
           }
         }
