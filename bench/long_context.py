@@ -59,6 +59,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="/tmp/hydraulis-long-context")
     p.add_argument("--only", help="one distribution name")
+    p.add_argument("--propose-args", default="",
+                   help="extra flags for propose (default none: the no-flag proposal)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     h = a.hydraulis
@@ -68,7 +70,8 @@ def main():
     dynamic = os.path.join(a.out, f"dynamic-cp-tp8-{a.gpus}.json")
     candidates(static, a.gpus, "static-cp4-tp16", 4, 16)
     candidates(dynamic, a.gpus, "dynamic-cp-tp8", 1, 8)
-    print(f"{a.gpus} GPUs, {a.tokens_per_batch} tokens per batch, {a.steps} steps, seed {a.seed}")
+    print(f"{a.gpus} GPUs, {a.tokens_per_batch} tokens per batch, {a.steps} steps, seed {a.seed}, "
+          f"propose flags: {a.propose_args or 'none'}")
     print("| data | propose s | ours ms | whole-or-every ms | dynamic-cp ms | static-cp ms "
           "| x dynamic-cp: mean, worst step, slower steps | x static-cp | x whole-or-every "
           "| plan over bound | planning median / p90 ms |")
@@ -80,7 +83,7 @@ def main():
         _, propose_s = run([h, "propose", "--profile", a.profile, "--lengths", lengths,
                             "--gpus", str(a.gpus), "--max-len", str(a.max_len),
                             "--tokens-per-batch", str(a.tokens_per_batch), "--quiet",
-                            "-o", proposed], "propose")
+                            *a.propose_args.split(), "-o", proposed], "propose")
         times = {}
         for system, cands, extra in [("ours", proposed, []),
                                      ("whole-or-every", proposed,

@@ -325,34 +325,46 @@ double BestWholeOrEvery(std::span<const std::int64_t> lengths, const ShardCost& 
 }
 
 // A subset layout being built: each rank's load and memory, and per document its ranks
-// and its time on each of them.
+// and its time on each of them. One per thread, reset per micro-batch: its buffers keep
+// their capacity, so laying out allocates nothing once warm.
 class SubsetSchedule {
  public:
-  SubsetSchedule(std::span<const std::int64_t> lengths, const ShardCost& cost)
-      : lengths_(lengths), cost_(cost), cp_(cost.cp) {
-    load_.assign(static_cast<std::size_t>(cp_), 0.0);
-    memory_.assign(static_cast<std::size_t>(cp_), 0.0);
-    by_load_.resize(static_cast<std::size_t>(cp_));
-    ranks_.assign(lengths.size(), {});
+  static SubsetSchedule& ForThread() {
+    thread_local SubsetSchedule schedule;
+    return schedule;
+  }
+
+  void Reset(std::span<const std::int64_t> lengths, const ShardCost& cost) {
+    lengths_ = lengths;
+    cost_ = &cost;
+    cp_ = cost.cp;
+    const auto ranks = static_cast<std::size_t>(cp_);
+    load_.assign(ranks, 0.0);
+    memory_.assign(ranks, 0.0);
+    by_load_.resize(ranks);
+    ranks_.assign(lengths.size() * ranks, 0);
+    width_.assign(lengths.size(), 0);
     time_.assign(lengths.size(), 0.0);
     blocks_ = (cp_ + cost.ranks_per_node - 1) / cost.ranks_per_node;
   }
 
-  // A place for document `d`: its ranks (ascending) and its time on each.
+  // A place for a document: its ranks (ascending) and its time on each.
   struct Place {
     std::vector<int> ranks;
     double time = 0;
     double key = std::numeric_limits<double>::infinity();  // what the choice minimised
   };
 
-  // The best place for document `d` (not placed) over every width k and, for each k, the k
-  // least-loaded ranks with room in each node and in the whole group. `key(top, t, k, ex)`
-  // scores a place whose most loaded rank has `top` before it, time t per rank and exchange
-  // ex per rank; the least wins (ties: the first found, narrower widths first).
+  // The best place for document `d` (not placed) over every width k <= max_width and, for
+  // each k, the k least-loaded ranks with room in each node and in the whole group.
+  // `key(top, t, k, ex)` scores a place whose most loaded rank has `top` before it, time t
+  // per rank and exchange ex per rank; the least wins (ties: the first found, narrower
+  // widths first).
   template <typename Key>
   bool Best(std::size_t d, int max_width, Key key, Place& best) {
+    const ShardCost& cost = *cost_;
     const std::int64_t s = lengths_[d];
-    const double w = cost_.whole.DocumentMs(s);
+    const double w = cost.whole.DocumentMs(s);
     for (int r = 0; r < cp_; ++r) by_load_[static_cast<std::size_t>(r)] = r;
     std::sort(by_load_.begin(), by_load_.end(), [&](int x, int y) {
       const double lx = load_[static_cast<std::size_t>(x)], ly = load_[static_cast<std::size_t>(y)];
@@ -364,8 +376,8 @@ class SubsetSchedule {
       const double need = Need(s, k);
       pick_.clear();
       for (int r : by_load_) {
-        if (block >= 0 && r / cost_.ranks_per_node != block) continue;
-        if (!cost_.FitsRank(memory_[static_cast<std::size_t>(r)] + need)) continue;
+        if (block >= 0 && r / cost.ranks_per_node != block) continue;
+        if (!cost.FitsRank(memory_[static_cast<std::size_t>(r)] + need)) continue;
         pick_.push_back(r);
         if (static_cast<int>(pick_.size()) == k) break;
       }
@@ -378,11 +390,11 @@ class SubsetSchedule {
       if (score < best.key) {
         best.key = score;
         best.time = t;
-        best.ranks = pick_;
+        best.ranks.assign(pick_.begin(), pick_.end());
       }
     };
     for (int k = 1; k <= max_width; ++k) {
-      if (k >= 2 && k <= cost_.ranks_per_node && blocks_ > 1) {
+      if (k >= 2 && k <= cost.ranks_per_node && blocks_ > 1) {
         for (int b = 0; b < blocks_; ++b) consider(k, b);
       }
       consider(k, -1);
@@ -391,48 +403,59 @@ class SubsetSchedule {
   }
 
   void Put(std::size_t d, const Place& place) {
-    const double need = Need(lengths_[d], static_cast<int>(place.ranks.size()));
+    const int k = static_cast<int>(place.ranks.size());
+    const double need = Need(lengths_[d], k);
     for (int r : place.ranks) {
       load_[static_cast<std::size_t>(r)] += place.time;
       memory_[static_cast<std::size_t>(r)] += need;
     }
-    ranks_[d] = place.ranks;
+    std::copy(place.ranks.begin(), place.ranks.end(),
+              ranks_.begin() + static_cast<std::ptrdiff_t>(d * static_cast<std::size_t>(cp_)));
+    width_[d] = k;
     time_[d] = place.time;
   }
 
-  Place Take(std::size_t d) {
-    Place place{std::move(ranks_[d]), time_[d], 0};
-    const double need = Need(lengths_[d], static_cast<int>(place.ranks.size()));
+  // Removes document `d` and returns its place in `place`.
+  void Take(std::size_t d, Place& place) {
+    const std::span<const int> ranks = Ranks(d);
+    place.ranks.assign(ranks.begin(), ranks.end());
+    place.time = time_[d];
+    const double need = Need(lengths_[d], width_[d]);
     for (int r : place.ranks) {
       load_[static_cast<std::size_t>(r)] -= place.time;
       memory_[static_cast<std::size_t>(r)] -= need;
     }
-    ranks_[d].clear();
-    return place;
+    width_[d] = 0;
   }
 
   double Slowest() const { return *std::max_element(load_.begin(), load_.end()); }
   int SlowestRank() const {
     return static_cast<int>(std::max_element(load_.begin(), load_.end()) - load_.begin());
   }
-  const std::vector<int>& Ranks(std::size_t d) const { return ranks_[d]; }
+  std::span<const int> Ranks(std::size_t d) const {
+    return {ranks_.data() + d * static_cast<std::size_t>(cp_), static_cast<std::size_t>(width_[d])};
+  }
 
  private:
+  SubsetSchedule() = default;
+
   double Need(std::int64_t s, int k) const {
-    return k == 1 ? static_cast<double>(s) : cost_.MemoryTokens(s, k);
+    return k == 1 ? static_cast<double>(s) : cost_->MemoryTokens(s, k);
   }
   double TimeOf(std::int64_t s, std::span<const int> ranks) const {
     const int k = static_cast<int>(ranks.size());
-    if (k == 1) return cost_.whole.DocumentMs(s);
-    return k == cp_ ? cost_.ShardedDocumentMs(s) : cost_.DocumentMs(s, k, cost_.IntraNode(ranks));
+    if (k == 1) return cost_->whole.DocumentMs(s);
+    return k == cp_ ? cost_->ShardedDocumentMs(s)
+                    : cost_->DocumentMs(s, k, cost_->IntraNode(ranks));
   }
 
   std::span<const std::int64_t> lengths_;
-  const ShardCost& cost_;
+  const ShardCost* cost_ = nullptr;
   int cp_ = 1, blocks_ = 1;
   std::vector<double> load_, memory_;
   std::vector<int> by_load_, pick_;
-  std::vector<std::vector<int>> ranks_;
+  std::vector<int> ranks_;  // document d's ranks: ranks_[d * cp_ .. d * cp_ + width_[d])
+  std::vector<int> width_;
   std::vector<double> time_;
 };
 
@@ -443,8 +466,9 @@ bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCo
                             CpLayout& layout) {
   const std::size_t n = lengths.size();
   const double cp = cost.cp;
-  SubsetSchedule schedule(lengths, cost);
-  SubsetSchedule::Place place;
+  SubsetSchedule& schedule = SubsetSchedule::ForThread();
+  schedule.Reset(lengths, cost);
+  thread_local SubsetSchedule::Place place, old;
   double remaining = 0, total = 0;
   for (std::int64_t s : lengths) remaining += cost.whole.DocumentMs(s);
   // Each document where the stage would end soonest if the work still to place spread
@@ -468,9 +492,9 @@ bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCo
     const double slowest = schedule.Slowest();
     bool moved = false;
     for (std::size_t d : order) {
-      const std::vector<int>& ranks = schedule.Ranks(d);
+      const std::span<const int> ranks = schedule.Ranks(d);
       if (std::find(ranks.begin(), ranks.end(), slowest_rank) == ranks.end()) continue;
-      SubsetSchedule::Place old = schedule.Take(d);
+      schedule.Take(d, old);
       const double rest = schedule.Slowest();
       const auto peak = [&](double top, double t, int, double) { return std::max(rest, top + t); };
       if (schedule.Best(d, max_width, peak, place) && place.key < slowest * (1 - 1e-12)) {
@@ -485,6 +509,21 @@ bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCo
   layout.Clear();
   for (std::size_t d = 0; d < n; ++d) layout.Add(schedule.Ranks(d));
   return true;
+}
+
+// The least time any layout of the micro-batch can take on one stage: c plus the larger of
+// the ranks' mean load (each document's balanced share, and for one no rank holds whole the
+// least exchange it must pay) and the costliest document's floor.
+double LeastLaidOutMs(std::span<const std::int64_t> lengths, const ShardCost& cost) {
+  double work = 0, floor = 0;
+  for (std::int64_t s : lengths) {
+    work += cost.whole.DocumentMs(s);
+    if (!cost.FitsRank(static_cast<double>(s))) {
+      work += cost.LeastExchangeWorkMs(s, cost.MinWidth(s));
+    }
+    floor = std::max(floor, cost.FloorDocumentMs(s));
+  }
+  return cost.whole.c_ms + std::max(work / cost.cp, floor);
 }
 
 }  // namespace
@@ -530,10 +569,13 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
   if (cost.space != CpLayoutSpace::kAnySubset) return best;
   // The list schedule with widths up to cp, then up to half as many, and so on down to 2:
   // it places one document at a time, and a narrower cap lets long documents tile the ranks
-  // where the widest first choice would leave the next one no good place.
+  // where the widest first choice would leave the next one no good place. A layout within
+  // kCloseEnough of the least any layout can take is kept as it is.
+  constexpr double kCloseEnough = 1e-3;
+  const double good_enough = LeastLaidOutMs(lengths, cost) * (1 + kCloseEnough);
   double best_ms = two_way_ms;
-  CpLayout listed;
-  for (int max_width = cost.cp;; max_width = (max_width + 1) / 2) {
+  thread_local CpLayout listed;
+  for (int max_width = cost.cp; best_ms > good_enough; max_width = (max_width + 1) / 2) {
     if (ListScheduleOverWidths(lengths, cost, order, max_width, listed)) {
       const std::vector<double> memory = RankMemoryTokens(lengths, listed, cost);
       const bool fits =
