@@ -396,6 +396,11 @@ expect_rc rejectok 0
 cmp -s "$TMP/ref.out" "$TMP/rejectok.out" || fail "plan differs from the default run"
 
 # --- Invalid inputs ---------------------------------------------------------------------------
+check "unknown cp layout space"
+hyd cplayouts "${PLAN[@]}" --lengths "$LENGTHS" --cp-layouts some -o "$TMP/cplayouts.json"
+expect_input_error cplayouts "--cp-layouts" "subsets, whole-or-every or every-rank" "'some'"
+[[ ! -e $TMP/cplayouts.json ]] || fail "a plan was written"
+
 check "missing lengths file"
 hyd nofile "${PLAN[@]}" --lengths "$TMP/absent.txt"
 expect_input_error nofile "$TMP/absent.txt"
