@@ -44,7 +44,7 @@ def candidates(path, gpus, name, cp, tp):
 
 def step_times(path):
     with open(path) as f:
-        return [s["step_ms"] for s in json.load(f)["steps"]]
+        return [s["step_ms"] for s in json.load(f)["per_step"]]
 
 
 def main():
@@ -59,6 +59,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="/tmp/hydraulis-long-context")
     p.add_argument("--only", help="one distribution name")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep outputs already under --out instead of running them again")
     p.add_argument("--propose-args", default="",
                    help="extra flags for propose (default none: the no-flag proposal)")
     a = p.parse_args()
@@ -80,20 +82,23 @@ def main():
             continue
         lengths = os.path.join(SHARED, file)
         proposed = os.path.join(a.out, f"{name}-{a.gpus}-candidates.json")
-        _, propose_s = run([h, "propose", "--profile", a.profile, "--lengths", lengths,
-                            "--gpus", str(a.gpus), "--max-len", str(a.max_len),
-                            "--tokens-per-batch", str(a.tokens_per_batch), "--quiet",
-                            *a.propose_args.split(), "-o", proposed], "propose")
+        propose_s = 0.0
+        if not (a.reuse and os.path.exists(proposed)):
+            _, propose_s = run([h, "propose", "--profile", a.profile, "--lengths", lengths,
+                                "--gpus", str(a.gpus), "--max-len", str(a.max_len),
+                                "--tokens-per-batch", str(a.tokens_per_batch), "--quiet",
+                                *a.propose_args.split(), "-o", proposed], "propose")
         times = {}
         for system, cands, extra in [("ours", proposed, []),
                                      ("whole-or-every", proposed,
                                       ["--cp-layouts", "whole-or-every"]),
                                      ("dynamic-cp", dynamic, []), ("static-cp", static, [])]:
             out = os.path.join(a.out, f"{name}-{a.gpus}-{system}.json")
-            run([h, "simulate", *common, "--candidates", cands, "--lengths", lengths,
-                 "--steps", str(a.steps), "--quiet", "--json", out,
-                 "--system", "ours" if system == "whole-or-every" else system, *extra],
-                f"simulate {system}")
+            if not (a.reuse and os.path.exists(out)):
+                run([h, "simulate", *common, "--candidates", cands, "--lengths", lengths,
+                     "--steps", str(a.steps), "--quiet", "--json", out,
+                     "--system", "ours" if system == "whole-or-every" else system, *extra],
+                    f"simulate {system}")
             times[system] = step_times(out)
         plans, _ = run([h, "plan", *common, "--candidates", proposed, "--dataset", lengths,
                         "--steps", str(a.steps), "--threads", str(a.threads)], "plan")

@@ -412,9 +412,56 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
   std::vector<double> slowest(bins, 0.0), fullest(bins, 0.0);
   std::vector<std::int64_t> tokens(bins, 0);
   MicroBatches mbs(bins);
-  // A sharded document goes to the micro-batch whose slowest rank is least loaded (ties:
-  // the lowest index) among those with room on every rank.
+  // Over rank subsets, a document no rank holds whole goes over the fewest ranks whose
+  // memory holds it (the least exchange), the least loaded of the micro-batch whose k-th
+  // least loaded rank with room is least loaded (ties: the lowest index); the other ranks
+  // of that micro-batch stay free for whole documents.
+  std::vector<std::size_t> by_load(cp), pick, chosen_pick;
+  auto shard_subset = [&](int d) {
+    const std::int64_t s = Len(problem, d);
+    const int k = std::clamp(cost.MinWidth(s), 2, cost.cp);
+    const double need = cost.MemoryTokens(s, k);
+    std::size_t chosen = bins;
+    double least = 0;
+    for (std::size_t b = 0; b < bins; ++b) {
+      if (tokens[b] + s > pipe.capacity_tokens) continue;
+      for (std::size_t r = 0; r < cp; ++r) by_load[r] = r;
+      std::sort(by_load.begin(), by_load.end(), [&](std::size_t x, std::size_t y) {
+        return load[b * cp + x] != load[b * cp + y] ? load[b * cp + x] < load[b * cp + y] : x < y;
+      });
+      pick.clear();
+      for (std::size_t r : by_load) {
+        if (!cost.FitsRank(memory[b * cp + r] + need)) continue;
+        pick.push_back(r);
+        if (pick.size() == static_cast<std::size_t>(k)) break;
+      }
+      if (pick.size() < static_cast<std::size_t>(k)) continue;
+      const double top = load[b * cp + pick.back()];
+      if (chosen == bins || top < least) {
+        chosen = b;
+        least = top;
+        chosen_pick = pick;
+      }
+    }
+    if (chosen == bins) return false;
+    std::sort(chosen_pick.begin(), chosen_pick.end());
+    const bool intra = chosen_pick.front() / static_cast<std::size_t>(cost.ranks_per_node) ==
+                       chosen_pick.back() / static_cast<std::size_t>(cost.ranks_per_node);
+    const double share = cost.DocumentMs(s, k, intra);
+    for (std::size_t r : chosen_pick) {
+      load[chosen * cp + r] += share;
+      memory[chosen * cp + r] += need;
+      slowest[chosen] = std::max(slowest[chosen], load[chosen * cp + r]);
+      fullest[chosen] = std::max(fullest[chosen], memory[chosen * cp + r]);
+    }
+    tokens[chosen] += s;
+    mbs[chosen].push_back(d);
+    return true;
+  };
+  // Otherwise a sharded document goes to the micro-batch whose slowest rank is least loaded
+  // (ties: the lowest index) among those with room on every rank.
   auto shard = [&](int d) {
+    if (cost.space == CpLayoutSpace::kAnySubset && shard_subset(d)) return true;
     const std::int64_t s = Len(problem, d);
     const double share_memory = cost.ShardedMemoryTokens(s);
     std::size_t chosen = bins;
@@ -529,6 +576,9 @@ void TryRankBins(const AssignProblem& problem, const PipelineModel& pipe, std::s
     if (cost.FitsRank(static_cast<double>(s))) {
       demand += static_cast<double>(s);
       any_whole = true;
+    } else if (cost.space == CpLayoutSpace::kAnySubset) {
+      const int k = std::clamp(cost.MinWidth(s), 2, cost.cp);
+      demand += k * cost.MemoryTokens(s, k);
     } else {
       demand += cost.cp * cost.ShardedMemoryTokens(s);
     }
