@@ -359,9 +359,9 @@ class SubsetSchedule {
   // each k, the k least-loaded ranks with room in each node and in the whole group.
   // `key(top, t, k, ex)` scores a place whose most loaded rank has `top` before it, time t
   // per rank and exchange ex per rank; the least wins (ties: the first found, narrower
-  // widths first).
+  // widths first). No place scores below `floor`: the search stops at one that does.
   template <typename Key>
-  bool Best(std::size_t d, int max_width, Key key, Place& best) {
+  bool Best(std::size_t d, int max_width, Key key, double floor, Place& best) {
     const ShardCost& cost = *cost_;
     const std::int64_t s = lengths_[d];
     const double w = cost.whole.DocumentMs(s);
@@ -393,7 +393,7 @@ class SubsetSchedule {
         best.ranks.assign(pick_.begin(), pick_.end());
       }
     };
-    for (int k = 1; k <= max_width; ++k) {
+    for (int k = 1; k <= max_width && best.key > floor; ++k) {
       if (k >= 2 && k <= cost.ranks_per_node && blocks_ > 1) {
         for (int b = 0; b < blocks_; ++b) consider(k, b);
       }
@@ -480,7 +480,10 @@ bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCo
     const auto projected = [&](double top, double t, int k, double exchange) {
       return std::max(std::max(slowest, top + t), (total + w + k * exchange + remaining) / cp);
     };
-    if (!schedule.Best(d, max_width, projected, place)) return false;
+    // No place ends sooner than the slowest rank so far or the mean with no exchange: a
+    // short document that fits there whole is placed without trying wider ones.
+    const double floor = std::max(slowest, (total + w + remaining) / cp);
+    if (!schedule.Best(d, max_width, projected, floor, place)) return false;
     schedule.Put(d, place);
     total += place.time * static_cast<double>(place.ranks.size());
   }
@@ -497,7 +500,7 @@ bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCo
       schedule.Take(d, old);
       const double rest = schedule.Slowest();
       const auto peak = [&](double top, double t, int, double) { return std::max(rest, top + t); };
-      if (schedule.Best(d, max_width, peak, place) && place.key < slowest * (1 - 1e-12)) {
+      if (schedule.Best(d, max_width, peak, rest, place) && place.key < slowest * (1 - 1e-12)) {
         schedule.Put(d, place);
         moved = true;
         break;
