@@ -461,9 +461,12 @@ class SubsetSchedule {
 
 // The list schedule over widths up to `max_width`, then moves that lower the slowest rank
 // (LayOutMicroBatch, kAnySubset). Returns false when some document finds no width with room.
+// `widest`: the widest place it chose at any point; with a cap at least that, the schedule
+// would make the very same choices.
 bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCost& cost,
-                            const std::vector<std::size_t>& order, int max_width,
-                            CpLayout& layout) {
+                            const std::vector<std::size_t>& order, int max_width, CpLayout& layout,
+                            int& widest) {
+  widest = 0;
   const std::size_t n = lengths.size();
   const double cp = cost.cp;
   SubsetSchedule& schedule = SubsetSchedule::ForThread();
@@ -485,6 +488,7 @@ bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCo
     const double floor = std::max(slowest, (total + w + remaining) / cp);
     if (!schedule.Best(d, max_width, projected, floor, place)) return false;
     schedule.Put(d, place);
+    widest = std::max(widest, static_cast<int>(place.ranks.size()));
     total += place.time * static_cast<double>(place.ranks.size());
   }
   // Moves: a document of the slowest rank to its best place given all the others, while
@@ -502,6 +506,7 @@ bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCo
       const auto peak = [&](double top, double t, int, double) { return std::max(rest, top + t); };
       if (schedule.Best(d, max_width, peak, rest, place) && place.key < slowest * (1 - 1e-12)) {
         schedule.Put(d, place);
+        widest = std::max(widest, static_cast<int>(place.ranks.size()));
         moved = true;
         break;
       }
@@ -578,8 +583,11 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
   const double good_enough = LeastLaidOutMs(lengths, cost) * (1 + kCloseEnough);
   double best_ms = two_way_ms;
   thread_local CpLayout listed;
+  int widest = cost.cp;
   for (int max_width = cost.cp; best_ms > good_enough; max_width = (max_width + 1) / 2) {
-    if (ListScheduleOverWidths(lengths, cost, order, max_width, listed)) {
+    // A cap no narrower than every place the last run chose would repeat that run.
+    const bool repeats = max_width < cost.cp && widest <= max_width;
+    if (!repeats && ListScheduleOverWidths(lengths, cost, order, max_width, listed, widest)) {
       const std::vector<double> memory = RankMemoryTokens(lengths, listed, cost);
       const bool fits =
           std::all_of(memory.begin(), memory.end(), [&](double m) { return cost.FitsRank(m); });
