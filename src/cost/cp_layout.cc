@@ -359,7 +359,8 @@ class SubsetSchedule {
   // each k, the k least-loaded ranks with room in each node and in the whole group.
   // `key(top, t, k, ex)` scores a place whose most loaded rank has `top` before it, time t
   // per rank and exchange ex per rank; the least wins (ties: the first found, narrower
-  // widths first). No place scores below `floor`: the search stops at one that does.
+  // widths first). No place scores below `floor`: the search stops at one that does. The
+  // key must not fall as any of its arguments rises.
   template <typename Key>
   bool Best(std::size_t d, int max_width, Key key, double floor, Place& best) {
     const ShardCost& cost = *cost_;
@@ -394,6 +395,14 @@ class SubsetSchedule {
       }
     };
     for (int k = 1; k <= max_width && best.key > floor; ++k) {
+      // No place of width k scores below the key of its k-th least loaded rank at the
+      // cheapest link (the keys rise with each argument): past the best, it is skipped.
+      const double least_exchange =
+          cost.ExchangeMsPerToken(k, k <= cost.ranks_per_node) * static_cast<double>(s);
+      const double least =
+          key(load_[static_cast<std::size_t>(by_load_[static_cast<std::size_t>(k - 1)])],
+              w / k + least_exchange, k, least_exchange);
+      if (least > best.key * (1 + 1e-12)) continue;
       if (k >= 2 && k <= cost.ranks_per_node && blocks_ > 1) {
         for (int b = 0; b < blocks_; ++b) consider(k, b);
       }
