@@ -84,6 +84,14 @@ double WholeThresholdMs(const PipelineModel& p, std::int64_t s) {
   return p.scheme.pp * (p.shard.whole.DocumentMs(s) + p.time.c_ms);
 }
 
+// The step time from which a document of length s may run over k ranks of `p` (cp > 1):
+// its fastest time there (on the cheapest link k ranks can use) plus c, through the pp
+// stages. WorkMs charges the narrowest width whose threshold theta reaches, and the
+// search's thresholds include these, so the two must be one sum.
+double WidthThresholdMs(const PipelineModel& p, std::int64_t s, int k) {
+  return p.scheme.pp * (p.shard.DocumentMs(s, k, k <= p.shard.ranks_per_node) + p.time.c_ms);
+}
+
 // A document's least share of its stage's work at step time theta: its balanced share,
 // plus the exchange where it must be sharded at theta (PipelineModel::DocumentWorkMs
 // charges it only where memory forces it).
@@ -96,12 +104,9 @@ double WorkMs(const PipelineModel& p, std::int64_t s, double theta) {
   const ShardCost& cost = p.shard;
   int k = std::max(2, cost.MinWidth(s));
   if (cost.space == CpLayoutSpace::kAnySubset) {
-    for (; k < cost.cp; ++k) {
-      const double fastest = cost.DocumentMs(s, k, k <= cost.ranks_per_node);
-      // The same sum as the search's thresholds, with slack: a width that fits theta only
-      // up to rounding must count (a narrower width than needed only lowers the bound).
-      if (p.scheme.pp * (fastest + p.time.c_ms) <= theta * (1 + 1e-9)) break;
-    }
+    // With slack: a width that fits theta only up to rounding must count (a narrower width
+    // than needed only lowers the bound).
+    while (k < cost.cp && WidthThresholdMs(p, s, k) > theta * (1 + 1e-9)) ++k;
   }
   return work + cost.LeastExchangeWorkMs(s, k) / p.scheme.cp;
 }
@@ -625,8 +630,7 @@ class LowerBoundSearch {
         const ShardCost& cost = g.model.shard;
         if (g.model.scheme.cp > 1 && cost.space == CpLayoutSpace::kAnySubset) {
           for (int k = 2; k < cost.cp; ++k) {
-            const double at = g.model.scheme.pp *
-                              (cost.DocumentMs(s, k, k <= cost.ranks_per_node) + g.model.time.c_ms);
+            const double at = WidthThresholdMs(g.model, s, k);
             if (at > lb_.longest_doc_ms && at < whole) thresholds_.push_back(at);
           }
         }

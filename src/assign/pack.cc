@@ -416,7 +416,7 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
   // memory holds it (the least exchange), the least loaded of the micro-batch whose k-th
   // least loaded rank with room is least loaded (ties: the lowest index); the other ranks
   // of that micro-batch stay free for whole documents.
-  std::vector<std::size_t> by_load(cp), pick, chosen_pick;
+  std::vector<int> by_load(cp), pick, chosen_pick;
   auto shard_subset = [&](int d) {
     const std::int64_t s = Len(problem, d);
     const int k = std::clamp(cost.MinWidth(s), 2, cost.cp);
@@ -425,18 +425,19 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
     double least = 0;
     for (std::size_t b = 0; b < bins; ++b) {
       if (tokens[b] + s > pipe.capacity_tokens) continue;
-      for (std::size_t r = 0; r < cp; ++r) by_load[r] = r;
-      std::sort(by_load.begin(), by_load.end(), [&](std::size_t x, std::size_t y) {
-        return load[b * cp + x] != load[b * cp + y] ? load[b * cp + x] < load[b * cp + y] : x < y;
+      const auto at = [&](int r) { return b * cp + static_cast<std::size_t>(r); };
+      for (std::size_t r = 0; r < cp; ++r) by_load[r] = static_cast<int>(r);
+      std::sort(by_load.begin(), by_load.end(), [&](int x, int y) {
+        return load[at(x)] != load[at(y)] ? load[at(x)] < load[at(y)] : x < y;
       });
       pick.clear();
-      for (std::size_t r : by_load) {
-        if (!cost.FitsRank(memory[b * cp + r] + need)) continue;
+      for (int r : by_load) {
+        if (!cost.FitsRank(memory[at(r)] + need)) continue;
         pick.push_back(r);
         if (pick.size() == static_cast<std::size_t>(k)) break;
       }
       if (pick.size() < static_cast<std::size_t>(k)) continue;
-      const double top = load[b * cp + pick.back()];
+      const double top = load[at(pick.back())];
       if (chosen == bins || top < least) {
         chosen = b;
         least = top;
@@ -445,14 +446,13 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
     }
     if (chosen == bins) return false;
     std::sort(chosen_pick.begin(), chosen_pick.end());
-    const bool intra = chosen_pick.front() / static_cast<std::size_t>(cost.ranks_per_node) ==
-                       chosen_pick.back() / static_cast<std::size_t>(cost.ranks_per_node);
-    const double share = cost.DocumentMs(s, k, intra);
-    for (std::size_t r : chosen_pick) {
-      load[chosen * cp + r] += share;
-      memory[chosen * cp + r] += need;
-      slowest[chosen] = std::max(slowest[chosen], load[chosen * cp + r]);
-      fullest[chosen] = std::max(fullest[chosen], memory[chosen * cp + r]);
+    const double share = cost.DocumentMs(s, k, cost.IntraNode(chosen_pick));
+    for (int r : chosen_pick) {
+      const std::size_t slot = chosen * cp + static_cast<std::size_t>(r);
+      load[slot] += share;
+      memory[slot] += need;
+      slowest[chosen] = std::max(slowest[chosen], load[slot]);
+      fullest[chosen] = std::max(fullest[chosen], memory[slot]);
     }
     tokens[chosen] += s;
     mbs[chosen].push_back(d);

@@ -28,12 +28,8 @@ CpLayoutSpace ParseCpLayoutSpace(std::string_view name, std::string_view what) {
 CpLayout CpLayout::EveryRank(std::size_t documents, int cp) {
   CpLayout layout;
   layout.starts_.reserve(documents + 1);
-  layout.starts_.push_back(0);
   layout.ranks_.reserve(documents * static_cast<std::size_t>(std::max(cp, 1)));
-  for (std::size_t i = 0; i < documents; ++i) {
-    for (int r = 0; r < cp; ++r) layout.ranks_.push_back(r);
-    layout.starts_.push_back(static_cast<int>(layout.ranks_.size()));
-  }
+  for (std::size_t i = 0; i < documents; ++i) layout.AddEvery(cp);
   return layout;
 }
 
@@ -43,11 +39,17 @@ void CpLayout::Add(std::span<const int> ranks) {
   starts_.push_back(static_cast<int>(ranks_.size()));
 }
 
+void CpLayout::AddEvery(int cp) {
+  if (starts_.empty()) starts_.push_back(0);
+  for (int r = 0; r < cp; ++r) ranks_.push_back(r);
+  starts_.push_back(static_cast<int>(ranks_.size()));
+}
+
 CpLayout CpLayoutFromPlaces(const std::vector<std::vector<int>>& places, int cp) {
   CpLayout layout;
   for (const std::vector<int>& ranks : places) {
     if (ranks.size() == 1 && ranks[0] == kSharded) {
-      layout.Add(CpLayout::EveryRank(1, cp).Ranks(0));
+      layout.AddEvery(cp);
     } else {
       layout.Add(ranks);
     }
@@ -275,12 +277,9 @@ double WholeOrEveryMs(std::span<const std::int64_t> lengths, const WholeOrEvery&
 
 void ToCpLayout(const WholeOrEvery& two_way, int cp, CpLayout& layout) {
   layout.Clear();
-  thread_local std::vector<int> every;
-  every.resize(static_cast<std::size_t>(cp));
-  for (int r = 0; r < cp; ++r) every[static_cast<std::size_t>(r)] = r;
   for (int where : two_way) {
     if (where == kSharded) {
-      layout.Add(every);
+      layout.AddEvery(cp);
     } else {
       layout.AddWhole(where);
     }
@@ -596,12 +595,10 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
   for (int max_width = cost.cp; best_ms > good_enough; max_width = (max_width + 1) / 2) {
     // A cap no narrower than every place the last run chose would repeat that run.
     const bool repeats = max_width < cost.cp && widest <= max_width;
+    // The schedule places a document only where every one of its ranks has room for it.
     if (!repeats && ListScheduleOverWidths(lengths, cost, order, max_width, listed, widest)) {
-      const std::vector<double> memory = RankMemoryTokens(lengths, listed, cost);
-      const bool fits =
-          std::all_of(memory.begin(), memory.end(), [&](double m) { return cost.FitsRank(m); });
       const double ms = LaidOutStageMs(lengths, listed, cost);
-      if (fits && ms < best_ms) {
+      if (ms < best_ms) {
         best_ms = ms;
         best = listed;
       }

@@ -53,6 +53,8 @@ class CpLayout {
     const int r[1] = {rank};
     Add(r);
   }
+  // Appends a document over every one of `cp` ranks.
+  void AddEvery(int cp);
   friend bool operator==(const CpLayout&, const CpLayout&) = default;
 
  private:
