@@ -1,5 +1,5 @@
 // Output flags: an empty path is an error, and an output that names one of the command's
-// own inputs is refused before anything is read or written (issue 25).
+// own inputs is refused before anything is read or written.
 #pragma once
 
 #include <CLI/CLI.hpp>

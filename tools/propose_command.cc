@@ -22,6 +22,7 @@
 #include "length_flags.h"
 #include "output_paths.h"
 #include "parsed_option.h"
+#include "progress_bar.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -37,6 +38,7 @@ struct ProposeArgs {
   int select_batches = 0;
   std::uint64_t select_seed = 1;
   double select_tolerance = 0.0;
+  bool select_tolerance_given = false;
   CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
   bool quiet = false;
   LengthFlags source;
@@ -97,8 +99,12 @@ void KeepByPlans(const Profile& profile, std::span<const std::int64_t> lengths,
   options.threads = 0;
   options.prune_tolerance = a.select_tolerance;
   const int more = a.max_strategies - (longest_index != 0 ? 1 : 0);
-  const CandidateSelection chosen =
-      SelectCandidatesByPlans(profile, p.candidates, batches, always, more, options);
+  CandidateSelection chosen;
+  {
+    ProgressBar bar("batches planned");
+    chosen = SelectCandidatesByPlans(profile, p.candidates, batches, always, more, options,
+                                     [&bar](int done, int total) { bar.Update(done, total); });
+  }
   std::vector<ProposedStrategy> strategies;
   for (int i : chosen.kept) {
     strategies.push_back(std::move(p.strategies[static_cast<std::size_t>(i)]));
@@ -123,6 +129,12 @@ void KeepByPlans(const Profile& profile, std::span<const std::int64_t> lengths,
 
 void PrintSummary(const Proposal& p, const ProposeArgs& a) {
   const OptimizerLayout& l = p.candidates.optimizer_layout;
+  if (p.top_documents < a.top_documents) {
+    fmt::print(stderr,
+               "hydraulis: --top-documents {} capped at {}, the expected documents of one batch "
+               "of {} tokens\n",
+               a.top_documents, p.top_documents, a.tokens_per_batch);
+  }
   fmt::print(stderr,
              "hydraulis: {} strategies for {} GPUs (optimizer layout {},{},{}) from {} length "
              "bins of {} tokens in {:.3f} s\n",
@@ -142,10 +154,13 @@ void PrintSummary(const Proposal& p, const ProposeArgs& a) {
   }
 }
 
+// Each selection batch is planned with every proposed strategy (seconds each on a large
+// cluster), and all of them are held in memory.
+constexpr int kMaxSelectBatches = 10'000;
+
 int RunPropose(const ProposeArgs& a) {
   RefuseOutputOverInput({"-o/--output", a.output},
                         {{"--profile", a.profile}, {"--lengths", a.lengths}});
-  const Profile profile = LoadProfile(a.profile);
   ProposeOptions options;
   options.gpus = a.gpus;
   options.max_len = a.max_len;
@@ -155,9 +170,13 @@ int RunPropose(const ProposeArgs& a) {
   options.top_documents = a.top_documents;
   options.cp_schemes = a.cp_schemes;
   if (!a.optimizer_layout.empty()) options.optimizer_layout = ParseLayout(a.optimizer_layout);
-  const std::vector<std::int64_t> lengths = LoadLengths(a.lengths, a.source.ToOptions());
-  if (a.select_batches < 0) {
-    throw InvalidInput("--select-batches: must be >= 0, got " + std::to_string(a.select_batches));
+  if (a.select_batches < 0 || a.select_batches > kMaxSelectBatches) {
+    throw InvalidInput("--select-batches: must be from 0 to " + std::to_string(kMaxSelectBatches) +
+                       ", got " + std::to_string(a.select_batches));
+  }
+  if (a.select_tolerance_given && a.select_batches == 0) {
+    throw InvalidInput("--select-tolerance " + fmt::format("{}", a.select_tolerance) +
+                       ": needs --select-batches >= 1 (it prunes the plans of that selection)");
   }
   if (!(a.select_tolerance >= 0.0) || !std::isfinite(a.select_tolerance)) {
     throw InvalidInput("--select-tolerance: must be a finite number >= 0, got " +
@@ -174,7 +193,14 @@ int RunPropose(const ProposeArgs& a) {
     }
     options.max_strategies = 0;
   }
-  Proposal proposal = ProposeStrategies(profile, lengths, options);
+  const Profile profile = LoadProfile(a.profile);
+  const std::vector<std::int64_t> lengths = LoadLengths(a.lengths, a.source.ToOptions());
+  Proposal proposal;
+  {
+    ProgressBar bar("k (--top-documents)");
+    options.progress = [&bar](int done, int total) { bar.Update(done, total); };
+    proposal = ProposeStrategies(profile, lengths, options);
+  }
   if (a.select_batches > 0) KeepByPlans(profile, lengths, a, proposal);
   const std::string json = CandidatesToJson(proposal.candidates);
   // The file must be one `plan` accepts; check before writing anything.
@@ -217,19 +243,25 @@ Command AddProposeCommand(CLI::App& app) {
                   "keep at most this many proposed strategies besides the fallback (0: all)")
       ->capture_default_str();
   cmd->add_option("--select-batches", a->select_batches,
-                  "with --max-strategies: plan this many sampled batches with every proposed "
-                  "strategy and keep those that most lower their planned steps (0: keep by "
-                  "batch share)")
+                  "with --max-strategies: plan this many sampled batches (at most 10000) with "
+                  "every proposed strategy and keep those that most lower their planned steps "
+                  "(0: keep by batch share)")
       ->capture_default_str();
-  cmd->add_option("--select-tolerance", a->select_tolerance,
-                  "with --select-batches: skip planning a strategy on a batch when its lower "
-                  "bound is within this fraction of the best plan found (e.g. 0.02; default 0)");
+  cmd->add_option_function<double>(
+      "--select-tolerance",
+      [a](double v) {
+        a->select_tolerance = v;
+        a->select_tolerance_given = true;
+      },
+      "with --select-batches: skip planning a strategy on a batch when its lower "
+      "bound is within this fraction of the best plan found (e.g. 0.02; default 0)");
   cmd->add_option("--select-seed", a->select_seed,
                   "seed of the --select-batches batches (as plan --seed draws them)")
       ->capture_default_str();
   cmd->add_option("--top-documents", a->top_documents,
                   "also propose, for k = 2..this, a strategy per bin holding a batch's k "
-                  "longest documents (1: only its longest)")
+                  "longest documents (1: only its longest); capped at the expected documents "
+                  "of one batch, --tokens-per-batch / mean length")
       ->capture_default_str();
   AddEnumOption(cmd, "--cp-schemes", a->cp_schemes, kCpSchemesNames,
                 "when the profile's context-parallel schemes take part (needed: only when "

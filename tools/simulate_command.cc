@@ -1,8 +1,6 @@
 // `hydraulis simulate`: a simulated training run of one system (docs/simulator.md).
 #include <fmt/core.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +17,7 @@
 #include "length_flags.h"
 #include "number_flags.h"
 #include "output_paths.h"
+#include "progress_bar.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -34,42 +33,15 @@ struct SimulateArgs {
   LengthFlags source;
 };
 
-// A one-line progress bar on stderr, redrawn with \r. Only when stderr is a terminal (a
-// log file would fill with redraws) and only once the run has taken a second, so short
-// runs print nothing.
-class ProgressBar {
- public:
-  ProgressBar() : enabled_(isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
-  ~ProgressBar() {
-    if (shown_) fmt::print(stderr, "\r\033[K");
-  }
-
-  void Update(int done, int total) {
-    if (!enabled_) return;
-    const double elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
-    if (elapsed_s < kDelaySeconds) return;
-    // At most ten redraws a second, but always the last one.
-    if (done < total && elapsed_s - last_draw_s_ < kRedrawSeconds) return;
-    last_draw_s_ = elapsed_s;
-    constexpr int kWidth = 30;
-    const int filled = total > 0 ? done * kWidth / total : kWidth;
-    fmt::print(stderr, "\r[{}{}] {}/{} steps  {:.1f} s", std::string(filled, '#'),
-               std::string(kWidth - filled, '.'), done, total, elapsed_s);
-    std::fflush(stderr);
-    shown_ = true;
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  static constexpr double kDelaySeconds = 1.0;
-  static constexpr double kRedrawSeconds = 0.1;
-  bool enabled_;
-  double last_draw_s_ = 0;
-  bool shown_ = false;
-  Clock::time_point start_;
-};
+// More steps than anyone waits for (a step plans a batch: milliseconds to a second), and
+// the per-step results are kept in memory.
+constexpr int kMaxSteps = 1'000'000;
 
 int RunSimulate(SimulateArgs a) {
+  if (a.options.steps > kMaxSteps) {
+    throw InvalidInput("--steps " + std::to_string(a.options.steps) + ": at most " +
+                       std::to_string(kMaxSteps) + " (each step plans a batch)");
+  }
   for (const FlagPath& out : {FlagPath{"--json", a.json}, FlagPath{"--trace", a.trace}}) {
     RefuseOutputOverInput(
         out, {{"--profile", a.profile}, {"--candidates", a.candidates}, {"--lengths", a.lengths}});
@@ -96,7 +68,7 @@ int RunSimulate(SimulateArgs a) {
   const std::vector<std::int64_t> dataset = LoadLengths(a.lengths, a.source.ToOptions());
   SimResult result;
   {
-    ProgressBar bar;
+    ProgressBar bar("steps");
     result = Simulate(profile, candidates, dataset, a.options,
                       [&bar](int done, int total) { bar.Update(done, total); });
   }
@@ -139,7 +111,7 @@ Command AddSimulateCommand(CLI::App& app) {
   a->source.AddTo(cmd);
   cmd->add_option("--lengths", a->lengths, "length dataset to sample the global batches from")
       ->required();
-  cmd->add_option("--steps", o.steps, "global batches to simulate")
+  cmd->add_option("--steps", o.steps, "global batches to simulate (at most 1000000)")
       ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--tokens-per-batch", o.sampler.tokens_per_batch,

@@ -1,6 +1,7 @@
 #include "hydraulis/assign/candidate_selection.h"
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 
 #include "hydraulis/base/error.h"
@@ -84,10 +85,10 @@ CandidateSet KeptCandidates(const CandidateSet& candidates, std::span<const int>
   return out;
 }
 
-CandidateSelection SelectCandidatesByPlans(const Profile& profile, const CandidateSet& candidates,
-                                           std::span<const std::vector<std::int64_t>> batches,
-                                           std::span<const int> always, int more,
-                                           const PlannerOptions& options) {
+CandidateSelection SelectCandidatesByPlans(
+    const Profile& profile, const CandidateSet& candidates,
+    std::span<const std::vector<std::int64_t>> batches, std::span<const int> always, int more,
+    const PlannerOptions& options, const std::function<void(int done, int total)>& progress) {
   if (options.algorithm != Algorithm::kOurs || options.only_strategy != -1) {
     throw InvalidInput("candidate selection: plans with ours over every candidate");
   }
@@ -100,6 +101,8 @@ CandidateSelection SelectCandidatesByPlans(const Profile& profile, const Candida
   one_thread.order_ties_by_room = false;  // see PlannerOptions::order_ties_by_room
   const Planner planner(profile, candidates, one_thread);
   std::vector<std::vector<double>> ms(count, std::vector<double>(batches.size(), kInf));
+  std::mutex progress_mutex;
+  int planned = 0;
   ParallelFor(static_cast<int>(batches.size()), ResolveThreads(options.threads), [&](int job) {
     const auto b = static_cast<std::size_t>(job);
     const Plan plan = planner.PlanBatch(batches[b]);
@@ -116,6 +119,10 @@ CandidateSelection SelectCandidatesByPlans(const Profile& profile, const Candida
         v += options.strategy_overhead_ms[static_cast<std::size_t>(c.index)];
       }
       ms[static_cast<std::size_t>(c.index)][b] = v;
+    }
+    if (progress) {
+      const std::lock_guard<std::mutex> lock(progress_mutex);
+      progress(++planned, static_cast<int>(batches.size()));
     }
   });
   CandidateSelection out;

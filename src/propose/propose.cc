@@ -53,35 +53,57 @@ void CheckLayout(const Profile& profile, const OptimizerLayout& l, int gpus) {
   }
 }
 
+// n, the expected documents of one batch of tokens_per_batch tokens (1 when 0).
+double BatchDocuments(const LengthHistogram& h, std::int64_t tokens_per_batch) {
+  if (tokens_per_batch <= 0) return 1.0;
+  return std::max(1.0, static_cast<double>(tokens_per_batch) * static_cast<double>(h.documents) /
+                           static_cast<double>(h.tokens));
+}
+
 // P(the k-th longest of n documents lies in bin b) = P_k(b) - P_k(b-1), with
 // P_k(x) = sum_{i<k} C(n, i) (1 - F(x))^i F(x)^(n-i) the chance that fewer than k lie above
 // x, F the histogram's cumulative document share and n = tokens_per_batch / mean length
-// (1 when 0). k = 1: the longest, F(b)^n - F(b-1)^n.
-std::vector<double> KthLongestBinShares(const LengthHistogram& h, std::int64_t tokens_per_batch,
-                                        int k) {
-  const double documents = static_cast<double>(h.documents);
-  const double n = tokens_per_batch > 0
-                       ? std::max(1.0, static_cast<double>(tokens_per_batch) * documents /
-                                           static_cast<double>(h.tokens))
-                       : 1.0;
-  auto fewer_than_k_above = [&](double f) {
-    double sum = 0, binomial = 1;  // C(n, i), generalised to real n
-    for (int i = 0; i < k; ++i) {
-      if (i > 0) binomial *= (n - (i - 1)) / i;
-      if (binomial <= 0) break;
-      sum += binomial * std::pow(1.0 - f, i) * std::pow(f, n - i);
+// (1 when 0). k = 1: the longest, F(b)^n - F(b-1)^n. Next() adds the sum's next term at
+// every bin boundary, so k = 1..K costs O(K * bins), not O(K^2 * bins).
+class KthLongestBinShares {
+ public:
+  KthLongestBinShares(const LengthHistogram& h, std::int64_t tokens_per_batch)
+      : n_(BatchDocuments(h, tokens_per_batch)) {
+    const double documents = static_cast<double>(h.documents);
+    std::int64_t below = 0;
+    boundaries_.push_back({0.0});
+    for (const HistogramBin& b : h.bins) {
+      below += b.documents;
+      boundaries_.push_back({static_cast<double>(below) / documents});
     }
-    return sum;
-  };
-  std::vector<double> share;
-  std::int64_t below = 0;
-  for (const HistogramBin& b : h.bins) {
-    const double lower = fewer_than_k_above(static_cast<double>(below) / documents);
-    below += b.documents;
-    share.push_back(fewer_than_k_above(static_cast<double>(below) / documents) - lower);
   }
-  return share;
-}
+
+  // The shares per bin for k = 1, 2, ... on successive calls.
+  std::vector<double> Next() {
+    for (Boundary& x : boundaries_) {
+      if (x.binomial <= 0) continue;
+      if (i_ > 0) x.binomial *= (n_ - (i_ - 1)) / i_;  // C(n, i), generalised to real n
+      if (x.binomial <= 0) continue;
+      x.fewer_than_k_above += x.binomial * std::pow(1.0 - x.below, i_) * std::pow(x.below, n_ - i_);
+    }
+    ++i_;
+    std::vector<double> share;
+    for (std::size_t b = 1; b < boundaries_.size(); ++b) {
+      share.push_back(boundaries_[b].fewer_than_k_above - boundaries_[b - 1].fewer_than_k_above);
+    }
+    return share;
+  }
+
+ private:
+  struct Boundary {
+    double below;  // F at the boundary
+    double fewer_than_k_above = 0;
+    double binomial = 1;
+  };
+  double n_;
+  int i_ = 0;
+  std::vector<Boundary> boundaries_;
+};
 
 }  // namespace
 
@@ -202,8 +224,12 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
   found[0].strategy.name = "homogeneous";
   found[0].strategy.pipelines.assign(static_cast<std::size_t>(layout.dp),
                                      Scheme{1, layout.tp, layout.pp});
-  for (int k = 1; k <= options.top_documents; ++k) {
-    const std::vector<double> share = KthLongestBinShares(histogram, options.tokens_per_batch, k);
+  const double batch_documents = std::ceil(BatchDocuments(histogram, options.tokens_per_batch));
+  out.top_documents = batch_documents < options.top_documents ? static_cast<int>(batch_documents)
+                                                              : options.top_documents;
+  KthLongestBinShares shares(histogram, options.tokens_per_batch);
+  for (int k = 1; k <= out.top_documents; ++k) {
+    const std::vector<double> share = shares.Next();
     for (int bin = dp.bin_count() - 1; bin >= 0; --bin) {
       const DpSolution solution = dp.SolveForLongest(bin, k);
       if (solution.groups.empty()) {
@@ -218,18 +244,23 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
       auto same = std::find_if(found.begin(), found.end(), [&](const ProposedStrategy& p) {
         return p.strategy.pipelines == strategy.pipelines;
       });
+      const std::int64_t longest = histogram.bins[static_cast<std::size_t>(bin)].longest;
       if (same == found.end()) {
         same = found.insert(found.end(), ProposedStrategy{});
         same->strategy = std::move(strategy);
         same->top_documents = k;
+        // Named after its first answer: every (k, bin) answers once and distinct bins have
+        // distinct longest documents, so names are unique by construction.
+        same->strategy.name =
+            "up-to-" + std::to_string(longest) + (k == 1 ? "" : "-x" + std::to_string(k));
       }
-      const std::int64_t longest = histogram.bins[static_cast<std::size_t>(bin)].longest;
       if (same->longest_tokens.empty() && same->shared_top_tokens.empty()) {
         same->estimated_ms = solution.makespan_ms;
       }
       (k == 1 ? same->longest_tokens : same->shared_top_tokens).push_back(longest);
       same->batch_share += share[static_cast<std::size_t>(bin)];
     }
+    if (options.progress) options.progress(k, out.top_documents);
   }
   out.dp_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.bins = dp.bin_count();
@@ -257,12 +288,6 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
     ProposedStrategy& p = found[i];
     std::sort(p.longest_tokens.begin(), p.longest_tokens.end());
     std::sort(p.shared_top_tokens.begin(), p.shared_top_tokens.end());
-    if (!p.fallback) {
-      p.strategy.name = !p.longest_tokens.empty()
-                            ? "up-to-" + std::to_string(p.longest_tokens.back())
-                            : "up-to-" + std::to_string(p.shared_top_tokens.back()) + "-x" +
-                                  std::to_string(p.top_documents);
-    }
     out.strategies.push_back(std::move(p));
   }
 

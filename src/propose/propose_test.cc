@@ -483,10 +483,16 @@ void ExpectValidProposal(const Proposal& p, const Profile& profile, int gpus) {
     if (!s.fallback && !s.longest_tokens.empty()) {
       EXPECT_EQ(s.strategy.name, "up-to-" + std::to_string(s.longest_tokens.back()));
     } else if (!s.fallback) {
-      // Only answers for k >= 2 documents in a bin (ProposeOptions::top_documents).
+      // Only answers for k >= 2 documents in a bin (ProposeOptions::top_documents), named
+      // after the first of them.
       ASSERT_FALSE(s.shared_top_tokens.empty()) << s.strategy.name;
-      EXPECT_EQ(s.strategy.name, "up-to-" + std::to_string(s.shared_top_tokens.back()) + "-x" +
-                                     std::to_string(s.top_documents));
+      const std::string suffix = "-x" + std::to_string(s.top_documents);
+      ASSERT_TRUE(s.strategy.name.starts_with("up-to-") && s.strategy.name.ends_with(suffix))
+          << s.strategy.name;
+      const std::int64_t named =
+          std::stoll(s.strategy.name.substr(6, s.strategy.name.size() - 6 - suffix.size()));
+      EXPECT_TRUE(std::binary_search(s.shared_top_tokens.begin(), s.shared_top_tokens.end(), named))
+          << s.strategy.name;
     }
   }
   EXPECT_EQ(static_cast<int>(served.size()), p.bins);
@@ -577,6 +583,64 @@ TEST(ProposeTest, TopDocumentsTwoAddsStrategiesThatHoldTwoLongestDocuments) {
               ProposeStrategies(profile, RealLengths(), options);
             }).find("top-documents"),
             std::string::npos);
+}
+
+// Every --top-documents from 1 to 64 on every real distribution: names stay unique (they
+// once collided), the file is accepted by the strict reader and the planner plans a batch.
+TEST(ProposeTest, AnyTopDocumentsGivesUniqueNamesOnEveryRealDistribution) {
+  const Profile& profile = Profile32b();
+  std::vector<std::string> paths;
+  for (const char* name : {"wikipedia-doc-lengths.txt", "code-file-lengths-cl100k.txt",
+                           "code-dir-lengths-cl100k.txt"}) {
+    const std::string path = kRoot + "/../shared/data/" + name;
+    if (std::filesystem::exists(path)) paths.push_back(path);
+  }
+  if (paths.empty()) paths.push_back(kRoot + "/data/wikipedia-sample-lengths.txt");
+  for (const std::string& path : paths) {
+    const std::vector<std::int64_t> lengths = ReadLengths(path);
+    ProposeOptions options;
+    options.gpus = 256;
+    options.tokens_per_batch = 2'097'152;
+    options.max_len = 131'072;
+    options.resolution_tokens = 4096;
+    for (int k : {1, 2, 5, 64}) {
+      SCOPED_TRACE(path + " --top-documents " + std::to_string(k));
+      options.top_documents = k;
+      const Proposal p = ProposeStrategies(profile, lengths, options);
+      ExpectValidProposal(p, profile, 256);
+      EXPECT_LE(p.top_documents, k);
+      const CandidateSet candidates =
+          ParseCandidates(CandidatesToJson(p.candidates), "proposed", profile);
+      const Planner planner(profile, candidates, PlannerOptions{});
+      BatchSampler sampler(lengths, {options.tokens_per_batch, options.max_len, 7});
+      const Plan plan = planner.PlanBatch(sampler.Next().lengths);
+      EXPECT_GE(plan.estimated_step_ms, plan.lower_bound_ms * (1 - 1e-9));
+      EXPECT_TRUE(plan.truncated.empty());
+    }
+  }
+}
+
+// --top-documents beyond the documents of one batch adds nothing: it is capped there.
+TEST(ProposeTest, TopDocumentsIsCappedAtTheDocumentsOfOneBatch) {
+  const Profile& profile = Profile32b();
+  std::vector<std::int64_t> lengths(100, 20'000);  // 10 documents in a 200K batch
+  lengths.push_back(30'000);
+  ProposeOptions options;
+  options.gpus = 64;
+  options.max_len = 32'768;
+  options.tokens_per_batch = 200'000;
+  options.top_documents = 1'000'000'000;
+  const Proposal p = ProposeStrategies(profile, lengths, options);
+  // n = 200,000 * 101 / 2,030,000 = 9.95 documents: ceil is 10.
+  EXPECT_EQ(p.top_documents, 10);
+  options.top_documents = 10;
+  EXPECT_EQ(CandidatesToJson(ProposeStrategies(profile, lengths, options).candidates),
+            CandidatesToJson(p.candidates));
+  options.top_documents = 4;
+  EXPECT_EQ(ProposeStrategies(profile, lengths, options).top_documents, 4);
+  options.tokens_per_batch = 0;  // the whole data set: one document's worth
+  options.top_documents = 64;
+  EXPECT_EQ(ProposeStrategies(profile, lengths, options).top_documents, 1);
 }
 
 TEST(ProposeTest, DefaultOptimizerLayoutIsTheWidestCapacityHomogeneousLayout) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -42,10 +43,12 @@ CandidateSet KeptCandidates(const CandidateSet& candidates, std::span<const int>
 // planner pruned it the larger of its lower bound and the chosen plan's step (its plan would
 // be no faster than the chosen one, or at most options.prune_tolerance faster), or +inf
 // where it cannot hold the batch; plus its overhead. Deterministic: the
-// same inputs give the same selection on every thread count.
-CandidateSelection SelectCandidatesByPlans(const Profile& profile, const CandidateSet& candidates,
-                                           std::span<const std::vector<std::int64_t>> batches,
-                                           std::span<const int> always, int more,
-                                           const PlannerOptions& options);
+// same inputs give the same selection on every thread count. `progress`, when set, is
+// called with (batches planned, batches) after each batch, from the planning threads one
+// at a time.
+CandidateSelection SelectCandidatesByPlans(
+    const Profile& profile, const CandidateSet& candidates,
+    std::span<const std::vector<std::int64_t>> batches, std::span<const int> always, int more,
+    const PlannerOptions& options, const std::function<void(int done, int total)>& progress = {});
 
 }  // namespace hydraulis

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -54,10 +55,15 @@ struct ProposeOptions {
   // Besides one strategy per bin that holds a batch's longest document, one per bin that
   // holds its k longest, for k = 2..top_documents (>= 1; 1: the longest only). The
   // expected histogram of one batch has fractions of a long document; a batch that draws
-  // two long ones needs two pipelines that hold them (docs/propose.md).
+  // two long ones needs two pipelines that hold them (docs/propose.md). Capped at the
+  // expected documents of one batch, ceil(tokens_per_batch / mean length) (1 when
+  // tokens_per_batch is 0): a batch has no k-th longest document beyond them.
   int top_documents = 1;
   // Whether cp > 1 schemes of the profile take part.
   CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
+  // Called after each k of 1..Proposal::top_documents with (k, that count), for a
+  // progress display; may be empty.
+  std::function<void(int done, int total)> progress;
 };
 
 struct ProposedStrategy {
@@ -91,6 +97,7 @@ struct Proposal {
   std::vector<DpScheme> schemes;             // the schemes the DP could use
   int bins = 0;                              // non-empty histogram bins
   int gpu_step = 1;                          // G, the DP's GPU granularity
+  int top_documents = 1;                     // ProposeOptions::top_documents after its cap
   std::int64_t evaluations = 0;              // group-time evaluations of the DP table
   double dp_seconds = 0;                     // wall-clock of the DP and trace-backs
 };
