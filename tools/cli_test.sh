@@ -536,6 +536,46 @@ hyd simbad simulate --profile "$PROFILE" --candidates "$CANDS" \
   --lengths "$SRC/data/wikipedia-sample-lengths.txt" --system nonsense
 expect_input_error simbad "nonsense"
 
+# --- counts that cannot finish, flags that would be ignored, integers out of range --------
+SAMPLE=$SRC/data/wikipedia-sample-lengths.txt
+PROPOSE=(propose --profile "$PROFILE" --lengths "$SAMPLE" --gpus 64 --max-len 32768)
+check "propose refuses --select-tolerance without --select-batches"
+hyd seltol "${PROPOSE[@]}" --select-tolerance 0.05 -o "$TMP/seltol.json"
+expect_input_error seltol "--select-tolerance" "--select-batches"
+[[ ! -e $TMP/seltol.json ]] || fail "a refused propose wrote its output"
+
+check "propose refuses --select-batches it cannot plan"
+hyd selbig "${PROPOSE[@]}" --select-batches 10001
+expect_input_error selbig "--select-batches" "10000" "10001"
+
+check "simulate refuses --steps it cannot plan"
+hyd stepsbig simulate --profile "$PROFILE" --candidates "$CANDS" --lengths "$SAMPLE" \
+  --steps 2000000000
+expect_input_error stepsbig "--steps" "1000000"
+
+check "propose caps --top-documents at the documents of one batch and names every strategy once"
+hyd topk "${PROPOSE[@]}" --top-documents 1000000000 -o "$TMP/topk.json"
+expect_rc topk 0
+expect_stderr_has topk "--top-documents 1000000000 capped at"
+hyd topk5 "${PROPOSE[@]}" --top-documents 5 -o "$TMP/topk5.json"
+expect_rc topk5 0
+hyd topkplan plan --profile "$PROFILE" --candidates "$TMP/topk5.json" --lengths "$LENGTHS"
+expect_rc topkplan 0
+
+check "an integer past its flag's range names the flag and the range"
+hyd intbig "${PROPOSE[@]}" --top-documents 2147483648
+expect_input_error intbig "--top-documents" "2147483648" "from -2147483648 to 2147483647"
+hyd int64big "${PROPOSE[@]}" --tokens-per-batch 99999999999999999999
+expect_input_error int64big "--tokens-per-batch" "to 9223372036854775807"
+
+check "sampled plans written to a full device fail with one write error"
+"$BIN" plan --profile "$PROFILE" --candidates "$CANDS" --dataset "$SAMPLE" --steps 3 \
+  >/dev/full 2>"$TMP/dsfull.err"
+RC=$?
+expect_rc dsfull 1
+expect_one_line_stderr dsfull
+expect_stderr_has dsfull "stdout: write failed"
+
 # --- preprocess -------------------------------------------------------------------------------
 check "preprocess writes a Megatron dataset that stats reads"
 printf '%s\n' '{"text": "hello"}' '{"text": ""}' '' '{"id": 3, "text": "caf\u00e9"}' \

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "commands.h"
@@ -149,6 +150,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ConversionError& e) {
+    fmt::print(stderr, "hydraulis: error: {}\n", hydraulis::tools::ConversionErrorMessage(e));
+    return 2;
   } catch (const CLI::ParseError& e) {
     fmt::print(stderr, "hydraulis: error: {}\n", e.what());
     return 2;
@@ -160,6 +164,15 @@ int main(int argc, char** argv) {
       hydraulis::FlushStdout();  // output lost (closed stdout, full disk) is a failure
       return status;
     }
+  } catch (const std::system_error& e) {
+    // fmt::print throws this when stdout refuses a write (closed, full device): the same
+    // one line as FlushStdout's.
+    if (std::ferror(stdout) == 0) {
+      fmt::print(stderr, "hydraulis: internal error: {}\n", e.what());
+      return 1;
+    }
+    fmt::print(stderr, "hydraulis: error: stdout: write failed: {}\n", e.code().message());
+    return 1;
   } catch (const hydraulis::InternalError& e) {
     fmt::print(stderr, "hydraulis: internal error: {}\n", e.what());
     return 1;

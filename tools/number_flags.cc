@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -61,7 +62,9 @@ std::string CheckInteger(const std::string& text) {
            QuoteForMessage(text);
   }
   if (ec == std::errc::result_out_of_range) {
-    return "out of range: " + QuoteForMessage(text);
+    return "out of range: " + QuoteForMessage(text) + ", give an integer from " +
+           std::to_string(std::numeric_limits<Int>::min()) + " to " +
+           std::to_string(std::numeric_limits<Int>::max());
   }
   return {};
 }
@@ -94,6 +97,26 @@ void CheckEveryNumber(CLI::App& app) {
     }
   }
   for (CLI::App* sub : app.get_subcommands({})) CheckEveryNumber(*sub);
+}
+
+std::string ConversionErrorMessage(const CLI::ConversionError& e) {
+  // CLI11 says "Could not convert: NAME = VALUE". Past CheckEveryNumber, an integer that
+  // fails to convert is out of range of a 32-bit int flag (no flag is narrower).
+  const std::string what = e.what();
+  const std::string prefix = "Could not convert: ";
+  const std::size_t equals = what.find(" = ");
+  if (what.rfind(prefix, 0) != 0 || equals == std::string::npos) return what;
+  const std::string value = what.substr(equals + 3);
+  std::int64_t parsed = 0;
+  const char* first = value.data();
+  const char* last = value.data() + value.size();
+  if (first != last && *first == '+') ++first;
+  const auto [ptr, ec] = std::from_chars(first, last, parsed);
+  if (value.empty() || ec != std::errc() || ptr != last) return what;
+  return what.substr(prefix.size(), equals - prefix.size()) +
+         ": out of range: " + QuoteForMessage(value) + ", give an integer from " +
+         std::to_string(std::numeric_limits<int>::min()) + " to " +
+         std::to_string(std::numeric_limits<int>::max());
 }
 
 }  // namespace hydraulis::tools

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace hydraulis::tools {
 
@@ -14,5 +15,9 @@ CLI::Validator NonNegativeNumber();
 // Adds to every option of `app` and its subcommands, by the type CLI11 parsed it as: a
 // floating-point value must be finite; an unsigned one must not be written negative.
 void CheckEveryNumber(CLI::App& app);
+
+// The message for CLI11's conversion failure: an integer out of its flag's range gets the
+// flag, the value and the range, like CheckEveryNumber's own messages.
+std::string ConversionErrorMessage(const CLI::ConversionError& e);
 
 }  // namespace hydraulis::tools
