@@ -1,9 +1,11 @@
 // Planner-level tests: invariants on real data for every algorithm, determinism, the
 // long-document rule, candidate choice and pruning, and the 1F1B relaxation.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -16,6 +18,7 @@
 #include "hydraulis/assign/pipeline_relaxation.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/assign/plan_json.h"
+#include "hydraulis/assign/plan_lines.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/assign/published.h"
 #include "hydraulis/assign/two_stage.h"
@@ -79,6 +82,95 @@ TEST(PlanCheckerTest, CoverageNamesTheFirstDocumentOutOfRangeTwiceOrMissing) {
   EXPECT_EQ(CheckCoverage({{{-1}}}, 3), "pipeline 0 micro-batch 0 has invalid document index -1");
   EXPECT_EQ(CheckCoverage({{{0, 1}}, {{1, 2}}}, 3), "document 1 is assigned more than once");
   EXPECT_EQ(CheckCoverage({{{0}}, {{2}}}, 3), "document 1 is not assigned");
+}
+
+// summarize's reader checks every field of a plan a reader could use, cp fields included,
+// and names the field; a real cp plan reads back.
+TEST(PlanLinesTest, CorruptPipelineAndShardFieldsAreRefusedByFieldPath) {
+  const LongContextStudy study;
+  const Planner planner(study.profile, study.candidates, study.options);
+  const Plan plan = planner.PlanBatch(RealBatches(1, 2'097'152, 11, 131'072).front());
+  const nlohmann::json good = nlohmann::json::parse(PlanToJson(plan, false, false));
+  ASSERT_EQ(ParsePlanLines(good.dump(), "p.jsonl").size(), 1u);
+  std::size_t cp = 0, whole = 0;  // a cp > 1 pipeline with micro-batches, a cp 1 pipeline
+  bool found_cp = false, found_whole = false;
+  for (std::size_t i = 0; i < plan.pipelines.size(); ++i) {
+    if (plan.pipelines[i].scheme.cp > 1 && !plan.pipelines[i].micro_batches.empty()) {
+      if (!found_cp) cp = i;
+      found_cp = true;
+    }
+    if (plan.pipelines[i].scheme.cp == 1 && !found_whole) {
+      whole = i;
+      found_whole = true;
+    }
+  }
+  ASSERT_TRUE(found_cp) << StrategyDescription(plan.strategy);
+  const std::string at = "pipelines[" + std::to_string(cp) + "]";
+  const int cp_degree = plan.pipelines[cp].scheme.cp;
+  using Json = nlohmann::json;
+  struct Case {
+    std::string what;
+    std::function<void(Json&)> corrupt;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {"rank 99", [&](Json& j) { j["pipelines"][cp]["cp_layouts"][0][0] = 99; },
+       at + ".cp_layouts[0][0]: must be <= " + std::to_string(cp_degree - 1)},
+      {"rank -2", [&](Json& j) { j["pipelines"][cp]["cp_layouts"][0][0] = -2; },
+       at + ".cp_layouts[0][0]: must be >= -1"},
+      {"subset rank",
+       [&](Json& j) {
+         j["pipelines"][cp]["cp_layouts"][0][0] = Json::array({0, 99});
+       },
+       at + ".cp_layouts[0][0][1]: must be <= "},
+      {"repeated rank",
+       [&](Json& j) {
+         j["pipelines"][cp]["cp_layouts"][0][0] = Json::array({1, 1});
+       },
+       at + ".cp_layouts[0]: "},
+      {"layouts missing", [&](Json& j) { j["pipelines"][cp].erase("cp_layouts"); },
+       at + ".cp_layouts: missing required field"},
+      {"layout too short", [&](Json& j) { j["pipelines"][cp]["cp_layouts"][0] = Json::array(); },
+       at + ".cp_layouts[0]: "},
+      {"cp 0", [&](Json& j) { j["pipelines"][cp]["cp"] = 0; }, at + ".cp: must be >= 1"},
+      {"cp -4", [&](Json& j) { j["pipelines"][cp]["cp"] = -4; }, at + ".cp: must be >= 1"},
+      {"cp string", [&](Json& j) { j["pipelines"][cp]["cp"] = "4"; },
+       at + ".cp: expected an integer"},
+      {"cp 2^62", [&](Json& j) { j["pipelines"][cp]["cp"] = std::int64_t{1} << 62; },
+       at + ".cp: must be <= 1048576"},
+      {"cp differs", [&](Json& j) { j["pipelines"][cp]["cp"] = 2 * cp_degree; },
+       at + ".cp: (CP" + std::to_string(2 * cp_degree)},
+      {"strategy cp 0", [&](Json& j) { j["strategy"]["pipelines"][cp]["cp"] = 0; },
+       "strategy.pipelines[" + std::to_string(cp) + "].cp: must be >= 1"},
+      {"document index", [&](Json& j) { j["pipelines"][cp]["micro_batches"][0][0] = 1'000'000; },
+       at + ".micro_batches[0][0]: must be <= "},
+      {"document twice",
+       [&](Json& j) {
+         j["pipelines"][cp]["micro_batches"][0][0] = plan.pipelines[cp].micro_batches[0].size() > 1
+                                                         ? j["pipelines"][cp]["micro_batches"][0][1]
+                                                         : Json(-1);
+       },
+       "p.jsonl:1: "},
+      {"pipelines dropped", [&](Json& j) { j["pipelines"].erase(j["pipelines"].begin()); },
+       "pipelines: " + std::to_string(plan.pipelines.size() - 1) + " pipelines, but"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Json bad = good;
+    c.corrupt(bad);
+    const std::string message =
+        test_support::InvalidInputMessage([&] { ParsePlanLines(bad.dump(), "p.jsonl"); });
+    EXPECT_NE(message.find(c.fragment), std::string::npos) << message;
+    EXPECT_EQ(message.rfind("p.jsonl:1: ", 0), 0u) << message;
+  }
+  if (found_whole) {
+    Json bad = good;
+    bad["pipelines"][whole]["cp_layouts"] = Json::array();
+    EXPECT_NE(test_support::InvalidInputMessage([&] {
+                ParsePlanLines(bad.dump(), "p.jsonl");
+              }).find("pipelines[" + std::to_string(whole) + "].cp_layouts: a cp 1 pipeline"),
+              std::string::npos);
+  }
 }
 
 // The packing rule the runtime and the Python package share: a micro-batch's documents in

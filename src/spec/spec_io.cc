@@ -49,6 +49,8 @@ std::map<int, double> ReadTpMap(JsonObjectReader& parent, const std::string& key
   return out;
 }
 
+}  // namespace
+
 Scheme ReadScheme(JsonObjectReader& r) {
   Scheme s;
   s.cp = ToInt(r.IntOr("cp", 1, 1, kMaxGpus));
@@ -59,8 +61,6 @@ Scheme ReadScheme(JsonObjectReader& r) {
   }
   return s;
 }
-
-}  // namespace
 
 Profile ParseProfile(const std::string& json_text, const std::string& source) {
   nlohmann::json doc = ParseJson(json_text, source);

@@ -11,6 +11,12 @@
 
 namespace hydraulis {
 
+class JsonObjectReader;
+
+// The {cp, tp, pp} object `r` reads (an absent degree is 1): each degree, and their product,
+// from 1 to 2^20 GPUs; InvalidInput naming the field otherwise.
+Scheme ReadScheme(JsonObjectReader& r);
+
 // Loads and validates a profile in the project's format.
 Profile LoadProfile(const std::string& path);
 Profile ParseProfile(const std::string& json_text, const std::string& source_name);
