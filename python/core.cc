@@ -126,12 +126,18 @@ nb::object MakePipelines(const Plan& plan) {
 }
 
 // Lengths from a Python sequence of ints or an integer NumPy array; TypeError for anything
-// else (floats are never cast), ValueError naming the first length below 1 or above
+// else (floats are never cast), InvalidInput (InvalidInputError, a ValueError) naming an
+// array that is not 1-D, an empty batch, or the first length below 1 or above
 // kMaxDocumentTokens (data/document_length.h), as the length files' readers reject them.
 std::vector<std::int64_t> Lengths(nb::handle obj) {
   std::vector<std::int64_t> lengths;
   nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>> int64_array;
   nb::ndarray<nb::ro, nb::ndim<1>> array;
+  // Before the array casts: bytes export a buffer, which would read as an array of uint8.
+  if (nb::isinstance<nb::str>(obj) || nb::isinstance<nb::bytes>(obj) ||
+      PyByteArray_Check(obj.ptr())) {
+    throw nb::type_error("lengths: expected a sequence of integers, got a string");
+  }
   if (nb::try_cast(obj, int64_array, false)) {
     // The common case, read in place: a 1-D int64 array.
     for (std::size_t i = 0; i < int64_array.shape(0); ++i) lengths.push_back(int64_array(i));
@@ -152,13 +158,18 @@ std::vector<std::int64_t> Lengths(nb::handle obj) {
       nb::object too_big =
           nb::module_::import_("numpy").attr("any")(obj.attr("__gt__")(nb::int_(INT64_MAX)));
       if (PyObject_IsTrue(too_big.ptr()) == 1)
-        throw nb::value_error("lengths: a length is above 2^63 - 1");
+        throw InvalidInput("lengths: a length is above 2^63 - 1");
     }
     as64 = nb::cast<nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>>>(converted);
     lengths.assign(as64.data(), as64.data() + as64.shape(0));
   } else {
-    if (nb::isinstance<nb::str>(obj) || nb::isinstance<nb::bytes>(obj)) {
-      throw nb::type_error("lengths: expected a sequence of integers, got a string");
+    // An array of another shape (a 2-D batch): iterating it would give rows, and NumPy's
+    // own error names neither the argument nor the shape.
+    if (nb::hasattr(obj, "ndim") && nb::hasattr(obj, "shape") && nb::hasattr(obj, "__array__") &&
+        !obj.attr("ndim").equal(nb::int_(1))) {
+      throw InvalidInput("lengths: expected a 1-D array of integers, got " +
+                         std::string(nb::repr(obj.attr("ndim")).c_str()) + "-D with shape " +
+                         std::string(nb::repr(obj.attr("shape")).c_str()));
     }
     nb::iterator it;
     try {
@@ -183,26 +194,23 @@ std::vector<std::int64_t> Lengths(nb::handle obj) {
       int overflow = 0;
       const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
       if (overflow != 0) {
-        throw nb::value_error(("lengths[" + std::to_string(i) +
-                               "]: " + std::string(nb::repr(item).c_str()) + " is beyond 64 bits")
-                                  .c_str());
+        throw InvalidInput("lengths[" + std::to_string(i) +
+                               "]: " + std::string(nb::repr(item).c_str()) + " is beyond 64 bits");
       }
       lengths.push_back(v);
       ++i;
     }
   }
-  if (lengths.empty()) throw nb::value_error("lengths: the batch is empty");
+  if (lengths.empty()) throw InvalidInput("lengths: the batch is empty");
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 1) {
-      throw nb::value_error(("lengths[" + std::to_string(i) +
+      throw InvalidInput("lengths[" + std::to_string(i) +
                              "]: a document has at least one "
                              "token, got " +
-                             std::to_string(lengths[i]))
-                                .c_str());
+                             std::to_string(lengths[i]));
     }
     if (lengths[i] > kMaxDocumentTokens) {
-      throw nb::value_error(
-          ("lengths[" + std::to_string(i) + "]: " + DocumentTooLongMessage(lengths[i])).c_str());
+      throw InvalidInput("lengths[" + std::to_string(i) + "]: " + DocumentTooLongMessage(lengths[i]));
     }
   }
   return lengths;

@@ -166,7 +166,7 @@ class LookaheadPlanner:
         import collections
         import weakref
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
-            raise ValueError(f"depth: must be an integer >= 1, got {depth!r}")
+            raise InvalidInputError(f"depth: must be an integer >= 1, got {depth!r}")
         batches = iter(batches)
         lengths_of = lengths_of if lengths_of is not None else (lambda item: item)
         # Items drawn, in order; the thread appends, __next__ takes (both under the GIL).

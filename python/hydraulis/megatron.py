@@ -16,6 +16,8 @@ hydraulis runtime, not Megatron-LM.
 """
 import numpy as np
 
+from ._core import InvalidInputError
+
 
 class MegatronPackingScheduler:
     """scheduler(samples) -> groups[microbatch][dp_rank] -> list of sample ids.
@@ -37,17 +39,17 @@ class MegatronPackingScheduler:
     def __call__(self, samples):
         pairs = list(samples)
         if not pairs:
-            raise ValueError("samples: the global batch is empty")
+            raise InvalidInputError("samples: the global batch is empty")
         ids = [p[0] for p in pairs]
         plan = self.planner.plan([p[1] for p in pairs])
         if len(plan.pipelines) != self.dp_size:
-            raise ValueError(
+            raise InvalidInputError(
                 f"the planner chose strategy {plan.strategy} with {len(plan.pipelines)} "
                 f"pipeline(s), but Megatron runs dp_size = {self.dp_size} identical ones: give "
                 "the planner candidates of exactly dp_size pipelines")
         schemes = {p.scheme for p in plan.pipelines}
         if len(schemes) != 1:
-            raise ValueError(f"strategy {plan.strategy} mixes pipelines {sorted(schemes)}; "
+            raise InvalidInputError(f"strategy {plan.strategy} mixes pipelines {sorted(schemes)}; "
                              "Megatron's model is homogeneous")
         count = max(len(p.micro_batches) for p in plan.pipelines)
         groups = [[[] for _ in range(self.dp_size)] for _ in range(count)]
@@ -181,7 +183,7 @@ class BlockCosts:
                 terms[s.get("cp", 1)] = tuple(float(s.get(name, 0.0)) for name in (
                     "a_ms_per_token2", "b_ms_per_token", "c_ms", "kv_ms_per_token"))
         if 1 not in terms:
-            raise ValueError(f"profile: has no <cp 1, tp {tp}, pp 1> scheme")
+            raise InvalidInputError(f"profile: has no <cp 1, tp {tp}, pp 1> scheme")
         return cls(terms)
 
     def has(self, k):
@@ -218,7 +220,7 @@ def _planning_profile(costs, sizes, max_tokens_per_rank, dp_cp_size):
     model_state_bytes = _PLAN_HIDDEN * 1 * 32  # H V E(1), B = 0, optimizer share 0
     memory = rank_tokens * per_token + model_state_bytes
     if memory > _MAX_GPU_MEMORY_BYTES:
-        raise ValueError(f"max_seq_len_per_rank: {max_tokens_per_rank} tokens is beyond what "
+        raise InvalidInputError(f"max_seq_len_per_rank: {max_tokens_per_rank} tokens is beyond what "
                          "the planner's memory model represents")
     # The planner's decisions do not depend on the time unit; keep the coefficients within
     # what the profile parser accepts (a 2^20-token sample under 1e12 ms).
@@ -248,7 +250,7 @@ def _planning_profile(costs, sizes, max_tokens_per_rank, dp_cp_size):
 
 def _positive_int(value, name):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+        raise InvalidInputError(f"{name}: must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -297,12 +299,12 @@ class BalancedCPScheduler:
         _positive_int(tp, "tp")
         _positive_int(max_strategies, "max_strategies")
         if profile is not None and costs is not None:
-            raise ValueError("profile, costs: give at most one cost model")
+            raise InvalidInputError("profile, costs: give at most one cost model")
         if profile is not None:
             costs = BlockCosts.from_profile(profile, tp)
         self.costs = costs if costs is not None else BlockCosts.default()
         if not isinstance(self.costs, BlockCosts) or not self.costs.has(1):
-            raise ValueError("costs: must be a BlockCosts with a term for one rank")
+            raise InvalidInputError("costs: must be a BlockCosts with a term for one rank")
         self.block_sizes = [k for k in hybrid_group_sizes(self.total_hdp_gpus)
                             if self.costs.has(k)]
         self.strategies = _block_strategies(self.total_hdp_gpus, self.block_sizes,
@@ -330,7 +332,7 @@ class BalancedCPScheduler:
         for k in self.block_sizes:
             if seq_len <= k * self.max_seq_len_per_rank:
                 return k
-        raise ValueError(f"a sample of {seq_len} tokens needs more than the "
+        raise InvalidInputError(f"a sample of {seq_len} tokens needs more than the "
                          f"{self.block_sizes[-1]} ranks x {self.max_seq_len_per_rank} tokens "
                          "(max_seq_len_per_rank) this scheduler has")
 
@@ -368,11 +370,11 @@ class BalancedCPScheduler:
                                 f"{seqlen!r}")
             seqlen = int(seqlen)
             if seqlen < 1:
-                raise ValueError(f"sample_id_seqlens[{j}]: seqlen must be >= 1, got {seqlen} "
+                raise InvalidInputError(f"sample_id_seqlens[{j}]: seqlen must be >= 1, got {seqlen} "
                                  f"(sample id {sample_id!r}; HybridCPDataLoaderWrapper drops "
                                  "empty sub-samples)")
             if seqlen > self.max_sample_tokens:
-                raise ValueError(
+                raise InvalidInputError(
                     f"sample_id_seqlens[{j}]: sample id {sample_id!r} has {seqlen} tokens, more "
                     f"than all {self.block_sizes[-1]} ranks hold at max_seq_len_per_rank = "
                     f"{self.max_seq_len_per_rank} ({self.max_sample_tokens}); megatron-core's "
@@ -382,9 +384,9 @@ class BalancedCPScheduler:
         if len(set(ids)) != len(ids):
             seen = set()
             twice = next(i for i in ids if i in seen or seen.add(i))
-            raise ValueError(f"sample_id_seqlens: sample id {twice!r} appears more than once")
+            raise InvalidInputError(f"sample_id_seqlens: sample id {twice!r} appears more than once")
         if not lengths:
-            raise ValueError("sample_id_seqlens: the global batch is empty")
+            raise InvalidInputError("sample_id_seqlens: the global batch is empty")
         return ids, lengths
 
     def _blocks_of(self, plan, count):
@@ -629,55 +631,55 @@ def check_hybrid_cp_schedule(sample_id_seqlens, groups, sample_id_groups, dp_cp_
     n = dp_cp_size
     sizes = set(hybrid_group_sizes(n))
     if not isinstance(groups, list) or not isinstance(sample_id_groups, list):
-        raise ValueError("groups and sample_id_groups must be lists")
+        raise InvalidInputError("groups and sample_id_groups must be lists")
     if len(sample_id_groups) == 0 or len(groups) != len(sample_id_groups):
-        raise ValueError(f"{len(groups)} groups of lengths and {len(sample_id_groups)} of sample "
+        raise InvalidInputError(f"{len(groups)} groups of lengths and {len(sample_id_groups)} of sample "
                          "ids: need the same number, at least one")
     seen = {}
     result = []
     for g, (lens, ids) in enumerate(zip(groups, sample_id_groups)):
         if len(ids) != n or len(lens) != n:
-            raise ValueError(f"group {g}: {len(ids)} rank lists of ids and {len(lens)} of lengths, "
+            raise InvalidInputError(f"group {g}: {len(ids)} rank lists of ids and {len(lens)} of lengths, "
                              f"expected {n}")
         ranks_of = {}
         for r in range(n):
             if len(ids[r]) != len(lens[r]):
-                raise ValueError(f"group {g} rank {r}: {len(ids[r])} ids but {len(lens[r])} "
+                raise InvalidInputError(f"group {g} rank {r}: {len(ids[r])} ids but {len(lens[r])} "
                                  "lengths")
             if len(set(ids[r])) != len(ids[r]):
-                raise ValueError(f"group {g} rank {r}: a sample listed twice")
+                raise InvalidInputError(f"group {g} rank {r}: a sample listed twice")
             for sid, length in zip(ids[r], lens[r]):
                 if sid not in seqlen:
-                    raise ValueError(f"group {g} rank {r}: sample id {sid!r} is not in the batch")
+                    raise InvalidInputError(f"group {g} rank {r}: sample id {sid!r} is not in the batch")
                 if length != seqlen[sid]:
-                    raise ValueError(f"group {g} rank {r}: sample {sid!r} listed with length "
+                    raise InvalidInputError(f"group {g} rank {r}: sample {sid!r} listed with length "
                                      f"{length}, has {seqlen[sid]}")
                 ranks_of.setdefault(sid, []).append(r)
         cp_of = {}
         for sid, ranks in ranks_of.items():
             if sid in seen:
-                raise ValueError(f"sample {sid!r} in groups {seen[sid]} and {g}")
+                raise InvalidInputError(f"sample {sid!r} in groups {seen[sid]} and {g}")
             seen[sid] = g
             size = len(ranks)  # partner_cp_size, as the runtime counts it
             first = ranks[0]
             if size not in sizes:
-                raise ValueError(f"group {g}: sample {sid!r} on {size} ranks; megatron-core has "
+                raise InvalidInputError(f"group {g}: sample {sid!r} on {size} ranks; megatron-core has "
                                  f"hybrid groups of {sorted(sizes)} ranks")
             if first % size or ranks != list(range(first, first + size)):
-                raise ValueError(f"group {g}: sample {sid!r} on ranks {ranks}, not an aligned "
+                raise InvalidInputError(f"group {g}: sample {sid!r} on ranks {ranks}, not an aligned "
                                  f"block of {size}")
             if seqlen[sid] > size * max_seq_len_per_rank:
-                raise ValueError(f"group {g}: sample {sid!r} of {seqlen[sid]} tokens on {size} "
+                raise InvalidInputError(f"group {g}: sample {sid!r} of {seqlen[sid]} tokens on {size} "
                                  f"rank(s) exceeds max_seq_len_per_rank = {max_seq_len_per_rank}")
             cp_of[sid] = size
         _run_group(g, ids, cp_of)
         result.append(cp_of)
     missing = [sid for sid in seqlen if sid not in seen]
     if missing:
-        raise ValueError(f"{len(missing)} samples scheduled nowhere, e.g. {missing[0]!r}")
+        raise InvalidInputError(f"{len(missing)} samples scheduled nowhere, e.g. {missing[0]!r}")
     for r in range(n):
         if not sample_id_groups[-1][r]:
-            raise ValueError(f"rank {r} has no sample in the last group (the runtime runs "
+            raise InvalidInputError(f"rank {r} has no sample in the last group (the runtime runs "
                              "sample_id_groups[-1][rank][-1])")
     return result
 
@@ -713,7 +715,7 @@ def _run_group(g, ids, cp_of, sample_ms=None):
     stuck = [r for r in range(n) if head[r] < len(ids[r])]
     if stuck:
         r = stuck[0]
-        raise ValueError(f"group {g}: deadlock: rank {r} waits at sample {ids[r][head[r]]!r} "
+        raise InvalidInputError(f"group {g}: deadlock: rank {r} waits at sample {ids[r][head[r]]!r} "
                          f"for partners that wait elsewhere ({len(stuck)} ranks stuck)")
     return clock
 

@@ -13,7 +13,7 @@ dividing by it gives the global mean loss on every rank alike.
 """
 import numpy as np
 
-from . import BatchSampler, LookaheadPlanner
+from . import BatchSampler, InvalidInputError, LookaheadPlanner
 
 IGNORE_INDEX = -100
 
@@ -25,11 +25,11 @@ def collate_packed(sequences):
     cu_seq_lens_q/k (int32 tensors [documents + 1]) and max_length_q/k (ints)."""
     import torch
     if len(sequences) == 0:
-        raise ValueError("collate_packed: no sequences")
+        raise InvalidInputError("collate_packed: no sequences")
     arrays = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
     for i, a in enumerate(arrays):
         if a.size == 0:
-            raise ValueError(f"collate_packed: sequence {i} is empty")
+            raise InvalidInputError(f"collate_packed: sequence {i} is empty")
     ids = np.concatenate(arrays)
     labels = ids.copy()
     lengths = np.array([a.size for a in arrays], dtype=np.int64)
@@ -103,7 +103,7 @@ class PackedStepLoader:
     def __init__(self, dataset, planner, *, pipeline, tokens_per_batch=200_000, max_len=32_768,
                  seed=1, depth=2, lengths=None, position=None):
         if not isinstance(pipeline, int) or isinstance(pipeline, bool) or pipeline < 0:
-            raise ValueError(f"pipeline: must be an integer >= 0, got {pipeline!r}")
+            raise InvalidInputError(f"pipeline: must be an integer >= 0, got {pipeline!r}")
         self._dataset = dataset
         self._pipeline = pipeline
         if lengths is None:

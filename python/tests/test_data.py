@@ -30,7 +30,7 @@ def test_read_lengths_formats(tmp_path):
     bad.write_text("5\nseven\n")
     with pytest.raises(hydraulis.InvalidInputError, match="bad.txt:2"):
         hydraulis.read_lengths(bad)
-    with pytest.raises(ValueError, match="format"):
+    with pytest.raises(hydraulis.InvalidInputError, match="format"):
         hydraulis.read_lengths(WIKIPEDIA, format="parquet")
 
 
@@ -64,9 +64,9 @@ def test_sampler_restores_its_position():
         assert np.array_equal(lengths, want_lengths) and np.array_equal(indices, want_indices)
         assert np.array_equal(np.minimum(dataset[indices], 32_768)[:-1], lengths[:-1])
     assert a.position[0] >= 1
-    with pytest.raises(ValueError):
+    with pytest.raises(hydraulis.InvalidInputError):
         b.restore((-1, 0))
-    with pytest.raises(ValueError):
+    with pytest.raises(hydraulis.InvalidInputError):
         hydraulis.BatchSampler([])
     with pytest.raises(TypeError):
         hydraulis.BatchSampler([1.5, 2])

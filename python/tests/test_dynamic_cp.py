@@ -39,5 +39,5 @@ def test_schedules_equal_the_peers_sample_for_sample(lengths, ranks, max_tokens)
 
 
 def test_a_document_beyond_every_rank_is_named():
-    with pytest.raises(ValueError, match="needs more than the 4 ranks"):
+    with pytest.raises(core.InvalidInputError, match="needs more than the 4 ranks"):
         core.dynamic_cp_schedule([10, 20000], 4, 4096)

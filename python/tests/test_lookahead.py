@@ -38,7 +38,7 @@ def test_plans_equal_synchronous_planning_in_order(planner, batches):
 def test_an_error_surfaces_at_its_step(planner, batches):
     bad = list(batches[:3]) + [[5, 0]] + list(batches[3:6])
     seen = 0
-    with pytest.raises(ValueError, match=r"lengths\[1\]"):
+    with pytest.raises(hydraulis.InvalidInputError, match=r"lengths\[1\]"):
         for _ in hydraulis.LookaheadPlanner(planner, bad, depth=3):
             seen += 1
     assert seen == 3
@@ -71,7 +71,7 @@ def test_close_stops_the_thread_without_planning_everything(planner, batches):
     assert len(planned) < 10
     with pytest.raises(StopIteration):
         next(plans)
-    with pytest.raises(ValueError, match="depth"):
+    with pytest.raises(hydraulis.InvalidInputError, match="depth"):
         hydraulis.LookaheadPlanner(planner, batches, depth=0)
 
 

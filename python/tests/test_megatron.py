@@ -49,13 +49,13 @@ def test_refuses_heterogeneous_or_mismatched_strategies():
     mixed = hydraulis.Planner(hydraulis.load_profile(PROFILE),
                               candidates(("TP2+2xTP1", [{"count": 1, "tp": 2},
                                                         {"count": 2, "tp": 1}])))
-    with pytest.raises(ValueError, match="3 pipeline"):
+    with pytest.raises(hydraulis.InvalidInputError, match="3 pipeline"):
         MegatronPackingScheduler(mixed, dp_size=4)([(0, 100), (1, 200)])
-    with pytest.raises(ValueError, match="homogeneous"):
+    with pytest.raises(hydraulis.InvalidInputError, match="homogeneous"):
         MegatronPackingScheduler(mixed, dp_size=3)([(0, 100), (1, 200)])
-    with pytest.raises(ValueError, match="dp_size"):
+    with pytest.raises(hydraulis.InvalidInputError, match="dp_size"):
         MegatronPackingScheduler(mixed, dp_size=0)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(hydraulis.InvalidInputError, match="empty"):
         MegatronPackingScheduler(mixed, dp_size=3)([])
 
 

@@ -171,20 +171,20 @@ def test_the_checker_catches_what_the_runtime_cannot_run(monkeypatch):
     ok = [[[0, 3], [1, 3], [2], [3]]]
     lens = lambda ids: [[[dict(samples)[s] for s in r] for r in g] for g in ids]  # noqa: E731
     # Sample 3 on ranks 0, 1, 3 (3 is not a hybrid group size).
-    with pytest.raises(ValueError, match="3 ranks"):
+    with pytest.raises(hm.InvalidInputError, match="3 ranks"):
         check_hybrid_cp_schedule(samples, lens(ok), ok, 4, 8192)
     aligned = [[[0, 3], [1, 3], [2], []]]
-    with pytest.raises(ValueError, match="last group"):
+    with pytest.raises(hm.InvalidInputError, match="last group"):
         check_hybrid_cp_schedule(samples, lens(aligned), aligned, 4, 8192)
     shifted = [[[0], [1, 3], [2, 3], []]]
-    with pytest.raises(ValueError, match="not an aligned block"):
+    with pytest.raises(hm.InvalidInputError, match="not an aligned block"):
         check_hybrid_cp_schedule(samples, lens(shifted), shifted, 4, 8192)
     crossed = [[[3, 0], [0, 3], [1], [2]]]
-    with pytest.raises(ValueError, match="deadlock"):
+    with pytest.raises(hm.InvalidInputError, match="deadlock"):
         check_hybrid_cp_schedule(samples, lens(crossed), crossed, 4, 8192)
     # 9,000 tokens on two ranks of 4,096.
     tight = [[[3, 0], [3, 1], [2], [2]]]
-    with pytest.raises(ValueError, match="exceeds max_seq_len_per_rank = 4096"):
+    with pytest.raises(hm.InvalidInputError, match="exceeds max_seq_len_per_rank = 4096"):
         check_hybrid_cp_schedule(samples, lens(tight), tight, 4, 4096)
     good = [[[3, 0], [3, 1], [3, 2], [3]]]
     assert check_hybrid_cp_schedule(samples, lens(good), good, 4, 4096) == [
@@ -268,32 +268,32 @@ def test_balance_with_a_hydraulis_profile(lengths, monkeypatch):
 
 
 def test_bad_input_is_named():
-    with pytest.raises(ValueError, match=r"dp_cp_group.size\(\)"):
+    with pytest.raises(hm.InvalidInputError, match=r"dp_cp_group.size\(\)"):
         BalancedCPScheduler(4096, DpCpGroup(0))
-    with pytest.raises(ValueError, match=r"dp_cp_group.size\(\)"):
+    with pytest.raises(hm.InvalidInputError, match=r"dp_cp_group.size\(\)"):
         BalancedCPScheduler(4096, DpCpGroup(2.0))
     with pytest.raises(TypeError, match="dp_cp_group"):
         BalancedCPScheduler(4096, 8)
-    with pytest.raises(ValueError, match="max_seq_len_per_rank"):
+    with pytest.raises(hm.InvalidInputError, match="max_seq_len_per_rank"):
         BalancedCPScheduler(0, DpCpGroup(8))
     scheduler = BalancedCPScheduler(4096, DpCpGroup(8))
-    with pytest.raises(ValueError, match="sample_id_seqlens: the global batch is empty"):
+    with pytest.raises(hm.InvalidInputError, match="sample_id_seqlens: the global batch is empty"):
         scheduler.get_groups_and_subsamples([], None)
-    with pytest.raises(ValueError, match=r"sample_id_seqlens\[1\]: seqlen must be >= 1"):
+    with pytest.raises(hm.InvalidInputError, match=r"sample_id_seqlens\[1\]: seqlen must be >= 1"):
         scheduler.get_groups_and_subsamples([(0, 10), (1, -5)], None)
-    with pytest.raises(ValueError, match=r"sample_id_seqlens\[0\]: seqlen must be >= 1"):
+    with pytest.raises(hm.InvalidInputError, match=r"sample_id_seqlens\[0\]: seqlen must be >= 1"):
         scheduler.get_groups_and_subsamples([(0, 0)], None)
     with pytest.raises(TypeError, match=r"sample_id_seqlens\[0\]: seqlen must be an integer"):
         scheduler.get_groups_and_subsamples([(0, 10.0)], None)
-    with pytest.raises(ValueError, match="sample id 4 appears more than once"):
+    with pytest.raises(hm.InvalidInputError, match="sample id 4 appears more than once"):
         scheduler.get_groups_and_subsamples([(4, 10), (5, 20), (4, 30)], None)
     # Longer than all 8 ranks hold: named (the peer fails an assertion instead).
-    with pytest.raises(ValueError, match=r"sample id 7 has 32769 tokens, more than all 8 ranks"):
+    with pytest.raises(hm.InvalidInputError, match=r"sample id 7 has 32769 tokens, more than all 8 ranks"):
         scheduler.get_groups_and_subsamples([(3, 100), (7, 8 * 4096 + 1)], None)
-    with pytest.raises(ValueError, match="profile, costs"):
+    with pytest.raises(hm.InvalidInputError, match="profile, costs"):
         BalancedCPScheduler(4096, DpCpGroup(8), profile=PROFILE_7B,
                             costs=BlockCosts.peer_estimate())
-    with pytest.raises(ValueError, match="profile: has no <cp 1, tp 3"):
+    with pytest.raises(hm.InvalidInputError, match="profile: has no <cp 1, tp 3"):
         BalancedCPScheduler(4096, DpCpGroup(8), profile=PROFILE_7B, tp=3)
 
 

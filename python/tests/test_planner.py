@@ -67,7 +67,7 @@ def test_status_and_gap_agree_with_the_json(planner, lengths):
 
 
 def test_unknown_algorithm_names_the_keyword_not_a_flag():
-    with pytest.raises(ValueError, match=r"^algorithm: expected ours, static-fixed, "
+    with pytest.raises(hydraulis.InvalidInputError, match=r"^algorithm: expected ours, static-fixed, "
                                          r"published or kk, got 'fastest'$"):
         hydraulis.Planner(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES),
                           algorithm="fastest")
@@ -133,7 +133,7 @@ def test_plans_are_the_same_on_any_thread_count(tmp_path, lengths):
              for t in (1, 2, 0)]
     assert plans[0].to_json() == plans[1].to_json() == plans[2].to_json()
     assert plans[0].to_json() == cli_plan(tmp_path, batch, "--threads", "3")
-    with pytest.raises(ValueError, match="threads"):
+    with pytest.raises(hydraulis.InvalidInputError, match="threads"):
         hydraulis.Planner(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES),
                           threads=-1)
 
@@ -153,7 +153,7 @@ def test_prune_tolerance_bounds_the_loss_and_matches_the_cli(tmp_path, lengths):
         pruned_more += pruned[1] - pruned[0]
     assert pruned_more > 0  # the tolerance did skip candidates
     assert b.to_json() == cli_plan(tmp_path, batch, "--prune-tolerance", "0.05")
-    with pytest.raises(ValueError, match="prune tolerance"):
+    with pytest.raises(hydraulis.InvalidInputError, match="prune tolerance"):
         hydraulis.Planner(profile, candidates, prune_tolerance=-0.1)
 
 
@@ -163,7 +163,7 @@ def test_overlong_documents_are_truncated_or_rejected(lengths):
     plan = hydraulis.Planner(profile, candidates).plan(batch)
     assert len(plan.truncated) == 1 and plan.truncated[0][0] == 0
     assert plan.truncated[0][1] == 10_000_000 and plan.truncated[0][2] < 10_000_000
-    with pytest.raises(ValueError, match="document 0"):
+    with pytest.raises(hydraulis.InfeasibleError, match="document 0"):
         hydraulis.Planner(profile, candidates, reject_overlong=True).plan(batch)
 
 
@@ -181,29 +181,33 @@ def test_input_errors_carry_the_cli_message(tmp_path):
     assert run.stderr.strip() == f"hydraulis: error: {caught.value}"
     assert isinstance(caught.value, ValueError)
     mismatched = hydraulis.load_profile(os.path.join(ROOT, "configs", "profiles", "tiny-cpu.json"))
-    with pytest.raises(ValueError):
+    with pytest.raises(hydraulis.InvalidInputError):
         hydraulis.Planner(mismatched, hydraulis.load_candidates(CANDIDATES))
     with pytest.raises(TypeError):
         hydraulis.load_profile(42)
 
 
 @pytest.mark.parametrize("value,error,match", [
-    ([], ValueError, "empty"),
-    ([5, 0], ValueError, r"lengths\[1\]"),
-    ([5, -7], ValueError, r"lengths\[1\]"),
+    ([], hydraulis.InvalidInputError, "empty"),
+    ([5, 0], hydraulis.InvalidInputError, r"lengths\[1\]"),
+    ([5, -7], hydraulis.InvalidInputError, r"lengths\[1\]"),
     ([1.0], TypeError, r"lengths\[0\]: expected an integer"),
     ([float("nan")], TypeError, r"lengths\[0\]"),
     ([True], TypeError, r"lengths\[0\]"),
     (["12"], TypeError, r"lengths\[0\]"),
     ([None], TypeError, r"lengths\[0\]"),
-    ([2 ** 70], ValueError, "beyond 64 bits"),
+    ([2 ** 70], hydraulis.InvalidInputError, "beyond 64 bits"),
     ("1234", TypeError, "string"),
     (None, TypeError, "NoneType"),
     (7, TypeError, "int"),
     (np.array([1.5, 2.0]), TypeError, "float64"),
-    (np.array([3, 0]), ValueError, r"lengths\[1\]"),
-    (np.array([2 ** 64 - 1], dtype=np.uint64), ValueError, "2\\^63"),
-    (np.array([[1, 2]]), TypeError, None),
+    (np.array([3, 0]), hydraulis.InvalidInputError, r"lengths\[1\]"),
+    (np.array([2 ** 64 - 1], dtype=np.uint64), hydraulis.InvalidInputError, "2\\^63"),
+    ([10 ** 30], hydraulis.InvalidInputError, "beyond 64 bits"),
+    ([2 ** 63 - 1], hydraulis.InvalidInputError, r"lengths\[0\]"),
+    (np.array([[1, 2]]), hydraulis.InvalidInputError, r"^lengths: expected a 1-D array .* 2-D"),
+    (np.array([[1.5]]), hydraulis.InvalidInputError, "lengths: expected a 1-D array"),
+    (np.array(5), hydraulis.InvalidInputError, "0-D"),
 ])
 def test_bad_lengths_raise_naming_the_value(planner, value, error, match):
     with pytest.raises(error, match=match):
@@ -232,7 +236,7 @@ def test_random_inputs_only_raise_type_or_value_errors(planner):
             plan = planner.plan(value)
             planned += 1
             assert sum(len(mb) for p in plan.pipelines for mb in p.micro_batches) == len(value)
-        except (TypeError, ValueError):
+        except (TypeError, hydraulis.InvalidInputError):
             pass
     assert planned > 500
 

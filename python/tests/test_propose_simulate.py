@@ -34,7 +34,7 @@ def test_propose_equals_the_cli():
     # Ready for planning as it is.
     plan = hydraulis.Planner(hydraulis.load_profile(PROFILE), proposed).plan([4000, 900, 120])
     assert plan.lower_bound_ms <= plan.estimated_step_ms
-    with pytest.raises(ValueError, match="optimizer_layout"):
+    with pytest.raises(hydraulis.InvalidInputError, match="optimizer_layout"):
         hydraulis.propose(hydraulis.load_profile(PROFILE), [100], gpus=64, max_len=4096,
                           optimizer_layout=(0, 8, 1))
 
@@ -60,9 +60,9 @@ def test_select_candidates_keeps_what_the_cli_keeps():
     _, every, kept_ms, all_ms = hydraulis.select_candidates(
         profile, proposed, batches, more=count, always=[0], max_len=16384)
     assert kept_ms == all_ms
-    with pytest.raises(ValueError, match="no candidate"):
+    with pytest.raises(hydraulis.InvalidInputError, match="no candidate"):
         hydraulis.select_candidates(profile, proposed, batches, more=1, always=[count])
-    with pytest.raises(ValueError, match="prune tolerance"):
+    with pytest.raises(hydraulis.InvalidInputError, match="prune tolerance"):
         hydraulis.select_candidates(profile, proposed, batches, more=1, always=[0],
                                     prune_tolerance=-0.5)
 
@@ -102,6 +102,6 @@ def test_simulate_equals_the_cli(tmp_path, system, overlap):
                               overlap=overlap)
     assert ours == json.loads(summary.read_text())
     assert ours["options"]["communication"]["overlap"] == overlap
-    with pytest.raises(ValueError):
+    with pytest.raises(hydraulis.InvalidInputError):
         hydraulis.simulate(hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES),
                            np.array([100, 200]), steps=0)
