@@ -11,12 +11,15 @@
 #include "commands.h"
 #include "hydraulis/runtime/job/evaluation.h"
 #include "hydraulis/runtime/model/compute.h"
+#include "output_paths.h"
 #include "parsed_option.h"
 
 namespace hydraulis::tools {
 namespace {
 
 int RunEval(const EvaluationOptions& options) {
+  // Before the model is loaded and run, not at the end.
+  if (!options.logits_file.empty()) RequireWritableFile({"--logits", options.logits_file});
   const Evaluation evaluation = Evaluate(options);
   std::string out;
   for (std::size_t d = 0; d < evaluation.documents.size(); ++d) {
@@ -51,7 +54,8 @@ Command AddEvalCommand(CLI::App& app) {
       [](const std::string& text) { return ParsePrecision(text, "--precision"); },
       "fp32 or bf16 (weights and compute; losses and logits in fp32)", ToString(o->precision));
   cmd->add_option("--logits", o->logits_file,
-                  "also write the packed batch's logits and cu_seqlens to this .safetensors file");
+                  "also write the packed batch's logits and cu_seqlens to this .safetensors file")
+      ->check(NonEmptyPath());
   return [o] { return RunEval(*o); };
 }
 

@@ -68,7 +68,11 @@ Command AddExportCommand(CLI::App& app) {
                   "needed for checkpoints that record none)");
   AddEnumOption(cmd, "--format", o->format, kExportFormatNames, "output format");
   AddEnumOption(cmd, "--dtype", o->dtype, kExportDTypeNames, "weights' dtype");
-  cmd->add_option("-o,--output", o->output, "output directory (created)")->required();
+  cmd->add_option("-o,--output", o->output, "output directory (created; must be new or empty)")
+      ->required();
+  cmd->add_flag("--overwrite", o->overwrite,
+                "write into a non-empty output directory, replacing only the files export "
+                "writes (refused when it holds weights of another layout)");
   AddParsedOption(cmd, "--max-shard-size", o->max_shard_bytes, ParseShardSize,
                   "largest weights file; larger models are split into model-0000k-of-0000n "
                   "files with model.safetensors.index.json (as save_pretrained)",

@@ -139,14 +139,13 @@ def unchanged_at_lr_zero(binary, src, tmp, ckpt, tokens):
 
 
 def export_forms(binary, run_dir, ckpt):
-    """The same checkpoint exported sharded (into the directory of the single-file export,
-    whose model.safetensors must go) and in bf16: transformers loads each, with weights
-    equal to the single-file fp32 export's (bf16: those rounded to bf16)."""
+    """The same checkpoint exported sharded and in bf16: transformers loads each, with
+    weights equal to the single-file fp32 export's (bf16: those rounded to bf16)."""
     failures = []
     single = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
     base = [binary, "export", "--checkpoint-dir", os.path.join(run_dir, "ckpt"), "--model",
             os.path.join(ckpt, "config.json")]
-    forms = {"sharded": (["-o", os.path.join(run_dir, "hf"), "--max-shard-size", "100KB"],
+    forms = {"sharded": (["-o", os.path.join(run_dir, "hf-sharded"), "--max-shard-size", "100KB"],
                          torch.float32),
              "bf16": (["-o", os.path.join(run_dir, "hf-bf16"), "--dtype", "bf16"],
                       torch.bfloat16)}

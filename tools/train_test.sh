@@ -281,6 +281,35 @@ grep -q "does not record its model .*give --model" "$TMP/export-old.err" ||
 "$BIN" export --checkpoint-dir "$TMP/keep" --model "$MODEL" -o "$TMP/hf-old" >/dev/null \
   2>"$TMP/export-old.err" || fail "export with --model: $(tail -c 600 "$TMP/export-old.err")"
 
+check "export refuses a used directory before reading, and --overwrite replaces only its files"
+echo mine >"$TMP/hf/notes.txt"
+cp "$TMP/hf/model.safetensors" "$TMP/before.safetensors"
+"$BIN" export --checkpoint-dir "$TMP/keep" --model "$MODEL" -o "$TMP/hf" >"$TMP/used.out" \
+  2>"$TMP/used.err"
+RC=$?
+[[ $RC -eq 2 && ! -s $TMP/used.out && $(wc -l <"$TMP/used.err") -eq 1 ]] ||
+  fail "exit status $RC; stderr: $(cat "$TMP/used.err")"
+grep -q -- "-o $TMP/hf: not empty .*--overwrite" "$TMP/used.err" || fail "stderr: $(cat "$TMP/used.err")"
+cmp -s "$TMP/hf/model.safetensors" "$TMP/before.safetensors" || fail "a refused export changed hf"
+"$BIN" export --checkpoint-dir "$TMP/keep" --model "$MODEL" -o "$TMP/hf" --overwrite \
+  --max-shard-size 20KB >/dev/null 2>"$TMP/used.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "sharded over a single-file export: exit status $RC"
+grep -q "hf/model.safetensors: weights of an earlier export" "$TMP/used.err" ||
+  fail "stderr: $(cat "$TMP/used.err")"
+"$BIN" export --checkpoint-dir "$TMP/keep" --model "$MODEL" -o "$TMP/hf" --overwrite >/dev/null \
+  2>"$TMP/used.err" || fail "--overwrite: $(cat "$TMP/used.err")"
+[[ $(cat "$TMP/hf/notes.txt") == mine ]] || fail "--overwrite lost a file it does not write"
+
+check "eval refuses a --logits path it cannot write before it loads the model"
+"$BIN" eval --init-from "$TMP/hf" --data "$TMP/corpus" --max-documents 2 \
+  --logits "$TMP/nodir/l.safetensors" >"$TMP/logits.out" 2>"$TMP/logits.err"
+RC=$?
+[[ $RC -eq 2 && ! -s $TMP/logits.out && $(wc -l <"$TMP/logits.err") -eq 1 ]] ||
+  fail "exit status $RC; stderr: $(cat "$TMP/logits.err")"
+grep -q -- "--logits '$TMP/nodir/l.safetensors': its folder '$TMP/nodir' does not exist" \
+  "$TMP/logits.err" || fail "stderr: $(cat "$TMP/logits.err")"
+
 check "resuming a checkpoint of another model is one clear error naming the field"
 sed 's/"hidden": 64/"hidden": 128/' "$MODEL" >"$TMP/wide.json"
 "$BIN" train --model "$TMP/wide.json" --data "$TMP/corpus" --tokens-per-batch 3000 --max-len 700 \

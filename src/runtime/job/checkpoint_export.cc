@@ -4,12 +4,14 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/job/checkpoint.h"
+#include "hydraulis/runtime/model/hf_weights.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"
 
 namespace hydraulis {
@@ -42,6 +44,9 @@ ModelConfig ExportedModel(const ExportOptions& options, const std::string& check
 }  // namespace
 
 ExportedCheckpoint ExportCheckpoint(const ExportOptions& options) {
+  // The output first: a refusal must come before minutes of loading. The stale-weights
+  // part of the check needs the model, below.
+  if (!options.overwrite) CheckHfCheckpointTarget(options.output, {}, false, "-o");
   std::optional<ModelConfig> given;
   if (!options.model.empty()) given = LoadModelConfig(options.model);
   const std::optional<std::string> latest = LatestCheckpoint(options.checkpoint_dir);
@@ -49,6 +54,9 @@ ExportedCheckpoint ExportCheckpoint(const ExportOptions& options) {
   ExportedCheckpoint exported;
   exported.checkpoint = *latest;
   exported.model = ExportedModel(options, *latest, given);
+  const std::vector<std::string> files =
+      HfCheckpointFiles(exported.model, options.dtype, options.max_shard_bytes);
+  CheckHfCheckpointTarget(options.output, files, options.overwrite, "-o");
   // One in-process rank holds the whole optimizer state: a checkpoint loads on any number
   // of ranks (every rank reads every shard).
   FakeCommWorld world(1);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "data/test_files.h"
 #include "hydraulis/base/error.h"
@@ -107,6 +108,7 @@ TEST_F(CheckpointExportTest, ModelOverrideIsCheckedAgainstTheRecordedModel) {
   ModelConfig wider = config_;
   wider.shape.hidden = 128;
   o.model = root_ + "/wider.json";
+  o.overwrite = true;  // the model is checked, not the output's contents
   WriteFileAtomically(o.model, ModelConfigToJson(wider));
   const std::string error = ErrorOf(o);
   EXPECT_NE(error.find(o.model), std::string::npos) << error;
@@ -123,6 +125,47 @@ TEST_F(CheckpointExportTest, CheckpointWithoutRecordedModelNeedsModel) {
   o.model = TinyPath();
   EXPECT_EQ(ExportCheckpoint(o).step, 3);
   ExpectModelsWeights(o.output);
+}
+
+// A used output directory is refused before the checkpoint is read, unless --overwrite;
+// then only the export's own files are replaced, and weights of another layout, which
+// transformers would read instead, are refused; nothing of the directory is lost.
+TEST_F(CheckpointExportTest, AUsedOutputIsRefusedOrOnlyItsOwnFilesReplaced) {
+  ExportOptions o = Options();
+  fs::create_directories(o.output);
+  WriteFileAtomically(o.output + "/notes.txt", "mine\n");
+  o.checkpoint_dir = root_ + "/missing";  // the output is checked first
+  std::string error = ErrorOf(o);
+  EXPECT_NE(error.find("-o " + o.output + ": not empty"), std::string::npos) << error;
+  EXPECT_NE(error.find("--overwrite"), std::string::npos) << error;
+  o.checkpoint_dir = root_ + "/ckpt";
+  EXPECT_EQ(ErrorOf(o), error);
+
+  o.overwrite = true;
+  ExportCheckpoint(o);
+  ExpectModelsWeights(o.output);
+  EXPECT_EQ(ReadFileText(o.output + "/notes.txt"), "mine\n");
+  ExportCheckpoint(o);  // the same layout again replaces its own files
+  ExpectModelsWeights(o.output);
+
+  // Sharded into the single file's directory: model.safetensors would be read instead.
+  o.max_shard_bytes = 20'000;
+  const std::vector<std::string> sharded = HfCheckpointFiles(config_, o.dtype, o.max_shard_bytes);
+  ASSERT_GT(sharded.size(), 3u);
+  error = ErrorOf(o);
+  EXPECT_NE(error.find(o.output + "/model.safetensors: weights of an earlier export"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(fs::exists(o.output + "/" + sharded.front()));
+  ExpectModelsWeights(o.output);  // the single file is still there and whole
+
+  // A file where the directory should be.
+  o.output = root_ + "/file";
+  WriteFileAtomically(o.output, "x");
+  EXPECT_NE(ErrorOf(o).find("-o " + o.output + ": exists and is not a directory"),
+            std::string::npos);
+  o.overwrite = false;
+  EXPECT_NE(ErrorOf(o).find("exists and is not a directory"), std::string::npos);
 }
 
 TEST_F(CheckpointExportTest, NoCheckpointIsNamed) {

@@ -79,23 +79,15 @@ struct ShardPlan {
   }
 };
 
-// Phase 1: the parameters are the model's, in order; shards are cut greedily by size in the
-// file's dtype.
-ShardPlan PlanShards(const std::vector<NamedParameter>& full,
-                     const std::vector<FullParameter>& expected, std::uint64_t item_bytes,
+// Phase 1: the model's parameters in order; shards are cut greedily by size in the file's
+// dtype.
+ShardPlan PlanShards(const std::vector<FullParameter>& expected, std::uint64_t item_bytes,
                      std::uint64_t max_shard_bytes) {
-  if (full.size() != expected.size()) {
-    throw InvalidInput("Hugging Face export: " + std::to_string(full.size()) +
-                       " parameters, the model has " + std::to_string(expected.size()));
-  }
   ShardPlan plan;
   std::uint64_t shard_bytes = 0;
-  for (std::size_t i = 0; i < full.size(); ++i) {
-    if (full[i].name != expected[i].name || full[i].value.sizes().vec() != expected[i].shape) {
-      throw InvalidInput("Hugging Face export: parameter " + std::to_string(i) + " is " +
-                         full[i].name + ", the model's is " + expected[i].name);
-    }
-    const std::uint64_t bytes = static_cast<std::uint64_t>(full[i].value.numel()) * item_bytes;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    std::uint64_t bytes = item_bytes;
+    for (std::int64_t d : expected[i].shape) bytes *= static_cast<std::uint64_t>(d);
     if (plan.ranges.empty() || (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes)) {
       plan.ranges.emplace_back(i, i);
       shard_bytes = 0;
@@ -105,6 +97,35 @@ ShardPlan PlanShards(const std::vector<NamedParameter>& full,
     plan.total_bytes += bytes;
   }
   return plan;
+}
+
+void CheckParameters(const std::vector<NamedParameter>& full,
+                     const std::vector<FullParameter>& expected) {
+  if (full.size() != expected.size()) {
+    throw InvalidInput("Hugging Face export: " + std::to_string(full.size()) +
+                       " parameters, the model has " + std::to_string(expected.size()));
+  }
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    if (full[i].name != expected[i].name || full[i].value.sizes().vec() != expected[i].shape) {
+      throw InvalidInput("Hugging Face export: parameter " + std::to_string(i) + " is " +
+                         full[i].name + ", the model's is " + expected[i].name);
+    }
+  }
+}
+
+void CheckExportArguments(SafetensorsDType dtype, std::uint64_t max_shard_bytes) {
+  if (dtype != SafetensorsDType::kF32 && dtype != SafetensorsDType::kBF16) {
+    throw InvalidInput("Hugging Face export: dtype must be F32 or BF16, got " +
+                       std::string(SafetensorsDTypeName(dtype)));
+  }
+  if (max_shard_bytes == 0) throw InvalidInput("Hugging Face export: the shard size limit is 0");
+}
+
+std::uint64_t ItemBytes(SafetensorsDType dtype) { return dtype == SafetensorsDType::kF32 ? 4 : 2; }
+
+bool IsHfWeightsFile(const std::string& name) {
+  return name == "model.safetensors" || name == "model.safetensors.index.json" ||
+         (name.starts_with("model-") && name.ends_with(".safetensors"));
 }
 
 // Phase 2: every file written into `tmp` (weights, the index when sharded, config.json);
@@ -142,10 +163,8 @@ std::vector<std::string> WriteFiles(const std::string& tmp, const ModelConfig& c
   return files;
 }
 
-// Phase 3: the weights moved into `dir`, weight files of an earlier export that this one
-// does not have removed (they would be read instead of, or beside, the new ones:
-// transformers prefers model.safetensors to an index), then config.json moved last, so a
-// reader that finds the new config.json finds the new weights.
+// Phase 3: the weights moved into `dir`, then config.json last, so a reader that finds the
+// new config.json finds the new weights. Only the files written are replaced.
 void MoveIntoPlace(const std::string& tmp, const std::string& dir,
                    const std::vector<std::string>& files) {
   namespace fs = std::filesystem;
@@ -156,32 +175,66 @@ void MoveIntoPlace(const std::string& tmp, const std::string& dir,
     fs::rename(tmp + "/" + name, dir + "/" + name, ec);
     if (ec) throw IoError(dir + "/" + name + ": cannot move into place: " + ec.message());
   }
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const bool weights = name == "model.safetensors" || name == "model.safetensors.index.json" ||
-                         (name.starts_with("model-") && name.ends_with(".safetensors"));
-    if (weights && std::find(files.begin(), files.end(), name) == files.end()) {
-      fs::remove(entry.path(), ec);
-      if (ec) throw IoError(entry.path().string() + ": cannot remove: " + ec.message());
-    }
-  }
   fs::rename(tmp + "/config.json", dir + "/config.json", ec);
   if (ec) throw IoError(dir + "/config.json: cannot move into place: " + ec.message());
 }
 
 }  // namespace
 
+std::vector<std::string> HfCheckpointFiles(const ModelConfig& config, SafetensorsDType dtype,
+                                           std::uint64_t max_shard_bytes) {
+  CheckExportArguments(dtype, max_shard_bytes);
+  const ShardPlan shards = PlanShards(FullParameters(config), ItemBytes(dtype), max_shard_bytes);
+  std::vector<std::string> files;
+  for (std::size_t k = 0; k < shards.ranges.size(); ++k) files.push_back(shards.FileName(k));
+  if (shards.ranges.size() > 1) files.push_back("model.safetensors.index.json");
+  files.push_back("config.json");
+  return files;
+}
+
+void CheckHfCheckpointTarget(const std::string& dir, const std::vector<std::string>& files,
+                             bool overwrite, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(dir, ec);
+  if (!fs::exists(status)) return;
+  if (!fs::is_directory(status)) {
+    throw InvalidInput(what + " " + dir + ": exists and is not a directory");
+  }
+  std::vector<std::string> present;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    present.push_back(entry.path().filename().string());
+  }
+  if (ec) throw InvalidInput(what + " " + dir + ": cannot list: " + ec.message());
+  if (present.empty()) return;
+  std::sort(present.begin(), present.end());
+  if (!overwrite) {
+    throw InvalidInput(what + " " + dir + ": not empty (" + std::to_string(present.size()) +
+                       (present.size() == 1 ? " entry, " : " entries, first ") +
+                       QuoteForMessage(present.front()) +
+                       "); give --overwrite to replace the files export writes there, or "
+                       "choose a new or empty directory");
+  }
+  for (const std::string& name : present) {
+    if (IsHfWeightsFile(name) && std::find(files.begin(), files.end(), name) == files.end()) {
+      throw InvalidInput(dir + "/" + name +
+                         ": weights of an earlier export this one does not replace (transformers "
+                         "would read them instead of, or beside, the new ones); remove them or "
+                         "choose another directory");
+    }
+  }
+}
+
 void WriteHfCheckpoint(const std::string& dir, const ModelConfig& config,
                        const std::vector<NamedParameter>& full, SafetensorsDType dtype,
                        std::uint64_t max_shard_bytes) {
-  if (dtype != SafetensorsDType::kF32 && dtype != SafetensorsDType::kBF16) {
-    throw InvalidInput("Hugging Face export: dtype must be F32 or BF16, got " +
-                       std::string(SafetensorsDTypeName(dtype)));
-  }
-  if (max_shard_bytes == 0) throw InvalidInput("Hugging Face export: the shard size limit is 0");
+  CheckExportArguments(dtype, max_shard_bytes);
   const std::vector<FullParameter> expected = FullParameters(config);
-  const ShardPlan shards =
-      PlanShards(full, expected, dtype == SafetensorsDType::kF32 ? 4 : 2, max_shard_bytes);
+  CheckParameters(full, expected);
+  const ShardPlan shards = PlanShards(expected, ItemBytes(dtype), max_shard_bytes);
+  // What another export left there would be read with the new files: refused before any
+  // file is written (the caller checked it before its work; a folder can change since).
+  CheckHfCheckpointTarget(dir, HfCheckpointFiles(config, dtype, max_shard_bytes), true, "output");
   // Every file is written into a sibling temporary directory first, then moved into `dir`:
   // a failure leaves `dir` as it was.
   namespace fs = std::filesystem;

@@ -31,6 +31,9 @@ struct ExportOptions {
   ExportFormat format = ExportFormat::kHf;
   SafetensorsDType dtype = SafetensorsDType::kF32;  // of the weights: kF32 or kBF16
   std::string output;                               // the directory written (created)
+  // Replace the files the export writes in a non-empty `output`; without it a non-empty
+  // directory is InvalidInput (CheckHfCheckpointTarget), before the checkpoint is read.
+  bool overwrite = false;
   // Largest weights file in bytes (> 0); larger models are split into shards with an index.
   std::uint64_t max_shard_bytes = kHfDefaultMaxShardBytes;
 };
@@ -44,7 +47,9 @@ struct ExportedCheckpoint {
 
 // Writes the newest checkpoint under options.checkpoint_dir to options.output (one
 // in-process rank loads the whole optimizer state: a checkpoint loads on any number of
-// ranks). InvalidInput when there is no checkpoint, when it is damaged (LoadCheckpoint),
+// ranks). InvalidInput when options.output is not a place it may write
+// (CheckHfCheckpointTarget: checked first), when there is no checkpoint, when it is damaged
+// (LoadCheckpoint),
 // when options.model differs from the recorded model in its weights' layout (naming both
 // files and the field), or when neither names the model. IoError when the output cannot be
 // written (WriteHfCheckpoint: a failure leaves options.output as it was).
