@@ -554,17 +554,20 @@ hyd stepsbig simulate --profile "$PROFILE" --candidates "$CANDS" --lengths "$SAM
 expect_input_error stepsbig "--steps" "1000000"
 
 check "propose caps --top-documents at the documents of one batch and names every strategy once"
-hyd topk "${PROPOSE[@]}" --top-documents 1000000000 -o "$TMP/topk.json"
+hyd topk "${PROPOSE[@]}" --top-documents 10000 -o "$TMP/topk.json"
 expect_rc topk 0
-expect_stderr_has topk "--top-documents 1000000000 capped at"
+expect_stderr_has topk "--top-documents 10000 capped at"
+grep -q "nan" "$TMP/topk.json" "$TMP/topk.err" && fail "a share is not a number"
+hyd topkbig "${PROPOSE[@]}" --top-documents 10001
+expect_input_error topkbig "--top-documents" "10001"
 hyd topk5 "${PROPOSE[@]}" --top-documents 5 -o "$TMP/topk5.json"
 expect_rc topk5 0
 hyd topkplan plan --profile "$PROFILE" --candidates "$TMP/topk5.json" --lengths "$LENGTHS"
 expect_rc topkplan 0
 
 check "an integer past its flag's range names the flag and the range"
-hyd intbig "${PROPOSE[@]}" --top-documents 2147483648
-expect_input_error intbig "--top-documents" "2147483648" "from -2147483648 to 2147483647"
+hyd intbig propose --profile "$PROFILE" --lengths "$SAMPLE" --gpus 2147483648
+expect_input_error intbig "--gpus" "2147483648" "from -2147483648 to 2147483647"
 hyd int64big "${PROPOSE[@]}" --tokens-per-batch 99999999999999999999
 expect_input_error int64big "--tokens-per-batch" "to 9223372036854775807"
 

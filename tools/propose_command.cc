@@ -260,9 +260,10 @@ Command AddProposeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top-documents", a->top_documents,
                   "also propose, for k = 2..this, a strategy per bin holding a batch's k "
-                  "longest documents (1: only its longest); capped at the expected documents "
-                  "of one batch, --tokens-per-batch / mean length")
-      ->capture_default_str();
+                  "longest documents (1: only its longest; at most 10000); capped at the "
+                  "expected documents of one batch, --tokens-per-batch / mean length")
+      ->capture_default_str()
+      ->check(CLI::Range(1, ProposeOptions::kMaxTopDocuments));
   AddEnumOption(cmd, "--cp-schemes", a->cp_schemes, kCpSchemesNames,
                 "when the profile's context-parallel schemes take part (needed: only when "
                 "the longest document fits no cp = 1 scheme)");

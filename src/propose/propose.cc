@@ -28,8 +28,10 @@ void CheckOptions(const ProposeOptions& o) {
   if (o.tokens_per_batch < 0) {
     throw InvalidInput("tokens-per-batch: must be >= 0, got " + std::to_string(o.tokens_per_batch));
   }
-  if (o.top_documents < 1) {
-    throw InvalidInput("top-documents: must be >= 1, got " + std::to_string(o.top_documents));
+  if (o.top_documents < 1 || o.top_documents > ProposeOptions::kMaxTopDocuments) {
+    throw InvalidInput("top-documents: must be from 1 to " +
+                       std::to_string(ProposeOptions::kMaxTopDocuments) + ", got " +
+                       std::to_string(o.top_documents));
   }
   if (o.max_strategies < 0) {
     throw InvalidInput("max-strategies: must be >= 0, got " + std::to_string(o.max_strategies));
@@ -80,11 +82,19 @@ class KthLongestBinShares {
 
   // The shares per bin for k = 1, 2, ... on successive calls.
   std::vector<double> Next() {
+    // Term i of the sum is C(n, i) (1 - F)^i F^(n - i): F^n for i = 0; from i = 1 in logs
+    // (lgamma for the real n), as C(n, i) overflows a double for a batch of a few thousand
+    // documents while the term itself is tiny. i < n: --top-documents is capped at ceil(n).
+    const double i = i_;
+    const double log_binomial =
+        i_ == 0 ? 0.0 : std::lgamma(n_ + 1) - std::lgamma(i + 1) - std::lgamma(n_ - i + 1);
     for (Boundary& x : boundaries_) {
-      if (x.binomial <= 0) continue;
-      if (i_ > 0) x.binomial *= (n_ - (i_ - 1)) / i_;  // C(n, i), generalised to real n
-      if (x.binomial <= 0) continue;
-      x.fewer_than_k_above += x.binomial * std::pow(1.0 - x.below, i_) * std::pow(x.below, n_ - i_);
+      if (i_ == 0) {
+        x.fewer_than_k_above += std::pow(x.below, n_);
+      } else if (n_ - i > 0) {
+        x.fewer_than_k_above +=
+            std::exp(log_binomial + i * std::log1p(-x.below) + (n_ - i) * std::log(x.below));
+      }
     }
     ++i_;
     std::vector<double> share;
@@ -98,7 +108,6 @@ class KthLongestBinShares {
   struct Boundary {
     double below;  // F at the boundary
     double fewer_than_k_above = 0;
-    double binomial = 1;
   };
   double n_;
   int i_ = 0;

@@ -57,7 +57,10 @@ struct ProposeOptions {
   // expected histogram of one batch has fractions of a long document; a batch that draws
   // two long ones needs two pipelines that hold them (docs/propose.md). Capped at the
   // expected documents of one batch, ceil(tokens_per_batch / mean length) (1 when
-  // tokens_per_batch is 0): a batch has no k-th longest document beyond them.
+  // tokens_per_batch is 0): a batch has no k-th longest document beyond them. At most
+  // kMaxTopDocuments (each k costs a pass over every bin; what a batch of a few long
+  // documents needs is a handful).
+  static constexpr int kMaxTopDocuments = 10'000;
   int top_documents = 1;
   // Whether cp > 1 schemes of the profile take part.
   CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
