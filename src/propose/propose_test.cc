@@ -629,7 +629,7 @@ TEST(ProposeTest, TopDocumentsIsCappedAtTheDocumentsOfOneBatch) {
   options.gpus = 64;
   options.max_len = 32'768;
   options.tokens_per_batch = 200'000;
-  options.top_documents = 1'000'000'000;
+  options.top_documents = ProposeOptions::kMaxTopDocuments;
   const Proposal p = ProposeStrategies(profile, lengths, options);
   // n = 200,000 * 101 / 2,030,000 = 9.95 documents: ceil is 10.
   EXPECT_EQ(p.top_documents, 10);
@@ -641,6 +641,32 @@ TEST(ProposeTest, TopDocumentsIsCappedAtTheDocumentsOfOneBatch) {
   options.tokens_per_batch = 0;  // the whole data set: one document's worth
   options.top_documents = 64;
   EXPECT_EQ(ProposeStrategies(profile, lengths, options).top_documents, 1);
+  options.top_documents = ProposeOptions::kMaxTopDocuments + 1;
+  EXPECT_NE(InvalidInputMessage([&] {
+              ProposeStrategies(profile, lengths, options);
+            }).find("top-documents: must be from 1 to 10000"),
+            std::string::npos);
+}
+
+// Shares are probabilities for any k, even where C(n, k) is past a double's range (a batch
+// of thousands of documents): each k's shares sum to 1, none negative or NaN.
+TEST(ProposeTest, KthLongestSharesStayProbabilitiesForLargeBatches) {
+  const Profile& profile = Profile32b();
+  ProposeOptions options;
+  options.gpus = 64;
+  options.max_len = 32'768;
+  options.tokens_per_batch = 4'000'000;  // ~7,000 Wikipedia documents
+  options.top_documents = 1'000;         // C(7000, 1000) is about 10^1200
+  const Proposal p = ProposeStrategies(profile, RealLengths(), options);
+  ASSERT_EQ(p.top_documents, 1'000);
+  double total = 0;
+  for (const ProposedStrategy& s : p.strategies) {
+    EXPECT_TRUE(std::isfinite(s.batch_share)) << s.strategy.name;
+    EXPECT_GE(s.batch_share, -1e-6) << s.strategy.name;  // differences of sums near 1
+    total += s.batch_share;
+  }
+  // Every k of 1..1000 puts a total share of 1 over the bins.
+  EXPECT_NEAR(total, 1'000.0, 1e-6 * 1'000);
 }
 
 TEST(ProposeTest, DefaultOptimizerLayoutIsTheWidestCapacityHomogeneousLayout) {
