@@ -247,6 +247,73 @@ def build(b):
             text = json.dumps(good[0]) + "\n" + json.dumps(bad) + "\n"
         b.add("summarize", name, ["summarize", b.file("plans.jsonl", text)])
 
+    # 5b. Plans with context-parallel pipelines: every cp field damaged.
+    long_dataset = b.file("long-dataset.txt",
+                          "\n".join(str(90000 if i % 40 == 0 else 1 + (i * 104729) % 9000)
+                                    for i in range(3000)))
+    cp_cands = os.path.join(src, "configs/candidates/llama-32b-256gpu-128k.json")
+    out = subprocess.run([b.bin, "plan", "--profile", profile, "--candidates", cp_cands,
+                          "--dataset", long_dataset, "--steps", "1", "--max-len", "131072",
+                          "--tokens-per-batch", "2097152", "--no-timing"],
+                         capture_output=True, check=True).stdout.decode()
+    cp_plan = json.loads(out.splitlines()[0])
+    cp = next(i for i, p in enumerate(cp_plan["pipelines"])
+              if p["cp"] > 1 and p["micro_batches"])
+
+    def pipe(j):
+        return j["pipelines"][cp]
+    cp_mutations = {
+        "layout rank 99": lambda j: pipe(j)["cp_layouts"][0].__setitem__(0, 99),
+        "layout rank -2": lambda j: pipe(j)["cp_layouts"][0].__setitem__(0, -2),
+        "layout subset rank 2^62": lambda j: pipe(j)["cp_layouts"][0].__setitem__(0, [0, 2**62]),
+        "layout subset repeated": lambda j: pipe(j)["cp_layouts"][0].__setitem__(0, [1, 1]),
+        "layout string": lambda j: pipe(j)["cp_layouts"][0].__setitem__(0, "0"),
+        "layouts missing": lambda j: pipe(j).pop("cp_layouts"),
+        "layouts one short": lambda j: pipe(j)["cp_layouts"].pop(),
+        "pipeline cp 0": lambda j: pipe(j).update(cp=0),
+        "pipeline cp -4": lambda j: pipe(j).update(cp=-4),
+        "pipeline cp \"4\"": lambda j: pipe(j).update(cp=str(pipe(j)["cp"])),
+        "pipeline cp 2^62": lambda j: pipe(j).update(cp=2**62),
+        "pipeline cp differs": lambda j: pipe(j).update(cp=pipe(j)["cp"] * 2),
+        "strategy cp 0": lambda j: j["strategy"]["pipelines"][cp].update(cp=0),
+        "document index past the batch": lambda j: pipe(j)["micro_batches"][0].__setitem__(0, 10**6),
+        "document index -1": lambda j: pipe(j)["micro_batches"][0].__setitem__(0, -1),
+        "document twice": lambda j: j["pipelines"][cp]["micro_batches"][0].append(
+            pipe(j)["micro_batches"][0][0]),
+        "cp 1 pipeline with layouts": lambda j: next(
+            p for p in j["pipelines"] if p["cp"] == 1).update(cp_layouts=[]),
+    }
+    for name, mutate in cp_mutations.items():
+        bad = json.loads(json.dumps(cp_plan))
+        mutate(bad)
+        b.add("summarize cp fields", name,
+              ["summarize", b.file("cp-plans.jsonl", json.dumps(bad) + "\n")])
+
+    # 5c. Counts a command cannot finish, flags it would ignore, integers past a flag's type.
+    propose = ["propose", "--profile", profile, "--lengths", dataset, "--gpus", "64",
+               "--max-len", "4096", "--quiet"]
+    sim = ["simulate", "--profile", profile, "--candidates", cands, "--lengths", dataset, "-q"]
+    for name, argv in {
+            "propose --top-documents 10001": propose + ["--top-documents", "10001"],
+            "propose --top-documents 1000000000": propose + ["--top-documents", "1000000000"],
+            "propose --select-batches 10001": propose + ["--max-strategies", "2",
+                                                         "--select-batches", "10001"],
+            "propose --select-batches 1000000000": propose + ["--max-strategies", "2",
+                                                              "--select-batches", "1000000000"],
+            "propose --select-tolerance without --select-batches":
+                propose + ["--select-tolerance", "0.05"],
+            "simulate --steps 2000000000": sim + ["--steps", "2000000000"],
+            "simulate --steps 1000001": sim + ["--steps", "1000001"],
+            "propose --gpus 2147483648": propose[:-5] + ["--gpus", "2147483648"],
+            "propose --max-strategies 2147483648": propose + ["--max-strategies", "2147483648"],
+            "plan --steps 2147483648": plan + ["--dataset", dataset, "--steps", "2147483648"],
+            "simulate --trace-steps 2147483648": sim + ["--steps", "1", "--trace-steps",
+                                                        "2147483648"],
+    }.items():
+        b.add("counts and ranges", name, argv)
+    b.add("output", "stdout on a full device (plan --dataset)",
+          plan + ["--dataset", dataset, "--steps", "3"], expect_rc=(1,))
+
     # 6. Megatron .idx files: every kind of damage to the header and the arrays.
     def idx(n_docs, version=1, dtype=8, magic=b"MMIDIDX\x00\x00", sizes=None, docs=None):
         sizes = sizes if sizes is not None else [10] * n_docs
@@ -581,6 +648,15 @@ def add_hf_cases(b, data):
     for name, d in cases.items():
         b.add("Hugging Face checkpoints", name,
               ["eval", "--init-from", d, "--data", data, "--max-documents", "1"])
+    used = os.path.join(b.tmp, "used-export")
+    os.makedirs(used, exist_ok=True)
+    with open(os.path.join(used, "model.safetensors"), "wb") as f:
+        f.write(good)
+    b.add("Hugging Face checkpoints", "export into a used directory",
+          ["export", "--checkpoint-dir", os.path.join(b.tmp, "no-checkpoints"), "-o", used])
+    b.add("Hugging Face checkpoints", "eval --logits in a missing folder",
+          ["eval", "--init-from", checkpoint("good"), "--data", data, "--max-documents", "1",
+           "--logits", os.path.join(b.tmp, "no-folder", "l.safetensors")])
     b.add("Hugging Face checkpoints", "train --init-from a truncated file",
           ["train", "--nproc", "2", "--init-from", cases["truncated safetensors"], "--data", data,
            "--steps", "1", "--timeout-s", "20"])
@@ -591,7 +667,7 @@ def classify(b, case):
     before = set(os.listdir(b.tmp))
     stdout_target = subprocess.PIPE
     full = None
-    if name == "stdout on a full device":
+    if name.startswith("stdout on a full device"):
         full = open("/dev/full", "wb")
         stdout_target = full
     try:
