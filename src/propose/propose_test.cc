@@ -603,10 +603,19 @@ TEST(ProposeTest, AnyTopDocumentsGivesUniqueNamesOnEveryRealDistribution) {
     options.tokens_per_batch = 2'097'152;
     options.max_len = 131'072;
     options.resolution_tokens = 4096;
+    // Each K's strategies are the first ones of K + 1's (the k loop only appends), so K = 64
+    // holds every smaller K's names; a few K are planned.
+    std::vector<Strategy> previous;
     for (int k : {1, 2, 5, 64}) {
       SCOPED_TRACE(path + " --top-documents " + std::to_string(k));
       options.top_documents = k;
       const Proposal p = ProposeStrategies(profile, lengths, options);
+      ASSERT_GE(p.candidates.strategies.size(), previous.size());
+      for (std::size_t i = 0; i < previous.size(); ++i) {
+        EXPECT_EQ(p.candidates.strategies[i].name, previous[i].name);
+        EXPECT_EQ(p.candidates.strategies[i].pipelines, previous[i].pipelines);
+      }
+      previous = p.candidates.strategies;
       ExpectValidProposal(p, profile, 256);
       EXPECT_LE(p.top_documents, k);
       const CandidateSet candidates =
