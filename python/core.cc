@@ -195,7 +195,7 @@ std::vector<std::int64_t> Lengths(nb::handle obj) {
       const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
       if (overflow != 0) {
         throw InvalidInput("lengths[" + std::to_string(i) +
-                               "]: " + std::string(nb::repr(item).c_str()) + " is beyond 64 bits");
+                           "]: " + std::string(nb::repr(item).c_str()) + " is beyond 64 bits");
       }
       lengths.push_back(v);
       ++i;
@@ -205,12 +205,13 @@ std::vector<std::int64_t> Lengths(nb::handle obj) {
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 1) {
       throw InvalidInput("lengths[" + std::to_string(i) +
-                             "]: a document has at least one "
-                             "token, got " +
-                             std::to_string(lengths[i]));
+                         "]: a document has at least one "
+                         "token, got " +
+                         std::to_string(lengths[i]));
     }
     if (lengths[i] > kMaxDocumentTokens) {
-      throw InvalidInput("lengths[" + std::to_string(i) + "]: " + DocumentTooLongMessage(lengths[i]));
+      throw InvalidInput("lengths[" + std::to_string(i) +
+                         "]: " + DocumentTooLongMessage(lengths[i]));
     }
   }
   return lengths;
