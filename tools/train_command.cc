@@ -17,9 +17,11 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/job/training_run.h"
+#include "hydraulis/runtime/step/lr_schedule.h"
 #include "launcher.h"
 #include "number_flags.h"
 #include "output_paths.h"
+#include "parsed_option.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -67,10 +69,10 @@ int LocalRank() { return ParseLocalRank(std::getenv("LOCAL_RANK")); }
 
 void PrintStep(const TrainingStepRecord& r) {
   fmt::print(
-      "step {:>4}  loss {:.4f}  tokens {:>7}  strategy {}{}  step {:.1f} ms  predicted {:.1f} "
-      "ms{}{}\n",
-      r.step, r.result.loss, r.tokens, r.strategy, r.switched ? " (switched)" : "",
-      r.result.step_ms, r.predicted_step_ms,
+      "step {:>4}  loss {:.4f}  lr {:.3e}  grad_norm {:.3g}  tokens {:>7}  strategy {}{}  step "
+      "{:.1f} ms  predicted {:.1f} ms{}{}\n",
+      r.step, r.result.loss, r.lr, r.result.grad_norm, r.tokens, r.strategy,
+      r.switched ? " (switched)" : "", r.result.step_ms, r.predicted_step_ms,
       r.cut_documents > 0
           ? fmt::format("  cut {} doc(s), {} token(s)", r.cut_documents, r.cut_tokens)
           : "",
@@ -161,6 +163,39 @@ int Train(TrainArgs& a) {
 
 }  // namespace
 
+// Megatron-LM's names: the schedule scales --lr per step (runtime/step/lr_schedule.h).
+void AddOptimizationFlags(CLI::App* cmd, TrainArgs& a) {
+  LrSchedule& s = a.run.job.lr_schedule;
+  AdamWOptions& o = a.run.adam;
+  cmd->add_option("--lr-warmup-steps", s.warmup_steps, "steps of linear warmup to --lr")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  AddEnumOption(cmd, "--lr-decay-style", s.decay_style, kLrDecayStyleNames,
+                "after warmup: constant, or linear or cosine decay to --min-lr");
+  cmd->add_option("--lr-decay-steps", s.decay_steps,
+                  "the step where decay reaches --min-lr, warmup included (0: the last step)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--min-lr", s.min_lr, "where linear and cosine decay end")
+      ->check(NonNegativeNumber())
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", o.weight_decay,
+                  "AdamW's decoupled weight decay, on matrices only (not norms or biases)")
+      ->check(NonNegativeNumber())
+      ->capture_default_str();
+  cmd->add_option("--adam-beta1", o.beta1, "AdamW's first-moment decay, in [0, 1)")
+      ->capture_default_str();
+  cmd->add_option("--adam-beta2", o.beta2, "AdamW's second-moment decay, in [0, 1)")
+      ->capture_default_str();
+  cmd->add_option("--adam-eps", o.eps, "AdamW's epsilon, > 0")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--clip-grad", o.clip_grad,
+                  "clip the gradient to this global L2 norm before the update (0: never)")
+      ->check(NonNegativeNumber())
+      ->capture_default_str();
+}
+
 Command AddTrainCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", RuntimeCommandSummary("train"));
   auto a = std::make_shared<TrainArgs>();
@@ -218,9 +253,10 @@ Command AddTrainCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--log-json", a->log_json, "one JSON object per step (rank 0)");
   cmd->add_option("--lr", a->run.adam.lr,
-                  "AdamW learning rate (0: a run that changes no parameter)")
+                  "peak AdamW learning rate (0: a run that changes no parameter)")
       ->check(NonNegativeNumber())
       ->capture_default_str();
+  AddOptimizationFlags(cmd, *a);
   cmd->add_option("--ddp-bucket-size", a->run.ddp_bucket_size,
                   "elements per gradient bucket: one reduce-scatter and one all-gather each, "
                   "started during backward (as Megatron's flag)")

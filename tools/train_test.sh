@@ -85,6 +85,36 @@ if [[ -f $CANDS2 ]]; then
   [[ -f $TMP/hetero.jsonl ]] && same_losses one hetero
 fi
 
+check "the learning-rate schedule and clipping: every step logs lr and grad_norm"
+STEPS=4 train sched --nproc 2 --lr 1e-3 --lr-warmup-steps 1 --lr-decay-style cosine \
+  --min-lr 1e-4 --clip-grad 0.5 --weight-decay 0.1 --adam-beta2 0.99
+if [[ -f $TMP/sched.jsonl ]]; then
+  python3 - "$TMP/sched.jsonl" <<'PY' || fail "schedule log: $(head -c 600 "$TMP/sched.jsonl")"
+import json, math, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+lrs = [r["lr"] for r in records]
+# One warmup step to the peak, then cosine to 1e-4 at the last step (Megatron's formula).
+want = [1e-3] + [1e-4 + 0.5 * (1 + math.cos(math.pi * (n - 1) / 3)) * 9e-4 for n in (2, 3, 4)]
+assert all(abs(a - b) <= 1e-12 for a, b in zip(lrs, want)), (lrs, want)
+assert all(r["grad_norm"] > 0 for r in records), records
+PY
+fi
+grep -q "step    3  loss [0-9.]*  lr 1.000e-04" "$TMP/sched.out" || fail "console: $(cat "$TMP/sched.out")"
+
+check "optimisation flags that cannot run are one line before any rank starts"
+for bad in "--lr-warmup-steps 10|--lr-warmup-steps 10: longer than the run (--steps 3)" \
+  "--clip-grad -1|--clip-grad" "--adam-beta1 1|--adam-beta1: must be in [0, 1), got 1" \
+  "--lr-decay-style exp|--lr-decay-style" "--min-lr 0.5|--min-lr 0.5: must be from 0 to --lr" \
+  "--lr-decay-style linear --lr-warmup-steps 3|--lr-decay-steps 3: decay must end after"; do
+  flags=${bad%%|*}
+  # shellcheck disable=SC2086
+  "$BIN" train "${COMMON[@]}" --steps 3 --nproc 2 $flags >"$TMP/badopt.out" 2>"$TMP/badopt.err"
+  RC=$?
+  [[ $RC -eq 2 && $(wc -l <"$TMP/badopt.err") -eq 1 && ! -s $TMP/badopt.out ]] ||
+    fail "$flags: exit status $RC; stderr: $(cat "$TMP/badopt.err")"
+  grep -qF -- "${bad#*|}" "$TMP/badopt.err" || fail "$flags: stderr: $(cat "$TMP/badopt.err")"
+done
+
 check "6 steps equal 3 steps + resume + 3 steps"
 STEPS=6 train six --nproc 2
 train half --nproc 2 --checkpoint-dir "$TMP/ckpt"

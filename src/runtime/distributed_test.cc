@@ -46,6 +46,7 @@
 #include "hydraulis/runtime/model/packed_batch.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/runtime/step/distributed_trainer.h"
+#include "hydraulis/runtime/step/lr_schedule.h"
 #include "hydraulis/runtime/step/pipeline_stage.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"
 #include "hydraulis/spec/model_config.h"
@@ -103,11 +104,22 @@ std::vector<PackedBatch> MicroBatches(const ModelConfig& c, int step, const std:
   return out;
 }
 
-AdamWOptions Adam(double eps) {
+AdamWOptions Adam(double eps, bool clip = false) {
   AdamWOptions o;
   o.weight_decay = 0.1;
   o.eps = eps;
+  // Far below the tiny model's gradient norms (about 2 to 4): every step is clipped.
+  if (clip) o.clip_grad = 0.05;
   return o;
+}
+
+// With clipping, the tests also run a schedule: one warmup step, then cosine decay.
+double ScheduledLr(int step) {
+  LrSchedule schedule;
+  schedule.warmup_steps = 1;
+  schedule.decay_style = LrDecayStyle::kCosine;
+  schedule.min_lr = 1e-4;
+  return LearningRate(schedule, AdamWOptions{}.lr, kSteps, step);
 }
 
 std::vector<float> Flatten(const Transformer& model) {
@@ -125,13 +137,14 @@ std::vector<float> ForwardOutput(const Transformer& model) {
   return out;
 }
 
-// One process training on the whole global batches.
-Outcome Reference(double eps) {
+// One process training on the whole global batches (`clip`: clipped, on ScheduledLr).
+Outcome Reference(double eps, bool clip = false) {
   const ModelConfig c = Tiny();
   Transformer model(c, 11);
-  ReferenceTrainer trainer(model, Adam(eps));
+  ReferenceTrainer trainer(model, Adam(eps, clip));
   Outcome o;
   for (int step = 0; step < kSteps; ++step) {
+    if (clip) trainer.SetLearningRate(ScheduledLr(step));
     ReferenceStepResult r = trainer.Step(MicroBatches(c, step, "", -1, 1));
     o.losses.push_back(r.loss);
     o.targets.push_back(r.targets);
@@ -547,7 +560,7 @@ Plan PlanFor(int step, int strategy, const std::vector<Strategy>& candidates,
 // ("0,1,2"); FLAG "corrupt": rank 1 runs step 1 with a different plan; "corrupt-layout": rank
 // 1 runs step 1 with another cp layout (same micro-batches); "no-layouts": the cp pipelines'
 // plans lack cp_layouts; "rule": cp layouts by RuleLayout instead of HandPlaced; "subsets":
-// by SubsetPlaced.
+// by SubsetPlaced; "clip": gradients clipped (Adam) and the learning rate on ScheduledLr.
 void TrainerWorker(const std::string& scenario, Outcome& o) {
   std::vector<std::string> parts;
   std::stringstream text(scenario);
@@ -563,8 +576,10 @@ void TrainerWorker(const std::string& scenario, Outcome& o) {
   options.timeout = std::chrono::milliseconds(20000);
   Rendezvous rendezvous(options);
   const ModelConfig c = Tiny();
-  DistributedTrainer trainer(c, 11, Adam(std::stod(parts.at(2))), rendezvous, candidates);
+  const bool clip = flag == "clip";
+  DistributedTrainer trainer(c, 11, Adam(std::stod(parts.at(2)), clip), rendezvous, candidates);
   for (int step = 0; step < kSteps; ++step) {
+    if (clip) trainer.optimizer().set_lr(ScheduledLr(step));
     const Documents docs =
         RandomDocuments(kGlobalBatchLengths, 100 + static_cast<std::uint64_t>(step),
                         static_cast<int>(c.shape.vocab));
@@ -626,7 +641,7 @@ int WorldSize(const std::vector<Strategy>& candidates) {
 double ExpectTrainerMatchesOneProcess(const std::string& candidates, const std::string& schedule,
                                       const std::string& flag = "") {
   const double eps = 1e-4;
-  const Outcome reference = Reference(eps);
+  const Outcome reference = Reference(eps, flag == "clip");
   const int world = WorldSize(ParseCandidates(candidates));
   std::vector<RankRun> runs =
       RunRanks(world, "--trainer-worker",
@@ -684,6 +699,27 @@ TEST(HeterogeneousTest, MixedPipelinesTrainLikeOneProcess) {
 TEST(HeterogeneousTest, SwitchingStrategiesEveryStepTrainsLikeOneProcess) {
   ExpectTrainerMatchesOneProcess("t2p1,t1p1,t1p1|t1p2,t1p1,t1p1|t2p2", "0,1,2");
   ExpectTrainerMatchesOneProcess("t2p1,t1p1|t1p1,t1p1,t1p1", "1,0,1");
+}
+
+// Clipping by the global norm over tp, pp, cp, dp and the ZeRO-1 shards, weight decay on
+// matrices only and a per-step learning rate: equal to one process running torch's
+// clip_grad_norm_ and torch::optim::AdamW with two parameter groups (parameters 1e-5, as
+// every equivalence here; the clip coefficients differ by the float32 rounding of torch's
+// norm).
+TEST(OptimizationTest, ClippingDecayAndScheduleTrainLikeOneProcess) {
+  // Clipping changes the result: the reference with it is not the one without.
+  const Outcome clipped = Reference(1e-4, true);
+  const Outcome plain = Reference(1e-4, false);
+  double moved = 0;
+  for (std::size_t i = 0; i < plain.parameters.size(); ++i) {
+    moved =
+        std::max(moved, static_cast<double>(std::abs(clipped.parameters[i] - plain.parameters[i])));
+  }
+  EXPECT_GT(moved, 1e-4);
+  ExpectTrainerMatchesOneProcess("t2p1,t2p1", "0,0,0", "clip");
+  ExpectTrainerMatchesOneProcess("t1p2,t1p2", "0,0,0", "clip");
+  ExpectTrainerMatchesOneProcess("t2p1,t1p1,t1p1|t1p2,t1p1,t1p1", "0,1,0", "clip");
+  ExpectTrainerMatchesOneProcess("t1p1c2,t1p1,t1p1", "0,0,0", "clip");
 }
 
 // ---- Context parallelism in the step: the cp ranks of a stage share its micro-batches ----
@@ -829,7 +865,7 @@ TEST(DistributedTrainerTest, StagesSplitTheLayers) {
   EXPECT_THROW(ModelPart::Stage(c, 0, 6), InvalidInput);
 }
 
-// The sharded AdamW is torch::optim::AdamW element by element.
+// The sharded AdamW is torch::optim::AdamW element by element (weight decay on matrices).
 TEST(DistributedTrainerTest, AdamWUpdateMatchesTorch) {
   Transformer model(Tiny(), 11);
   ReferenceTrainer trainer(model, Adam(1e-8));
@@ -844,7 +880,9 @@ TEST(DistributedTrainerTest, AdamWUpdateMatchesTorch) {
     trainer.Step(batch);
     for (std::size_t i = 0; i < before.size(); ++i) {
       const at::Tensor grad = model.parameters()[i].grad();
-      AdamWUpdate(before[i], grad, exp_avg[i], exp_avg_sq[i], step, Adam(1e-8));
+      AdamWOptions options = Adam(1e-8);
+      if (before[i].dim() == 1) options.weight_decay = 0;  // norms do not decay
+      AdamWUpdate(before[i], grad, exp_avg[i], exp_avg_sq[i], step, options);
       EXPECT_TRUE(at::equal(before[i], model.parameters()[i].detach())) << "parameter " << i;
       before[i] = model.parameters()[i].detach().clone();
     }
@@ -1029,7 +1067,8 @@ void WriteTestCorpus(const std::string& prefix, std::int64_t vocab) {
 }
 
 // The training driver on one real Gloo rank: 4 steps straight equal 2 steps, a checkpoint,
-// a new job resumed from it and 2 more steps, bit for bit (data order, plans, optimizer).
+// a new job resumed from it and 2 more steps, bit for bit (data order, plans, optimizer, the
+// learning-rate schedule and clipping).
 TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
   const std::string dir = ::testing::TempDir() + "/hydraulis_job_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
@@ -1061,10 +1100,15 @@ TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
     options.master_port = test_support::FreePort();
     options.timeout = std::chrono::milliseconds(10000);
     Rendezvous rendezvous(options);
-    DistributedTrainer trainer(c, 7, Adam(1e-8), rendezvous, candidates.strategies);
+    DistributedTrainer trainer(c, 7, Adam(1e-8, /*clip=*/true), rendezvous, candidates.strategies);
     BatchSampler sampler(lengths, sampling);
     TrainingJobOptions job_options;
     job_options.steps = steps;
+    // The schedule of a 4-step run (decay_steps fixed, so the 2-step first half follows it).
+    job_options.lr_schedule.warmup_steps = 1;
+    job_options.lr_schedule.decay_style = LrDecayStyle::kCosine;
+    job_options.lr_schedule.decay_steps = 4;
+    job_options.lr_schedule.min_lr = 1e-5;
     job_options.seed = seed;
     job_options.checkpoint_dir = dir + "/ckpt";
     job_options.checkpoint_every = checkpoint_every;

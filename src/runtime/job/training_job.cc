@@ -50,6 +50,7 @@ TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
     throw InvalidInput("training job: checkpoint_every must be >= 0, got " +
                        std::to_string(options_.checkpoint_every));
   }
+  ValidateLrSchedule(options_.lr_schedule, trainer_.optimizer().base_lr(), options_.steps);
 }
 
 std::optional<std::string> TrainingJob::Resume() {
@@ -144,6 +145,10 @@ TrainingStepRecord TrainingJob::RunStep(
   const PlanAhead::Step planned = plans_->Next(record.plan_wait_ms);
   position_ = planned.position_after;
   const std::vector<std::vector<std::int64_t>> documents = FetchDocuments(planned, record);
+  // A function of the step alone, so a resumed run continues the schedule exactly.
+  record.lr = LearningRate(options_.lr_schedule, trainer_.optimizer().base_lr(), options_.steps,
+                           record.step);
+  trainer_.optimizer().set_lr(record.lr);
   record.result = Train(planned.plan, documents, record.step);
   CheckUpdate(record);
   ++next_step_;
@@ -234,6 +239,7 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["step"] = r.step;
   j["loss"] =
       std::isfinite(r.result.loss) ? nlohmann::json(r.result.loss) : nlohmann::json(nullptr);
+  j["lr"] = r.lr;
   j["tokens"] = r.tokens;
   j["targets"] = r.result.targets;
   j["documents"] = r.documents;

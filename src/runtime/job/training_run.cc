@@ -1,7 +1,10 @@
 #include "hydraulis/runtime/job/training_run.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -193,7 +196,25 @@ void CheckTrainingStateFits(const ModelConfig& model, int world_size,
                        compute);
 }
 
+void CheckOptimizerOptions(const TrainingRunOptions& options) {
+  const AdamWOptions& a = options.adam;
+  auto require = [](bool ok, const char* flag, const char* rule, double value) {
+    if (!ok)
+      throw InvalidInput(std::string(flag) + ": " + rule + ", got " + fmt::format("{}", value));
+  };
+  require(a.lr >= 0 && std::isfinite(a.lr), "--lr", "must be a finite number >= 0", a.lr);
+  require(a.beta1 >= 0 && a.beta1 < 1, "--adam-beta1", "must be in [0, 1)", a.beta1);
+  require(a.beta2 >= 0 && a.beta2 < 1, "--adam-beta2", "must be in [0, 1)", a.beta2);
+  require(a.eps > 0 && std::isfinite(a.eps), "--adam-eps", "must be a finite number > 0", a.eps);
+  require(a.weight_decay >= 0 && std::isfinite(a.weight_decay), "--weight-decay",
+          "must be a finite number >= 0", a.weight_decay);
+  require(a.clip_grad >= 0 && std::isfinite(a.clip_grad), "--clip-grad",
+          "must be a finite number >= 0 (0: no clipping)", a.clip_grad);
+  ValidateLrSchedule(options.job.lr_schedule, a.lr, options.job.steps);
+}
+
 void CheckTrainingRun(const TrainingRunOptions& options, int world_size) {
+  CheckOptimizerOptions(options);
   const ComputeOptions compute = ResolveCompute(options, 0);
   ResolveCommBackend(options, compute);
   const TrainingInputs in(options, world_size, compute, /*in_launcher=*/true);
@@ -221,6 +242,7 @@ CommBackend ResolveCommBackend(const TrainingRunOptions& o, const ComputeOptions
 TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOptions& distributed,
                          int local_rank)
     : compute_(ResolveCompute(options, local_rank)), distributed_(distributed) {
+  CheckOptimizerOptions(options);
   UseDevice(compute_);  // before the first CUDA call: the rendezvous' NCCL groups, the model
   distributed_.timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_s * 1000));

@@ -18,6 +18,7 @@ void ValidateAdamWOptions(const AdamWOptions& o) {
   check(o.beta2 >= 0.0 && o.beta2 < 1.0, "beta2", o.beta2);
   check(o.eps > 0.0, "eps", o.eps);
   check(o.weight_decay >= 0.0, "weight_decay", o.weight_decay);
+  check(o.clip_grad >= 0.0 && std::isfinite(o.clip_grad), "clip_grad", o.clip_grad);
 }
 
 AdamWKernel DefaultAdamWKernel(const at::Device& device) {

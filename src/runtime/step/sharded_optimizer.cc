@@ -59,7 +59,43 @@ InitialWeights WeightsOf(const Transformer& model) {
   };
 }
 
+// The shard ranges of `rank` that hold one-dimensional parameters: each such parameter's
+// elements intersected with the rank's piece of every bucket they touch.
+std::vector<std::pair<std::int64_t, std::int64_t>> NoDecayRanges(const FlatLayout& layout,
+                                                                 const OptimizerShardLayout& shards,
+                                                                 int rank) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const FlatParameter& f : layout.parameters) {
+    if (f.parameter.shape.size() != 1 || f.numel == 0) continue;
+    const int first = shards.BucketOf(f.offset);
+    const int last = shards.BucketOf(f.offset + f.numel - 1);
+    for (int k = first; k <= last; ++k) {
+      const ShardBucket& b = shards.buckets[static_cast<std::size_t>(k)];
+      const std::int64_t piece_begin = b.offset + rank * b.piece;
+      const std::int64_t begin = std::max(f.offset, piece_begin);
+      const std::int64_t end = std::min(f.offset + f.numel, piece_begin + b.piece);
+      if (begin >= end) continue;
+      const std::int64_t shard_begin = b.shard_offset + (begin - piece_begin);
+      const std::int64_t shard_end = shard_begin + (end - begin);
+      if (!out.empty() && out.back().second == shard_begin) {
+        out.back().second = shard_end;
+      } else {
+        out.emplace_back(shard_begin, shard_end);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
+
+void ShardedAdamW::set_lr(double lr) {
+  if (!(lr >= 0.0) || !std::isfinite(lr)) {
+    throw InvalidInput("learning rate: must be a finite number >= 0, got " + std::to_string(lr));
+  }
+  options_.lr = lr;
+}
 
 ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
                            const AdamWOptions& options, at::Device device,
@@ -69,9 +105,10 @@ ShardedAdamW::ShardedAdamW(const Transformer& initial, CommGroup& world,
 ShardedAdamW::ShardedAdamW(const ModelConfig& config, const InitialWeights& initial,
                            CommGroup& world, const AdamWOptions& options, at::Device device,
                            std::int64_t bucket_elements)
-    : world_(world), options_(options), layout_(MakeFlatLayout(config)) {
+    : world_(world), options_(options), base_lr_(options.lr), layout_(MakeFlatLayout(config)) {
   ValidateAdamWOptions(options_);
   shards_ = MakeOptimizerShardLayout(layout_.numel, world_.size(), bucket_elements);
+  no_decay_ = NoDecayRanges(layout_, shards_, world_.rank());
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
   full_ = at::zeros({shards_.padded_numel}, fp32);
   grad_ = at::zeros({shards_.padded_numel}, fp32);
@@ -310,6 +347,11 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   outcome.grad_norm = std::sqrt(norm_sq.item<double>());
   if (!apply || !std::isfinite(outcome.grad_norm)) return outcome;
   ++steps_;
+  if (options_.clip_grad > 0) {
+    // Megatron's rule (and torch's clip_grad_norm_): scale only when the norm is above.
+    const double coefficient = options_.clip_grad / (outcome.grad_norm + 1e-6);
+    if (coefficient < 1.0) grad_shard_.mul_(coefficient);
+  }
   // One rank updates the full vector in place (its shard); more update a copy of their
   // pieces, which the all-gathers then write back into every rank's full vector.
   const bool alone = world_.size() == 1;
@@ -321,11 +363,29 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   const AdamWKernel kernel = DefaultAdamWKernel(full_.device());
   const std::int64_t piece =
       kernel == AdamWKernel::kFused ? std::max<std::int64_t>(n, 1) : WorkChunk(full_);
-  for (std::int64_t begin = 0; begin < n; begin += piece) {
-    const std::int64_t end = std::min(begin + piece, n);
-    AdamWUpdate(master.slice(0, begin, end), grad_shard_.slice(0, begin, end),
-                exp_avg_.slice(0, begin, end), exp_avg_sq_.slice(0, begin, end), steps_, options_,
-                kernel);
+  // Weight decay skips the no-decay ranges: the shard is updated in segments, with or
+  // without decay, each in pieces (the update is elementwise, so segments change nothing
+  // else).
+  AdamWOptions no_decay = options_;
+  no_decay.weight_decay = 0;
+  auto update = [&](std::int64_t first, std::int64_t last, const AdamWOptions& o) {
+    for (std::int64_t begin = first; begin < last; begin += piece) {
+      const std::int64_t end = std::min(begin + piece, last);
+      AdamWUpdate(master.slice(0, begin, end), grad_shard_.slice(0, begin, end),
+                  exp_avg_.slice(0, begin, end), exp_avg_sq_.slice(0, begin, end), steps_, o,
+                  kernel);
+    }
+  };
+  if (options_.weight_decay == 0 || no_decay_.empty()) {
+    update(0, n, options_);
+  } else {
+    std::int64_t at = 0;
+    for (const auto& [begin, end] : no_decay_) {
+      update(at, begin, options_);
+      update(begin, end, no_decay);
+      at = end;
+    }
+    update(at, n, options_);
   }
   if (!alone) {
     // In bucket order, the order the next forward pass reads them (embedding first); each

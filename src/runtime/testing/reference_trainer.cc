@@ -1,10 +1,14 @@
 #include "runtime/testing/reference_trainer.h"
 
 #include <ATen/core/grad_mode.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
+
+#include <memory>
 
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "hydraulis/base/error.h"
 
@@ -33,16 +37,31 @@ struct ReferenceTrainer::Impl {
   Transformer& model;
   torch::optim::AdamW optimizer;
   GradientSync* sync;  // nullptr: single process
+  double clip_grad;
 };
 
 namespace {
 
-torch::optim::AdamWOptions ToTorch(const AdamWOptions& o) {
+torch::optim::AdamWOptions ToTorch(const AdamWOptions& o, double weight_decay) {
   ValidateAdamWOptions(o);
   return torch::optim::AdamWOptions(o.lr)
       .betas(std::make_tuple(o.beta1, o.beta2))
       .eps(o.eps)
-      .weight_decay(o.weight_decay);
+      .weight_decay(weight_decay);
+}
+
+// Two groups as Megatron-LM and the Hugging Face Trainer form them: matrices decay,
+// one-dimensional parameters (norm weights, biases) do not.
+torch::optim::AdamW MakeOptimizer(const Transformer& model, const AdamWOptions& o) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const at::Tensor& p : model.parameters()) (p.dim() == 1 ? no_decay : decay).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay,
+                      std::make_unique<torch::optim::AdamWOptions>(ToTorch(o, o.weight_decay)));
+  if (!no_decay.empty()) {
+    groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(ToTorch(o, 0.0)));
+  }
+  return torch::optim::AdamW(groups, ToTorch(o, o.weight_decay));
 }
 
 }  // namespace
@@ -63,8 +82,17 @@ Transformer& RequireFp32(Transformer& model) {
 
 ReferenceTrainer::ReferenceTrainer(Transformer& model, const AdamWOptions& options,
                                    GradientSync* sync)
-    : impl_(new Impl{RequireFp32(model), torch::optim::AdamW(model.parameters(), ToTorch(options)),
-                     sync}) {}
+    : impl_(new Impl{RequireFp32(model), MakeOptimizer(model, options), sync, options.clip_grad}) {
+  if (options.clip_grad > 0 && sync == nullptr && model.tp_size() > 1) {
+    throw InvalidInput("reference trainer: clipping needs the whole gradient (tp 1 or a sync)");
+  }
+}
+
+void ReferenceTrainer::SetLearningRate(double lr) {
+  for (torch::optim::OptimizerParamGroup& group : impl_->optimizer.param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+}
 
 ReferenceTrainer::~ReferenceTrainer() = default;
 
@@ -85,6 +113,10 @@ ReferenceStepResult ReferenceTrainer::Step(const std::vector<PackedBatch>& micro
     // is the gradient of the global mean loss.
     sync->ReduceGradients(impl_->model.parameters());
     loss_sum = sync->SumAcrossRanks({loss_sum}).at(0);
+  }
+  if (impl_->clip_grad > 0) {
+    // Every rank holds the whole summed gradient here: its norm is the global one.
+    torch::nn::utils::clip_grad_norm_(impl_->model.parameters(), impl_->clip_grad);
   }
   impl_->optimizer.step();
   result.loss = loss_sum / static_cast<double>(result.targets);

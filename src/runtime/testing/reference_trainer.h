@@ -1,7 +1,8 @@
 // Test support: the single-process reference the runtime's equivalence tests hold every
 // distributed layout to. Gradient accumulation over packed micro-batches of any shapes,
-// normalised by the global batch's target-token count, then one torch::optim::AdamW step on
-// fp32 parameters. With a GradientSync (gradient_sync.h) every rank of a data-parallel group
+// normalised by the global batch's target-token count, then (with AdamWOptions::clip_grad)
+// torch's clip_grad_norm_ and one torch::optim::AdamW step on fp32 parameters, weight decay
+// on matrices only. With a GradientSync (gradient_sync.h) every rank of a data-parallel group
 // runs its own micro-batches on a full replica and the sync makes the step that of one
 // process over the union of all ranks' micro-batches.
 // A tensor-parallel model (transformer.h) needs no sync: every tp rank runs the same
@@ -48,6 +49,8 @@ class ReferenceTrainer {
   // global batch (every rank returns the same). InvalidInput when the global batch has no
   // target token (then on every rank alike, so no rank is left waiting in a collective).
   ReferenceStepResult Step(const std::vector<PackedBatch>& micro_batches);
+  // The learning rate of the next steps, on every parameter group.
+  void SetLearningRate(double lr);
 
  private:
   struct Impl;

@@ -16,6 +16,7 @@
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/job/plan_ahead.h"
 #include "hydraulis/runtime/step/distributed_trainer.h"
+#include "hydraulis/runtime/step/lr_schedule.h"
 
 namespace hydraulis {
 
@@ -32,6 +33,8 @@ struct TrainingJobOptions {
   // Testing: at this step the parameters are NaN for the step's computation only (then put
   // back), so the non-finite path runs end to end. -1: never.
   int poison_step = -1;
+  // The learning rate per step, scaling the optimizer's lr (its peak); constant by default.
+  LrSchedule lr_schedule;
 };
 
 // What one step did, for the console line and the JSON log.
@@ -48,6 +51,7 @@ struct TrainingStepRecord {
   std::size_t cut_documents = 0;
   std::int64_t cut_tokens = 0;
   bool skipped = false;  // not applied: non-finite loss or gradient norm, skipping allowed
+  double lr = 0;         // the learning rate of this step's update (lr_schedule)
   std::string strategy;  // the candidate's name, or its description
   int strategy_index = 0;
   bool switched = false;  // another candidate than the previous step's

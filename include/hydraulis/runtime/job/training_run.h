@@ -60,7 +60,7 @@ struct TrainingRunOptions {
   std::int64_t ddp_bucket_size = kDefaultBucketElements;
   double timeout_s = 60;   // a collective waiting longer fails (a peer died or hangs), > 0
   bool resume = false;     // continue from the newest checkpoint of job.checkpoint_dir
-  AdamWOptions adam;       // only lr is a flag
+  AdamWOptions adam;       // lr is the peak of job.lr_schedule
   TrainingJobOptions job;  // steps, seed (also the model's and the data order's), checkpoints
 };
 
@@ -69,6 +69,11 @@ struct TrainingRunOptions {
 // per rank; it also verifies every shard of the checkpoint a --resume would load (ranks check
 // only meta.json up front). InvalidInput naming the flag, file or value.
 void CheckTrainingRun(const TrainingRunOptions& options, int world_size);
+
+// InvalidInput naming the flag (--lr, --adam-beta1, --adam-beta2, --adam-eps,
+// --weight-decay, --clip-grad, --lr-warmup-steps, --lr-decay-steps, --min-lr) when an
+// optimisation option is out of range or the schedule does not fit the run's steps.
+void CheckOptimizerOptions(const TrainingRunOptions& options);
 
 // InvalidInput, before anything is allocated, when the training state a rank must hold
 // whatever the strategy (the fp32 master weights and the fp32 gradient buffer, 8 bytes per

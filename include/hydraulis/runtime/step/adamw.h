@@ -11,11 +11,17 @@ namespace hydraulis {
 
 // AdamW hyper-parameters (decoupled weight decay, as torch::optim::AdamW).
 struct AdamWOptions {
-  double lr = 1e-3;           // learning rate, >= 0 (0 changes no parameter)
-  double beta1 = 0.9;         // first-moment decay, in [0, 1)
-  double beta2 = 0.95;        // second-moment decay, in [0, 1)
-  double eps = 1e-8;          // added to the RMS of the gradient, > 0
-  double weight_decay = 0.0;  // decoupled decay per step (multiplied by lr), >= 0
+  double lr = 1e-3;     // learning rate, >= 0 (0 changes no parameter)
+  double beta1 = 0.9;   // first-moment decay, in [0, 1)
+  double beta2 = 0.95;  // second-moment decay, in [0, 1)
+  double eps = 1e-8;    // added to the RMS of the gradient, > 0
+  // Decoupled decay per step (multiplied by lr), >= 0. ShardedAdamW and the reference
+  // trainer apply it to matrices only: not to norm weights and biases (one-dimensional
+  // parameters), as Megatron-LM and the Hugging Face Trainer do.
+  double weight_decay = 0.0;
+  // Clips the gradient by its global L2 norm before the update: scaled by
+  // clip_grad / (norm + 1e-6) when that is below 1 (Megatron-LM's --clip-grad); 0: never.
+  double clip_grad = 0.0;
 };
 
 // InvalidInput naming the field when an option is out of the ranges above.

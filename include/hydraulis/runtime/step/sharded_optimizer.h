@@ -97,12 +97,20 @@ class ShardedAdamW {
     bool applied = false;
   };
 
+  // The learning rate of the next steps (a schedule sets it every step); the options' lr
+  // until then. InvalidInput when negative or not finite.
+  void set_lr(double lr);
+  double lr() const { return options_.lr; }
+  // The options' lr: the peak a schedule scales.
+  double base_lr() const { return base_lr_; }
+
   // A collective over the world: sums the gradients of `model` (nullptr on a rank that holds
   // no compute parameters this step) into the owned shards, computes the global gradient
-  // norm, and, when `apply` is true on every rank and the norm is finite, applies AdamW and
-  // gathers the updated parameters. Otherwise nothing changes (master weights, moments and
-  // step count stay), as Megatron skips a step whose gradients overflowed. Every rank must
-  // call it once per step, with the same `apply`.
+  // norm (before clipping: what is logged), and, when `apply` is true on every rank and the
+  // norm is finite, clips the gradients (AdamWOptions::clip_grad), applies AdamW (weight
+  // decay on matrices only) and gathers the updated parameters. Otherwise nothing changes (master
+  // weights, moments and step count stay), as Megatron skips a step whose gradients overflowed.
+  // Every rank must call it once per step, with the same `apply`.
   StepOutcome Step(const Transformer* model, bool apply = true);
 
   // Of the last step: the buckets' reduce-scatters, how many started while this rank's
@@ -165,6 +173,10 @@ class ShardedAdamW {
 
   CommGroup& world_;
   AdamWOptions options_;
+  double base_lr_ = 0;
+  // This rank's shard ranges [begin, end) of one-dimensional parameters (norm weights,
+  // biases), which weight decay skips; ascending, disjoint.
+  std::vector<std::pair<std::int64_t, std::int64_t>> no_decay_;
   FlatLayout layout_;
   OptimizerShardLayout shards_;
   at::Tensor full_;        // [padded_numel], the padding stays zero
