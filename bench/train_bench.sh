@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measured training on this machine's CPU ranks (docs/benchmarks.md, "Training runtime"):
+# Measured training on this machine's CPU ranks (docs/benchmarks.md, "Training throughput by layout on CPU ranks"):
 # tokens per second and the communication share of several layouts, and the step time of
 # our dynamic plans against static fixed-length packing on the same ranks and batches,
 # beside the planner's and the simulator's predictions.
