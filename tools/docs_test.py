@@ -10,6 +10,8 @@ Usage: docs_test.py HYDRAULIS_BINARY SOURCE_DIR
   --flag written after it in that command (continued lines included) is one its --help
   lists.
 - No document speaks of sessions or issue numbers (they are reference, not a log).
+- The layer picture of docs/architecture.md has exactly the links between the libraries
+  that src/*/CMakeLists.txt makes.
 
 Prints one line per problem and exits 1 if there was any.
 """
@@ -67,6 +69,36 @@ def code_commands(text):
         i += 1
 
 
+def LayerEdges(src):
+    """(layer, dependency) of every DEPS and PRIVATE_DEPS link between the project's
+    libraries in src/*/CMakeLists.txt (runtime rooms as runtime_<room>)."""
+    keys = {"SOURCES", "DEPS", "PRIVATE_DEPS", "TESTS", "TEST_DEPS", "LABEL"}
+    edges = set()
+    for folder in sorted(os.listdir(os.path.join(src, "src"))):
+        path = os.path.join(src, "src", folder, "CMakeLists.txt")
+        if not os.path.exists(path):
+            continue
+        text = re.sub(r"#[^\n]*", "", open(path).read())
+        for kind, name, body in re.findall(r"hydraulis_(layer|runtime_room)\((\w+)([^)]*)\)",
+                                           text):
+            node = "runtime_" + name if kind == "runtime_room" else name
+            key = None
+            for token in body.split():
+                if token in keys:
+                    key = token
+                elif key in ("DEPS", "PRIVATE_DEPS") and token.startswith("hydraulis_"):
+                    edges.add((node, token[len("hydraulis_"):]))
+    return edges
+
+
+def PictureEdges(text):
+    """(a, b) of every `a --> b` in the document's mermaid blocks."""
+    edges = set()
+    for block in re.findall(r"```mermaid\n(.*?)```", text, re.S):
+        edges.update(re.findall(r"^\s*(\w+)\s*-->\s*(\w+)\s*$", block, re.M))
+    return edges
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -100,6 +132,12 @@ def main():
             for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rest):
                 if not re.search(r"(?<![\w-])" + re.escape(flag) + r"(?![\w-])", helps[sub]):
                     problems.append(f"{name}:{number}: hydraulis {sub} has no flag {flag}")
+    built = LayerEdges(src)
+    drawn = PictureEdges(open(os.path.join(src, "docs/architecture.md")).read())
+    for a, b in sorted(built - drawn):
+        problems.append(f"docs/architecture.md: the build links {a} to {b}; the picture lacks it")
+    for a, b in sorted(drawn - built):
+        problems.append(f"docs/architecture.md: the picture draws {a} --> {b}; the build has no such link")
     for p in problems:
         print(p)
     print(f"docs_test: {len(problems)} problem(s) in README.md and docs/")
