@@ -565,6 +565,29 @@ expect_rc topk5 0
 hyd topkplan plan --profile "$PROFILE" --candidates "$TMP/topk5.json" --lengths "$LENGTHS"
 expect_rc topkplan 0
 
+check "propose takes the long-context defaults when documents need cp, and only then"
+awk 'BEGIN { for (i = 0; i < 3000; ++i) print 200 + (i * 7919) % 5800;
+             for (i = 0; i < 40; ++i) print 60000 + (i * 104729) % 60000 }' >"$TMP/long.txt"
+LONGP=(propose --profile "$PROFILE" --lengths "$TMP/long.txt" --gpus 64 --max-len 131072
+       --tokens-per-batch 500000)
+hyd longdef "${LONGP[@]}" -o "$TMP/longdef.json"
+expect_rc longdef 0
+expect_stderr_has longdef "long context (documents of"
+expect_stderr_has longdef "by planning 16 sampled batches (seed 2)"
+hyd longall "${LONGP[@]}" --select-batches 0 -o "$TMP/longall.json"
+expect_rc longall 0
+grep -q "long context" "$TMP/longall.err" && fail "a given --select-batches took the defaults"
+if [[ $HAVE_PYTHON -eq 1 ]]; then
+  python3 - "$TMP/longdef.json" "$TMP/longall.json" <<'PY' || fail "kept strategies"
+import json, sys
+kept, every = (len(json.load(open(f))["strategies"]) for f in sys.argv[1:])
+assert kept <= 9 and every > kept, (kept, every)
+PY
+fi
+hyd shortdef "${PROPOSE[@]}" -o "$TMP/shortdef.json"
+expect_rc shortdef 0
+grep -q "long context" "$TMP/shortdef.err" && fail "a short-context proposal took the defaults"
+
 check "an integer past its flag's range names the flag and the range"
 hyd intbig propose --profile "$PROFILE" --lengths "$SAMPLE" --gpus 2147483648
 expect_input_error intbig "--gpus" "2147483648" "from -2147483648 to 2147483647"

@@ -39,6 +39,13 @@ struct ProposeArgs {
   std::uint64_t select_seed = 1;
   double select_tolerance = 0.0;
   bool select_tolerance_given = false;
+  // Plan the --select-batches batches with the screening effort (the long-context default).
+  bool screen = false;
+  // The flags as given, to tell a default from a value the user chose.
+  const CLI::Option* top_documents_flag = nullptr;
+  const CLI::Option* max_strategies_flag = nullptr;
+  const CLI::Option* select_batches_flag = nullptr;
+  const CLI::Option* select_seed_flag = nullptr;
   CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
   bool quiet = false;
   LengthFlags source;
@@ -67,6 +74,17 @@ OptimizerLayout ParseLayout(const std::string& text) {
   }
   return {parts[0], parts[1], parts[2]};
 }
+
+// The long-context defaults (docs/propose.md, "Defaults"): with cp schemes taking part, a
+// strategy per bin for batches that draw two long documents, and 8 kept by planning 16
+// sampled batches with the screening effort and a 2 % prune tolerance, on seed 2 (not the
+// seed 1 plan, simulate and train sample by default). Within 60 s at 256 GPUs.
+constexpr int kLongContextTopDocuments = 2;
+constexpr int kLongContextMaxStrategies = 8;
+constexpr int kLongContextSelectBatches = 16;
+constexpr double kLongContextSelectTolerance = 0.02;
+constexpr std::uint64_t kLongContextSelectSeed = 2;
+constexpr int kScreenLocalSearchSteps = 50;
 
 // --select-batches: proposes every strategy, plans a.select_batches sampled batches with all
 // of them and keeps the fallback, the longest bin's strategy and the a.max_strategies - 1
@@ -98,6 +116,13 @@ void KeepByPlans(const Profile& profile, std::span<const std::int64_t> lengths,
   options.context_tokens = a.max_len;
   options.threads = 0;
   options.prune_tolerance = a.select_tolerance;
+  if (a.screen) {
+    // The long-context default plans its sample batches with a shorter local search and no
+    // cp calibration: about 2.5x faster per plan, the plans' times 2 % above the full
+    // search's on average (docs/propose.md).
+    options.two_stage.max_local_search_steps = kScreenLocalSearchSteps;
+    options.two_stage.cp_calibration_rounds = 0;
+  }
   const int more = a.max_strategies - (longest_index != 0 ? 1 : 0);
   CandidateSelection chosen;
   {
@@ -158,7 +183,37 @@ void PrintSummary(const Proposal& p, const ProposeArgs& a) {
 // cluster), and all of them are held in memory.
 constexpr int kMaxSelectBatches = 10'000;
 
-int RunPropose(const ProposeArgs& a) {
+// Applies the long-context defaults to the flags the user did not give when cp schemes take
+// part and none of --top-documents, --max-strategies, --select-batches was given.
+void ApplyLongContextDefaults(const Profile& profile, std::span<const std::int64_t> lengths,
+                              const ProposeOptions& options, ProposeArgs& a) {
+  if (a.top_documents_flag->count() > 0 || a.max_strategies_flag->count() > 0 ||
+      a.select_batches_flag->count() > 0 || a.tokens_per_batch < 1 || lengths.empty()) {
+    return;
+  }
+  const OptimizerLayout layout = options.optimizer_layout
+                                     ? *options.optimizer_layout
+                                     : DefaultOptimizerLayout(profile, options.gpus);
+  const std::int64_t longest =
+      std::min(a.max_len, *std::max_element(lengths.begin(), lengths.end()));
+  if (!CpSchemesTakePart(UsableSchemes(profile, options.gpus, layout), longest, a.cp_schemes)) {
+    return;
+  }
+  a.top_documents = kLongContextTopDocuments;
+  a.max_strategies = kLongContextMaxStrategies;
+  a.select_batches = kLongContextSelectBatches;
+  if (!a.select_tolerance_given) a.select_tolerance = kLongContextSelectTolerance;
+  if (a.select_seed_flag->count() == 0) a.select_seed = kLongContextSelectSeed;
+  a.screen = true;
+  if (!a.quiet) {
+    fmt::print(stderr,
+               "hydraulis: long context (documents of {} tokens need cp): --top-documents {} "
+               "--max-strategies {} --select-batches {} (give any of them to choose)\n",
+               longest, a.top_documents, a.max_strategies, a.select_batches);
+  }
+}
+
+int RunPropose(ProposeArgs a) {
   RefuseOutputOverInput({"-o/--output", a.output},
                         {{"--profile", a.profile}, {"--lengths", a.lengths}});
   ProposeOptions options;
@@ -195,6 +250,9 @@ int RunPropose(const ProposeArgs& a) {
   }
   const Profile profile = LoadProfile(a.profile);
   const std::vector<std::int64_t> lengths = LoadLengths(a.lengths, a.source.ToOptions());
+  ApplyLongContextDefaults(profile, lengths, options, a);
+  options.top_documents = a.top_documents;
+  if (a.select_batches > 0) options.max_strategies = 0;
   Proposal proposal;
   {
     ProgressBar bar("k (--top-documents)");
@@ -239,14 +297,19 @@ Command AddProposeCommand(CLI::App& app) {
   cmd->add_option("--tokens-per-batch", a->tokens_per_batch,
                   "global batch the histogram is scaled to; 0 plans for the whole dataset")
       ->capture_default_str();
-  cmd->add_option("--max-strategies", a->max_strategies,
-                  "keep at most this many proposed strategies besides the fallback (0: all)")
-      ->capture_default_str();
-  cmd->add_option("--select-batches", a->select_batches,
-                  "with --max-strategies: plan this many sampled batches (at most 10000) with "
-                  "every proposed strategy and keep those that most lower their planned steps "
-                  "(0: keep by batch share)")
-      ->capture_default_str();
+  a->max_strategies_flag =
+      cmd->add_option("--max-strategies", a->max_strategies,
+                      "keep at most this many proposed strategies besides the fallback (0: all; 8 "
+                      "when documents need cp and none of --top-documents, --max-strategies, "
+                      "--select-batches is given)")
+          ->capture_default_str();
+  a->select_batches_flag =
+      cmd->add_option(
+             "--select-batches", a->select_batches,
+             "with --max-strategies: plan this many sampled batches (at most 10000) with "
+             "every proposed strategy and keep those that most lower their planned steps "
+             "(0: keep by batch share; 16 with the long-context defaults, docs/propose.md)")
+          ->capture_default_str();
   cmd->add_option_function<double>(
       "--select-tolerance",
       [a](double v) {
@@ -255,15 +318,19 @@ Command AddProposeCommand(CLI::App& app) {
       },
       "with --select-batches: skip planning a strategy on a batch when its lower "
       "bound is within this fraction of the best plan found (e.g. 0.02; default 0)");
-  cmd->add_option("--select-seed", a->select_seed,
-                  "seed of the --select-batches batches (as plan --seed draws them)")
-      ->capture_default_str();
-  cmd->add_option("--top-documents", a->top_documents,
-                  "also propose, for k = 2..this, a strategy per bin holding a batch's k "
-                  "longest documents (1: only its longest; at most 10000); capped at the "
-                  "expected documents of one batch, --tokens-per-batch / mean length")
-      ->capture_default_str()
-      ->check(CLI::Range(1, ProposeOptions::kMaxTopDocuments));
+  a->select_seed_flag =
+      cmd->add_option("--select-seed", a->select_seed,
+                      "seed of the --select-batches batches (as plan --seed draws them)")
+          ->capture_default_str();
+  a->top_documents_flag =
+      cmd->add_option(
+             "--top-documents", a->top_documents,
+             "also propose, for k = 2..this, a strategy per bin holding a batch's k "
+             "longest documents (1: only its longest; 2 with the long-context defaults; at "
+             "most 10000); capped at the "
+             "expected documents of one batch, --tokens-per-batch / mean length")
+          ->capture_default_str()
+          ->check(CLI::Range(1, ProposeOptions::kMaxTopDocuments));
   AddEnumOption(cmd, "--cp-schemes", a->cp_schemes, kCpSchemesNames,
                 "when the profile's context-parallel schemes take part (needed: only when "
                 "the longest document fits no cp = 1 scheme)");

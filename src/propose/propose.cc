@@ -169,6 +169,16 @@ std::vector<DpScheme> UsableSchemes(const Profile& profile, int gpus,
   return out;
 }
 
+bool CpSchemesTakePart(const std::vector<DpScheme>& schemes, std::int64_t longest, CpSchemes rule) {
+  if (rule == CpSchemes::kNever) return false;
+  if (rule == CpSchemes::kAlways) return true;
+  std::int64_t cp1_capacity = 0;
+  for (const DpScheme& s : schemes) {
+    if (s.scheme.cp == 1) cp1_capacity = std::max(cp1_capacity, s.capacity_tokens);
+  }
+  return longest > cp1_capacity;
+}
+
 Proposal ProposeStrategies(const Profile& profile, std::span<const std::int64_t> lengths,
                            const ProposeOptions& options) {
   CheckOptions(options);
@@ -188,14 +198,8 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
   Proposal out;
   out.schemes = UsableSchemes(profile, gpus, layout);
   // cp schemes shard long documents; when every document fits a cp = 1 scheme they are
-  // left out unless asked for, so such distributions keep today's proposals.
-  std::int64_t cp1_capacity = 0;
-  for (const DpScheme& s : out.schemes) {
-    if (s.scheme.cp == 1) cp1_capacity = std::max(cp1_capacity, s.capacity_tokens);
-  }
-  const bool cp_needed = histogram.bins.back().longest > cp1_capacity;
-  if (options.cp_schemes == CpSchemes::kNever ||
-      (options.cp_schemes == CpSchemes::kWhenNeeded && !cp_needed)) {
+  // left out unless asked for, so such distributions keep the proposals they had without.
+  if (!CpSchemesTakePart(out.schemes, histogram.bins.back().longest, options.cp_schemes)) {
     std::erase_if(out.schemes, [](const DpScheme& s) { return s.scheme.cp > 1; });
   }
   if (out.schemes.empty()) {

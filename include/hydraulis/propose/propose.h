@@ -119,6 +119,13 @@ std::vector<DpScheme> UsableSchemes(const Profile& profile, int gpus,
 
 // Builds the histogram of `lengths` (ProposeOptions::max_len, resolution_tokens) and
 // proposes from it. InvalidInput naming the value on bad options or data.
+// Whether the profile's cp > 1 schemes take part in a proposal under `rule`
+// (ProposeOptions::cp_schemes) over `schemes` (UsableSchemes) for a longest document of
+// `longest` tokens (after max_len): kAlways, or kWhenNeeded and `longest` exceeds every cp = 1
+// scheme's capacity. This is the long-context regime, where `propose` keeps fewer strategies
+// by planning sample batches (docs/propose.md).
+bool CpSchemesTakePart(const std::vector<DpScheme>& schemes, std::int64_t longest, CpSchemes rule);
+
 Proposal ProposeStrategies(const Profile& profile, std::span<const std::int64_t> lengths,
                            const ProposeOptions& options);
 
