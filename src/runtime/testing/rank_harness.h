@@ -89,6 +89,17 @@ inline Outcome Read(const std::string& path) {
   return o;
 }
 
+// c10d's flight recorder (on by default in PyTorch 2.11) adds a process group to a map
+// outside its lock the first time the group records a collective, so ranks run as threads
+// of one process (OnThreads) race there and crash now and then (about one run in 40 of
+// ContextParallelAttentionTest under load). One rank per process, as the runtime runs,
+// does not. Off in every test binary that includes this header, before main, so before the
+// recorder reads its size.
+inline const bool kFlightRecorderOff = [] {
+  setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
+  return true;
+}();
+
 // Runs body(rank) for ranks 0..n-1, each on its own thread (one intra-op thread each),
 // and rethrows the first failure: ranks as threads of one process, for the in-process
 // communicator and for c10d ranks that share one device. Each thread runs its own backward
