@@ -141,6 +141,13 @@ int main(int argc, char** argv) {
                        std::string(command.summary) + " (runs hydraulis-runtime)");
   }
 #endif
+#ifdef HYDRAULIS_HAVE_RUNTIME
+  // `train --config FILE`: train's flags in a TOML file, under [train] (docs/runtime.md).
+  // CLI11 reads it; a flag on the command line overrides the file; an unknown key is an error.
+  app.set_config("--config", "", "TOML file of a command's flags, under [train] (train only)");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.get_subcommand("train")->fallthrough();
+#endif
   hydraulis::tools::CheckEveryNumber(app);
   try {
     app.parse(argc, argv);
@@ -150,6 +157,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ConfigError& e) {
+    fmt::print(stderr, "hydraulis: error: {}\n", hydraulis::tools::ConfigErrorMessage(app, e));
+    return 2;
   } catch (const CLI::ConversionError& e) {
     fmt::print(stderr, "hydraulis: error: {}\n", hydraulis::tools::ConversionErrorMessage(e));
     return 2;

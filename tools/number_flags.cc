@@ -119,4 +119,18 @@ std::string ConversionErrorMessage(const CLI::ConversionError& e) {
          std::to_string(std::numeric_limits<int>::max());
 }
 
+std::string ConfigErrorMessage(const CLI::App& app, const CLI::ConfigError& e) {
+  std::string file;
+  if (const CLI::Option* config = app.get_config_ptr(); config != nullptr && config->count() > 0) {
+    file = config->as<std::string>();
+  }
+  std::string what = e.what();
+  const std::string unknown = "INI was not able to parse ";
+  if (what.rfind(unknown, 0) == 0) {
+    what = "unknown key " + QuoteForMessage(what.substr(unknown.size())) +
+           " (keys are a command's flags without --, under [train])";
+  }
+  return "--config " + QuoteForMessage(file) + ": " + what;
+}
+
 }  // namespace hydraulis::tools

@@ -20,4 +20,8 @@ void CheckEveryNumber(CLI::App& app);
 // flag, the value and the range, like CheckEveryNumber's own messages.
 std::string ConversionErrorMessage(const CLI::ConversionError& e);
 
+// The message for an error in the --config file: the file, and the key CLI11 could not
+// place named as the user wrote it.
+std::string ConfigErrorMessage(const CLI::App& app, const CLI::ConfigError& e);
+
 }  // namespace hydraulis::tools

@@ -10,11 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/file_io.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/job/training_run.h"
 #include "hydraulis/runtime/step/lr_schedule.h"
@@ -36,7 +39,25 @@ struct TrainArgs {
   int fail_rank = -1;
   int fail_step = 0;
   bool verbose = false;  // --nproc: every rank's lines and the launcher's, not one per failure
+  const CLI::App* command = nullptr;  // to write the effective configuration
 };
+
+// Every flag of the run as a --config file reads it: written beside the checkpoints and into
+// the first step record of --log-json, so a run can be repeated from its own directory.
+std::string EffectiveConfig(const TrainArgs& a) {
+  std::istringstream all(
+      a.command->config_to_str(/*default_also=*/true, /*write_description=*/false));
+  std::string out = "[train]\n";
+  for (std::string line; std::getline(all, line);) {
+    // Unset flags (no value, no default) stay unset; --model is the default --init-from
+    // excludes.
+    if (line.ends_with("=\"\"") || (!a.run.init_from.empty() && line.starts_with("model="))) {
+      continue;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
 
 // The build directory this executable lives in (build/<preset>, above its tools/), or ""
 // when it cannot be read.
@@ -121,6 +142,12 @@ int Train(TrainArgs& a) {
       fmt::print("no checkpoint in {}; starting from step 0\n", a.run.job.checkpoint_dir);
     }
   }
+  const std::string config = EffectiveConfig(a);
+  if (chief && !a.run.job.checkpoint_dir.empty()) {
+    std::filesystem::create_directories(a.run.job.checkpoint_dir);
+    WriteFileAtomically(a.run.job.checkpoint_dir + "/run.toml", config);
+  }
+  bool config_logged = false;
   std::ofstream log;
   if (chief && !a.log_json.empty()) {
     // A resumed run appends to the log of the run it continues.
@@ -141,7 +168,15 @@ int Train(TrainArgs& a) {
       // One complete line per step, flushed, so a log read during or after a failed run
       // never holds half a record.
       if (log.is_open()) {
-        log << StepLogLine(r, run.compute(), run.profile_derived()) << '\n' << std::flush;
+        std::string line = StepLogLine(r, run.compute(), run.profile_derived());
+        if (!config_logged) {
+          // The first record this process writes carries the run's configuration.
+          nlohmann::json j = nlohmann::json::parse(line);
+          j["config"] = config;
+          line = j.dump();
+          config_logged = true;
+        }
+        log << line << '\n' << std::flush;
         if (!log)
           throw IoError("--log-json " + a.log_json + ": write failed (step " +
                         std::to_string(r.step) + ")");
@@ -199,6 +234,10 @@ void AddOptimizationFlags(CLI::App* cmd, TrainArgs& a) {
 Command AddTrainCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", RuntimeCommandSummary("train"));
   auto a = std::make_shared<TrainArgs>();
+  a->command = cmd;
+  cmd->footer(
+      "--config FILE: these flags from a TOML file, under [train], keys without -- (the "
+      "command line overrides it; docs/runtime.md)");
   auto* model_flag =
       cmd->add_option("--model", a->run.model, "model config JSON")->capture_default_str();
   cmd->add_option("--init-from", a->run.init_from,

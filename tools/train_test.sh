@@ -115,6 +115,30 @@ for bad in "--lr-warmup-steps 10|--lr-warmup-steps 10: longer than the run (--st
   grep -qF -- "${bad#*|}" "$TMP/badopt.err" || fail "$flags: stderr: $(cat "$TMP/badopt.err")"
 done
 
+check "--config: flags from a TOML file, the command line overriding it, the effective file written back"
+printf '[train]\nsteps = 5\nnproc = 2\nlr = 0.002\nlr-warmup-steps = 1\nlr-decay-style = "linear"\nclip-grad = 1.0\n' \
+  >"$TMP/run.toml"
+"$BIN" train "${COMMON[@]}" --config "$TMP/run.toml" --steps 3 --checkpoint-dir "$TMP/cfgckpt" \
+  --log-json "$TMP/cfg1.jsonl" >"$TMP/cfg1.out" 2>"$TMP/cfg1.err" || fail "config run: $(tail -c 600 "$TMP/cfg1.err")"
+[[ $(wc -l <"$TMP/cfg1.jsonl") -eq 3 ]] || fail "--steps 3 did not override the file's 5"
+grep -q '^steps=3$' "$TMP/cfgckpt/run.toml" && grep -q '^lr-decay-style="linear"$' "$TMP/cfgckpt/run.toml" ||
+  fail "effective config: $(cat "$TMP/cfgckpt/run.toml")"
+head -1 "$TMP/cfg1.jsonl" | grep -q '"config":"\[train\]' || fail "the first record lacks the config"
+sed "s|$TMP/cfgckpt|$TMP/cfgckpt2|; s|$TMP/cfg1.jsonl|$TMP/cfg2.jsonl|" "$TMP/cfgckpt/run.toml" >"$TMP/again.toml"
+"$BIN" train --config "$TMP/again.toml" >/dev/null 2>"$TMP/cfg2.err" || fail "rerun: $(tail -c 600 "$TMP/cfg2.err")"
+[[ "$(sed -E 's/.*"loss":([-0-9.e+]+).*/\1/' "$TMP/cfg1.jsonl")" == "$(sed -E 's/.*"loss":([-0-9.e+]+).*/\1/' "$TMP/cfg2.jsonl")" ]] ||
+  fail "the written config did not repeat the run"
+printf '[train]\nsteps = 2\nbogus-key = 3\n' >"$TMP/bad.toml"
+"$BIN" train "${COMMON[@]}" --nproc 2 --config "$TMP/bad.toml" >"$TMP/badcfg.out" 2>"$TMP/badcfg.err"
+RC=$?
+[[ $RC -eq 2 && $(wc -l <"$TMP/badcfg.err") -eq 1 ]] || fail "unknown key: exit $RC: $(cat "$TMP/badcfg.err")"
+grep -qF -- "--config '$TMP/bad.toml': unknown key 'train.bogus-key'" "$TMP/badcfg.err" ||
+  fail "stderr: $(cat "$TMP/badcfg.err")"
+# The shipped example, from the repository root as its relative paths expect.
+(cd "$SRC" && "$BIN" train --config configs/runs/cpu-demo.toml --data "$TMP/corpus" \
+  --profile "$PROFILE" --max-len 700 --steps 4 >"$TMP/demo.out" 2>"$TMP/demo.err") ||
+  fail "configs/runs/cpu-demo.toml: $(tail -c 600 "$TMP/demo.err")"
+
 check "6 steps equal 3 steps + resume + 3 steps"
 STEPS=6 train six --nproc 2
 train half --nproc 2 --checkpoint-dir "$TMP/ckpt"
