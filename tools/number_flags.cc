@@ -107,16 +107,9 @@ std::string ConversionErrorMessage(const CLI::ConversionError& e) {
   const std::size_t equals = what.find(" = ");
   if (what.rfind(prefix, 0) != 0 || equals == std::string::npos) return what;
   const std::string value = what.substr(equals + 3);
-  std::int64_t parsed = 0;
-  const char* first = value.data();
-  const char* last = value.data() + value.size();
-  if (first != last && *first == '+') ++first;
-  const auto [ptr, ec] = std::from_chars(first, last, parsed);
-  if (value.empty() || ec != std::errc() || ptr != last) return what;
-  return what.substr(prefix.size(), equals - prefix.size()) +
-         ": out of range: " + QuoteForMessage(value) + ", give an integer from " +
-         std::to_string(std::numeric_limits<int>::min()) + " to " +
-         std::to_string(std::numeric_limits<int>::max());
+  const std::string as_int = CheckInteger<int>(value);
+  if (!CheckInteger<std::int64_t>(value).empty() || as_int.empty()) return what;
+  return what.substr(prefix.size(), equals - prefix.size()) + ": " + as_int;
 }
 
 std::string ConfigErrorMessage(const CLI::App& app, const CLI::ConfigError& e) {

@@ -78,7 +78,7 @@ OptimizerLayout ParseLayout(const std::string& text) {
 // The long-context defaults (docs/propose.md, "Defaults"): with cp schemes taking part, a
 // strategy per bin for batches that draw two long documents, and 8 kept by planning 16
 // sampled batches with the screening effort and a 2 % prune tolerance, on seed 2 (not the
-// seed 1 plan, simulate and train sample by default). Within 60 s at 256 GPUs.
+// seed 1 plan, simulate and train sample by default); docs/benchmarks.md has what they give.
 constexpr int kLongContextTopDocuments = 2;
 constexpr int kLongContextMaxStrategies = 8;
 constexpr int kLongContextSelectBatches = 16;
@@ -118,8 +118,7 @@ void KeepByPlans(const Profile& profile, std::span<const std::int64_t> lengths,
   options.prune_tolerance = a.select_tolerance;
   if (a.screen) {
     // The long-context default plans its sample batches with a shorter local search and no
-    // cp calibration: about 2.5x faster per plan, the plans' times 2 % above the full
-    // search's on average (docs/propose.md).
+    // cp calibration: faster per plan, its plans a little above the full search's.
     options.two_stage.max_local_search_steps = kScreenLocalSearchSteps;
     options.two_stage.cp_calibration_rounds = 0;
   }

@@ -18,25 +18,6 @@ namespace {
 
 constexpr const char* kPlanFormat = "hydraulis.plan/1";
 
-// The integer `value` at `path` in [min_value, max_value]; InvalidInput naming the path.
-std::int64_t IntAt(const nlohmann::json& value, std::int64_t min_value, std::int64_t max_value,
-                   const std::string& source, const std::string& path) {
-  std::int64_t out = 0;
-  switch (CheckJsonInteger(value, min_value, max_value, &out)) {
-    case JsonIntegerCheck::kInRange:
-      return out;
-    case JsonIntegerCheck::kAboveMax:
-      throw InvalidInput(source + ": " + path + ": must be <= " + std::to_string(max_value) +
-                         ", got " + JsonForMessage(value));
-    case JsonIntegerCheck::kBelowMin:
-      throw InvalidInput(source + ": " + path + ": must be >= " + std::to_string(min_value) +
-                         ", got " + JsonForMessage(value));
-    case JsonIntegerCheck::kNotAnInteger:
-      break;
-  }
-  throw InvalidInput(source + ": " + path + ": expected an integer, got " + JsonForMessage(value));
-}
-
 const nlohmann::json& ArrayAt(const nlohmann::json& value, const std::string& source,
                               const std::string& path) {
   if (!value.is_array()) {
@@ -57,12 +38,12 @@ CpLayout ReadCpLayout(const nlohmann::json& entries, std::size_t documents, int 
     if (e.is_array()) {
       std::vector<int> ranks;
       for (std::size_t k = 0; k < e.size(); ++k) {
-        ranks.push_back(
-            static_cast<int>(IntAt(e[k], 0, cp - 1, source, at + "[" + std::to_string(k) + "]")));
+        ranks.push_back(static_cast<int>(
+            JsonIntegerAt(e[k], 0, cp - 1, source, at + "[" + std::to_string(k) + "]")));
       }
       places.push_back(std::move(ranks));
     } else {
-      places.push_back({static_cast<int>(IntAt(e, kSharded, cp - 1, source, at))});
+      places.push_back({static_cast<int>(JsonIntegerAt(e, kSharded, cp - 1, source, at))});
     }
   }
   CpLayout layout = CpLayoutFromPlaces(places, cp);
@@ -112,7 +93,7 @@ void CheckPipelines(JsonObjectReader& p, JsonObjectReader& strategy, std::int64_
       std::vector<int> documents;
       for (std::size_t k = 0; k < mb.size(); ++k) {
         documents.push_back(static_cast<int>(
-            IntAt(mb[k], 0, max_index, p.source(), at + "[" + std::to_string(k) + "]")));
+            JsonIntegerAt(mb[k], 0, max_index, p.source(), at + "[" + std::to_string(k) + "]")));
         ++indices;
       }
       micro_batches.push_back(std::move(documents));

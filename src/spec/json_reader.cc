@@ -41,21 +41,30 @@ const nlohmann::json& JsonObjectReader::Get(const std::string& key) {
   return *it;
 }
 
-std::int64_t JsonObjectReader::Int(const std::string& key, std::int64_t min_value,
-                                   std::int64_t max_value) {
-  const auto& v = Get(key);
+std::int64_t JsonIntegerAt(const nlohmann::json& value, std::int64_t min_value,
+                           std::int64_t max_value, const std::string& source,
+                           const std::string& path) {
   std::int64_t x = 0;
-  switch (CheckJsonInteger(v, min_value, max_value, &x)) {
+  std::string message;
+  switch (CheckJsonInteger(value, min_value, max_value, &x)) {
     case JsonIntegerCheck::kInRange:
       return x;
     case JsonIntegerCheck::kAboveMax:
-      Fail(key, "must be <= " + std::to_string(max_value) + ", got " + JsonForMessage(v));
+      message = "must be <= " + std::to_string(max_value);
+      break;
     case JsonIntegerCheck::kBelowMin:
-      Fail(key, "must be >= " + std::to_string(min_value) + ", got " + JsonForMessage(v));
+      message = "must be >= " + std::to_string(min_value);
+      break;
     case JsonIntegerCheck::kNotAnInteger:
+      message = "expected an integer";
       break;
   }
-  Fail(key, "expected an integer, got " + JsonForMessage(v));
+  throw InvalidInput(source + ": " + path + ": " + message + ", got " + JsonForMessage(value));
+}
+
+std::int64_t JsonObjectReader::Int(const std::string& key, std::int64_t min_value,
+                                   std::int64_t max_value) {
+  return JsonIntegerAt(Get(key), min_value, max_value, source_, FieldPath(key));
 }
 
 std::int64_t JsonObjectReader::IntOr(const std::string& key, std::int64_t fallback,

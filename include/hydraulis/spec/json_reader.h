@@ -11,6 +11,13 @@
 
 namespace hydraulis {
 
+// The integer `value` found at field path `path` of `source`, in [min_value, max_value];
+// InvalidInput "<source>: <path>: must be <= ..., got ..." otherwise. For values that are
+// not an object's field (array elements); JsonObjectReader::Int is this for a key.
+std::int64_t JsonIntegerAt(const nlohmann::json& value, std::int64_t min_value,
+                           std::int64_t max_value, const std::string& source,
+                           const std::string& path);
+
 class JsonObjectReader {
  public:
   static constexpr std::int64_t kIntMax = 2147483647;
