@@ -186,8 +186,12 @@ int Train(TrainArgs& a) {
   run.trainer().control().Barrier();  // rank 0 hosts the store: no rank may still need it
   if (chief) {
     const TrainingJob::Totals& t = job.totals();
-    fmt::print("done: {} document(s) cut to the context length or capacity ({} token(s) lost)",
-               t.cut_documents, t.cut_tokens);
+    if (t.cut_documents == 0) {
+      fmt::print("done: no token lost (--long-documents {})", a.run.long_documents);
+    } else {
+      fmt::print("done: {} document(s) cut to the context length or capacity ({} token(s) lost)",
+                 t.cut_documents, t.cut_tokens);
+    }
     if (a.run.job.skip_nonfinite_steps) {
       fmt::print("; {} step(s) skipped (non-finite)", t.skipped_steps);
     }
@@ -283,8 +287,13 @@ Command AddTrainCommand(CLI::App& app) {
       ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--max-len", a->run.max_len,
-                  "documents are cut to this many tokens; static-fixed packs bins of it")
+                  "context length: the most tokens a document trains in one piece; "
+                  "static-fixed packs bins of it")
       ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--long-documents", a->run.long_documents,
+                  "a document over --max-len: split (context-length pieces, every token "
+                  "trained once per epoch), truncate (the rest is lost) or reject (exit 2)")
       ->capture_default_str();
   cmd->add_option("--seed", a->run.job.seed, "model initialisation and data order")
       ->capture_default_str();

@@ -374,6 +374,21 @@ RC=$?
 grep -q "model.json: the checkpoint is of another model than this run's (hidden: 64 vs 128)" \
   "$TMP/wrong-model.err" || fail "stderr: $(tail -c 600 "$TMP/wrong-model.err")"
 
+check "resuming under another long-document rule or, with split, another --max-len is refused"
+"$BIN" train "${COMMON[@]}" --steps 8 --nproc 1 --checkpoint-dir "$TMP/ckpt" --resume \
+  --long-documents truncate >/dev/null 2>"$TMP/other-rule.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "other rule: exit status $RC, expected 2"
+grep -q "meta.json: data: the checkpoint was written with --long-documents split, this run has truncate" \
+  "$TMP/other-rule.err" || fail "other rule: $(tail -c 600 "$TMP/other-rule.err")"
+"$BIN" train --model "$MODEL" --profile "$PROFILE" --data "$TMP/corpus" --tokens-per-batch 3000 \
+  --max-len 600 --seed 5 --timeout-s 20 --steps 8 --nproc 1 --checkpoint-dir "$TMP/ckpt" \
+  --resume >/dev/null 2>"$TMP/other-len.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "other length: exit status $RC, expected 2"
+grep -q "meta.json: data: the checkpoint was written with --max-len 700, this run has 600" \
+  "$TMP/other-len.err" || fail "other length: $(tail -c 600 "$TMP/other-len.err")"
+
 check "profile refuses a memory budget that holds no micro-batch, before any timing"
 "$BIN" profile --model "$MODEL" --memory-bytes 100000 --lengths "$SRC/data/wikipedia-sample-lengths.txt" \
   --output "$TMP/p.json" >"$TMP/prof.out" 2>"$TMP/prof.err"
@@ -462,9 +477,34 @@ grep -q '"skipped":true' "$TMP/skip.jsonl" || fail "log lacks skipped"
 [[ $(grep -c '"loss":null' "$TMP/skip.jsonl") -eq 1 ]] || fail "expected one null loss"
 tail -1 "$TMP/skip.jsonl" | grep -q '"loss":[0-9]' || fail "the step after it is not finite"
 
-check "documents cut to the context length are reported per step and in total"
-grep -q '"cut_documents":' "$TMP/one.jsonl" || fail "log lacks cut_documents"
-grep -q "document(s) cut to the context length" "$TMP/one.out" || fail "no total line"
+check "documents over the context train in pieces by default; truncate cuts and says so; reject refuses"
+# cut_tokens NAME: the tokens the log says were lost, over all steps.
+cut_tokens() {
+  sed -E 's/.*"cut_tokens":([0-9]+).*/\1/' "$TMP/$1.jsonl" | awk '{ s += $1 } END { print s + 0 }'
+}
+SHORT=(--model "$MODEL" --profile "$PROFILE" --data "$TMP/corpus" --tokens-per-batch 3000
+       --max-len 300 --seed 5 --timeout-s 20 --steps 3 --nproc 1)
+for rule in split truncate; do
+  "$BIN" train "${SHORT[@]}" --long-documents $rule --log-json "$TMP/$rule-short.jsonl" \
+    >"$TMP/$rule-short.out" 2>"$TMP/$rule-short.err" ||
+    fail "$rule: exit status $?: $(tail -c 600 "$TMP/$rule-short.err")"
+done
+[[ $(cut_tokens split-short) -eq 0 ]] || fail "split lost $(cut_tokens split-short) tokens"
+grep -q "done: no token lost (--long-documents split)" "$TMP/split-short.out" ||
+  fail "split total: $(tail -1 "$TMP/split-short.out")"
+[[ $(cut_tokens truncate-short) -gt 0 ]] || fail "truncate lost no token: the case does not test it"
+grep -q "document(s) cut to the context length" "$TMP/truncate-short.out" ||
+  fail "truncate total: $(tail -1 "$TMP/truncate-short.out")"
+"$BIN" train "${SHORT[@]}" --long-documents reject >"$TMP/reject.out" 2>"$TMP/reject.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "reject: exit status $RC, expected 2"
+grep -q -- "--data $TMP/corpus: document [0-9]* has [0-9]* tokens, more than the context length 300" \
+  "$TMP/reject.err" || fail "reject: $(cat "$TMP/reject.err")"
+"$BIN" train "${COMMON[@]}" --long-documents cut --steps 1 --nproc 1 >/dev/null 2>"$TMP/bad-rule.err"
+RC=$?
+[[ $RC -eq 2 ]] || fail "--long-documents cut: exit status $RC, expected 2"
+grep -q -- "--long-documents: expected split, truncate or reject, got 'cut'" "$TMP/bad-rule.err" ||
+  fail "--long-documents cut: $(cat "$TMP/bad-rule.err")"
 
 check "a model of another shape trains without --profile on a derived one, and an explicit mismatch says how to fit one"
 sed 's/"layers": 2/"layers": 3/' "$MODEL" >"$TMP/three-layers.json"

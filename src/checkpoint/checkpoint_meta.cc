@@ -67,6 +67,9 @@ std::string CheckpointMetaToJson(const CheckpointMeta& meta,
   j["world_size"] = meta.world_size;
   j["parameters"] = meta.parameters;
   j["bucket_elements"] = meta.bucket_elements;
+  if (!meta.long_documents.empty()) {
+    j["data"] = {{"long_documents", meta.long_documents}, {"max_len", meta.max_len}};
+  }
   j["shards"] = nlohmann::json::array();
   for (const ShardRecord& shard : shards) {
     j["shards"].push_back({{"bytes", shard.bytes}, {"xxh3_64", shard.xxh3_64}});
@@ -109,6 +112,11 @@ CheckpointMetaFile ParseCheckpointMeta(const std::string& text, const std::strin
   meta.world_size = static_cast<int>(r.Int("world_size", 1));
   meta.parameters = r.Int("parameters", 0, kInt64Max);
   if (format == kFormat) meta.bucket_elements = r.Int("bucket_elements", 0, kInt64Max);
+  if (r.Has("data")) {
+    JsonObjectReader data = r.Object("data");
+    meta.long_documents = data.String("long_documents");
+    meta.max_len = data.Int("max_len", 1, kInt64Max);
+  }
   if (verified) {
     const nlohmann::json& shards = r.Array("shards");
     if (shards.size() != static_cast<std::size_t>(meta.world_size)) {

@@ -56,6 +56,19 @@ TEST(CheckpointMetaTest, RoundTrips) {
   EXPECT_EQ(file.shards[1].xxh3_64, "fedcba9876543210");
   EXPECT_EQ(StepDirName(12), "step-00000012");
   EXPECT_EQ(HexDigest(0xabcULL), "0000000000000abc");
+  // No data rule recorded: a checkpoint from before pieces.
+  EXPECT_EQ(file.meta.long_documents, "");
+  EXPECT_EQ(file.meta.max_len, 0);
+}
+
+TEST(CheckpointMetaTest, RoundTripsTheDataRule) {
+  CheckpointMeta meta = SampleMeta();
+  meta.long_documents = "split";
+  meta.max_len = 4096;
+  const std::string text = CheckpointMetaToJson(meta, SampleShards());
+  const CheckpointMetaFile file = ParseCheckpointMeta(text, "m.json", "step-00000012");
+  EXPECT_EQ(file.meta.long_documents, "split");
+  EXPECT_EQ(file.meta.max_len, 4096);
 }
 
 TEST(CheckpointMetaTest, DetectsEveryEditedField) {

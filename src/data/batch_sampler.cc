@@ -69,13 +69,20 @@ void BatchSampler::Restore(const SamplerPosition& position) {
   Reshuffle();
 }
 
-std::int64_t BatchSampler::TakeDocument() {
+std::int64_t BatchSampler::PeekDocument() {
+  // The end of an epoch and the start of the next are the same place in the stream.
   if (position_.offset == static_cast<std::int64_t>(order_.size())) {
     ++position_.epoch;
     position_.offset = 0;
     Reshuffle();
   }
-  return order_[static_cast<std::size_t>(position_.offset++)];
+  return order_[static_cast<std::size_t>(position_.offset)];
+}
+
+std::int64_t BatchSampler::TakeDocument() {
+  const std::int64_t index = PeekDocument();
+  ++position_.offset;
+  return index;
 }
 
 SampledBatch BatchSampler::Next() {
@@ -95,9 +102,18 @@ SampledBatch BatchSampler::Next() {
   }
   std::int64_t remaining = options_.tokens_per_batch;
   while (remaining > 0) {
+    if (options_.whole_documents && !batch.lengths.empty()) {
+      // Taken when the batch ends nearer the budget with it than without it.
+      const std::int64_t next = PeekDocument();
+      if (std::min(dataset_[static_cast<std::size_t>(next)], options_.max_len) - remaining >
+          remaining) {
+        break;
+      }
+    }
     const std::int64_t index = TakeDocument();
-    const std::int64_t len =
-        std::min({dataset_[static_cast<std::size_t>(index)], options_.max_len, remaining});
+    const std::int64_t whole =
+        std::min(dataset_[static_cast<std::size_t>(index)], options_.max_len);
+    const std::int64_t len = options_.whole_documents ? whole : std::min(whole, remaining);
     batch.lengths.push_back(len);
     batch.dataset_indices.push_back(index);
     remaining -= len;

@@ -1112,7 +1112,10 @@ TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
     job_options.seed = seed;
     job_options.checkpoint_dir = dir + "/ckpt";
     job_options.checkpoint_every = checkpoint_every;
-    TrainingJob job(planner, sampler, dataset, trainer, job_options);
+    job_options.max_len = 512;
+    const std::vector<DocumentPiece> pieces =
+        MakeDocumentPieces(lengths, 512, LongDocuments::kTruncate, "corpus");
+    TrainingJob job(planner, sampler, dataset, pieces, trainer, job_options);
     if (resume) {
       EXPECT_TRUE(job.Resume().has_value());
     }
@@ -1178,13 +1181,24 @@ TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
     planning.context_tokens = 512;
     planning.seed = 7;
     const Planner planner(profile, candidates, planning);
-    BatchSampler sampler(lengths, {2048, 512, 7});
+    // What `train` does by default: documents over the context in pieces, and a batch never
+    // cutting its last document to the budget.
+    const std::vector<DocumentPiece> pieces =
+        MakeDocumentPieces(lengths, 512, LongDocuments::kSplit, "corpus");
+    std::vector<std::int64_t> piece_lengths;
+    for (const DocumentPiece& p : pieces) piece_lengths.push_back(p.length);
+    SamplerOptions sampling{2048, 512, 7};
+    sampling.whole_documents = true;
+    BatchSampler sampler(piece_lengths, sampling);
     DistributedOptions distributed;
     distributed.master_port = test_support::FreePort();
     distributed.timeout = std::chrono::milliseconds(10000);
     Rendezvous rendezvous(distributed);
     DistributedTrainer trainer(c, 7, Adam(1e-8), rendezvous, candidates.strategies);
-    TrainingJob job(planner, sampler, dataset, trainer, options.job);
+    TrainingJobOptions job_options = options.job;
+    job_options.long_documents = LongDocuments::kSplit;
+    job_options.max_len = 512;
+    TrainingJob job(planner, sampler, dataset, pieces, trainer, job_options);
     while (!job.done()) by_hand.push_back(job.RunStep().result.loss);
   }
   ASSERT_EQ(by_run.size(), 3u);

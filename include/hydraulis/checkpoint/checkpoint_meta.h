@@ -22,6 +22,11 @@ struct CheckpointMeta {
   // The shards' bucket size (runtime/shard_layout.h); 0: one bucket, as in the formats
   // before buckets.
   std::int64_t bucket_elements = 0;
+  // What the sampler's position counts (runtime/job/training_run.h): the long-document rule
+  // ("split", "truncate" or "reject") and the context length, which make the pieces. "" and
+  // 0 in checkpoints written before pieces existed, which sampled as "truncate" does.
+  std::string long_documents;
+  std::int64_t max_len = 0;
 };
 
 // One rank's shard file as meta.json records it.

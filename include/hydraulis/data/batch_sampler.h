@@ -14,6 +14,11 @@ struct SamplerOptions {
   // Documents per global batch (>= 0). 0 samples by token budget; > 0 samples exactly this
   // many documents per batch (each cut to max_len) and tokens_per_batch is not used.
   std::int64_t documents_per_batch = 0;
+  // By token budget, no document is cut to the budget: one that does not fit what is left
+  // of it is taken whole when the batch then ends nearer the budget than without it (it
+  // overshoots by no more than it would fall short), else it starts the next batch. A batch
+  // is within half a document of the budget, or one document longer than it.
+  bool whole_documents = false;
 };
 
 // Where the sampler stands: epoch and offset into that epoch's shuffled order.
@@ -30,7 +35,8 @@ struct SampledBatch {
 
 // Takes documents from a per-epoch shuffled order, each cut to max_len. By token budget:
 // until the budget is reached, the last document cut to what remains of it (so a budget
-// below one document's length yields that document cut to the budget). By document count:
+// below one document's length yields that document cut to the budget), or with
+// whole_documents, as near the budget as whole documents come. By document count:
 // exactly documents_per_batch documents. Batches run on across epoch ends. The shuffle of
 // epoch e is seeded with (seed, e), so a restored position sees the same data.
 class BatchSampler {
@@ -56,6 +62,8 @@ class BatchSampler {
   void Reshuffle();
   // The dataset index of the next document in the stream, rolling over to a new epoch.
   std::int64_t TakeDocument();
+  // The index TakeDocument would return, without taking it.
+  std::int64_t PeekDocument();
 
   std::span<const std::int64_t> dataset_;
   SamplerOptions options_;

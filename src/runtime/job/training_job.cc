@@ -31,11 +31,12 @@ std::string NumberText(double x) {
 constexpr int kPlanAheadDepth = 2;
 
 TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
-                         const MegatronDataset& dataset, DistributedTrainer& trainer,
-                         const TrainingJobOptions& options)
+                         const MegatronDataset& dataset, std::span<const DocumentPiece> pieces,
+                         DistributedTrainer& trainer, const TrainingJobOptions& options)
     : planner_(planner),
       sampler_(sampler),
       dataset_(dataset),
+      pieces_(pieces),
       trainer_(trainer),
       options_(options),
       position_(sampler.position()) {
@@ -45,6 +46,10 @@ TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
   if (options_.keep_checkpoints < 0) {
     throw InvalidInput("training job: keep_checkpoints must be >= 0, got " +
                        std::to_string(options_.keep_checkpoints));
+  }
+  if (options_.max_len < 1) {
+    throw InvalidInput("training job: max_len must be >= 1, got " +
+                       std::to_string(options_.max_len));
   }
   if (options_.checkpoint_every < 0) {
     throw InvalidInput("training job: checkpoint_every must be >= 0, got " +
@@ -73,11 +78,33 @@ std::optional<std::string> TrainingJob::Resume() {
                        std::to_string(meta.seed) + ", this run has " +
                        std::to_string(options_.seed) + " (the data order would differ)");
   }
+  CheckSameDocuments(meta, *path);
   if (plans_) throw InternalError("TrainingJob::Resume: steps have run already");
   sampler_.Restore({meta.sampler_epoch, meta.sampler_offset});
   position_ = sampler_.position();
   next_step_ = static_cast<int>(meta.step);
   return path;
+}
+
+// The sampler's position counts pieces: a checkpoint of another rule, or of another context
+// length under split, would continue from a position in another list.
+void TrainingJob::CheckSameDocuments(const CheckpointMeta& meta, const std::string& path) const {
+  const std::string rule(NameOf(options_.long_documents, kLongDocumentsNames));
+  // Checkpoints from before pieces sampled as truncate does.
+  const std::string recorded = meta.long_documents.empty() ? "truncate" : meta.long_documents;
+  const bool split = options_.long_documents == LongDocuments::kSplit;
+  if (recorded != rule) {
+    throw InvalidInput(path +
+                       "/meta.json: data: the checkpoint was written with --long-documents " +
+                       recorded + ", this run has " + rule +
+                       " (the data order would differ); resume with --long-documents " + recorded);
+  }
+  if (split && meta.max_len != options_.max_len) {
+    throw InvalidInput(path + "/meta.json: data: the checkpoint was written with --max-len " +
+                       std::to_string(meta.max_len) + ", this run has " +
+                       std::to_string(options_.max_len) +
+                       " (--long-documents split makes other pieces of another length)");
+  }
 }
 
 void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume, bool verify_shards) {
@@ -129,6 +156,8 @@ void TrainingJob::Save(int steps_done) {
   meta.sampler_epoch = position_.epoch;
   meta.sampler_offset = position_.offset;
   meta.seed = options_.seed;
+  meta.long_documents = NameOf(options_.long_documents, kLongDocumentsNames);
+  meta.max_len = options_.max_len;
   SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.config(),
                  trainer_.control(), options_.keep_checkpoints);
 }
@@ -163,15 +192,17 @@ TrainingStepRecord TrainingJob::RunStep(
   return record;
 }
 
-// The plan's documents read from the dataset, whole, counting what the plan cuts (the
-// sampler's and the planner's cuts; the step packs what it keeps: micro_batch_layout.h).
+// The plan's documents (pieces) read from the dataset, whole, counting what the plan cuts
+// (the sampler's and the planner's cuts; the step packs what it keeps: micro_batch_layout.h).
 std::vector<std::vector<std::int64_t>> TrainingJob::FetchDocuments(const PlanAhead::Step& planned,
                                                                    TrainingStepRecord& record) {
   const Plan& plan = planned.plan;
   std::vector<std::vector<std::int64_t>> documents;
   for (std::size_t i = 0; i < plan.lengths.size(); ++i) {
+    const DocumentPiece& piece =
+        pieces_[static_cast<std::size_t>(planned.batch.dataset_indices[i])];
     std::vector<std::int64_t> doc =
-        dataset_.Document(static_cast<std::size_t>(planned.batch.dataset_indices[i]));
+        PieceTokens(dataset_.Document(static_cast<std::size_t>(piece.document)), piece);
     if (static_cast<std::int64_t>(doc.size()) > plan.lengths[i]) {
       ++record.cut_documents;
       record.cut_tokens += static_cast<std::int64_t>(doc.size()) - plan.lengths[i];

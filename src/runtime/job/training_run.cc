@@ -98,6 +98,14 @@ bool ProfiledFor(const Profile& profile, const ModelConfig& model) {
   return profile.model.layers == model.shape.layers && profile.model.hidden == model.shape.hidden;
 }
 
+// The run's sampler: split and reject lose no token to the budget either (a document that
+// does not fit what is left of a batch starts the next); truncate cuts as it always has.
+SamplerOptions SamplerFor(const TrainingRunOptions& o, LongDocuments rule) {
+  SamplerOptions options{o.tokens_per_batch, o.max_len, o.job.seed};
+  options.whole_documents = rule != LongDocuments::kTruncate;
+  return options;
+}
+
 // --plan-algorithm: the planner algorithms a training run can execute (a subset of the
 // planner's names, so the message lists only these).
 constexpr EnumNames<Algorithm, 2> kTrainingAlgorithms{
@@ -111,7 +119,10 @@ struct TrainingInputs {
   Profile profile;
   CandidateSet candidates;
   std::unique_ptr<MegatronDataset> dataset;
+  // What the sampler draws from: the dataset's documents or their pieces, and their lengths.
+  std::vector<DocumentPiece> pieces;
   std::vector<std::int64_t> lengths;
+  LongDocuments long_documents = LongDocuments::kSplit;
   PlannerOptions planner;
   std::unique_ptr<HfCheckpoint> init;  // --init-from, opened and validated
   bool profile_derived = false;        // no --profile: DeriveProfile from kEngineProfile
@@ -176,11 +187,17 @@ struct TrainingInputs {
     } catch (const InvalidInput& e) {
       throw InvalidInput(std::string("--ddp-bucket-size: ") + e.what());
     }
+    long_documents = ParseName(o.long_documents, kLongDocumentsNames, "--long-documents");
     dataset = std::make_unique<MegatronDataset>(o.data);
     dataset->RequireIdsInVocabulary(model.shape.vocab, model_source);
+    std::vector<std::int64_t> document_lengths;
+    document_lengths.reserve(dataset->num_documents());
     for (std::size_t i = 0; i < dataset->num_documents(); ++i) {
-      lengths.push_back(dataset->DocumentLength(i));
+      document_lengths.push_back(dataset->DocumentLength(i));
     }
+    pieces = MakeDocumentPieces(document_lengths, o.max_len, long_documents, "--data " + o.data);
+    lengths.reserve(pieces.size());
+    for (const DocumentPiece& p : pieces) lengths.push_back(p.length);
     planner.algorithm = ParseName(o.plan_algorithm, kTrainingAlgorithms, "--plan-algorithm");
     planner.context_tokens = o.max_len;
     planner.seed = o.job.seed;
@@ -220,8 +237,7 @@ void CheckTrainingRun(const TrainingRunOptions& options, int world_size) {
   const TrainingInputs in(options, world_size, compute, /*in_launcher=*/true);
   // Both check the candidates against the profile and the budget against the data.
   const Planner planner(in.profile, in.candidates, in.planner);
-  const BatchSampler sampler(in.lengths,
-                             {options.tokens_per_batch, options.max_len, options.job.seed});
+  const BatchSampler sampler(in.lengths, SamplerFor(options, in.long_documents));
 }
 
 ComputeOptions ResolveCompute(const TrainingRunOptions& o, int local_rank) {
@@ -250,16 +266,18 @@ TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOpt
   distributed_.backend = ResolveCommBackend(options, compute_);
   inputs_ = std::make_unique<TrainingInputs>(options, distributed_.world_size, compute_);
   planner_ = std::make_unique<Planner>(inputs_->profile, inputs_->candidates, inputs_->planner);
-  sampler_ = std::make_unique<BatchSampler>(
-      inputs_->lengths,
-      SamplerOptions{options.tokens_per_batch, options.max_len, options.job.seed});
+  sampler_ = std::make_unique<BatchSampler>(inputs_->lengths,
+                                            SamplerFor(options, inputs_->long_documents));
   rendezvous_ = std::make_unique<Rendezvous>(distributed_);
   trainer_ = std::make_unique<DistributedTrainer>(
       inputs_->model, options.job.seed, options.adam, *rendezvous_, inputs_->candidates.strategies,
       compute_, inputs_->init ? HfInitialWeights(*inputs_->init) : InitialWeights(),
       options.ddp_bucket_size);
-  job_ = std::make_unique<TrainingJob>(*planner_, *sampler_, *inputs_->dataset, *trainer_,
-                                       options.job);
+  TrainingJobOptions job = options.job;
+  job.long_documents = inputs_->long_documents;
+  job.max_len = options.max_len;
+  job_ = std::make_unique<TrainingJob>(*planner_, *sampler_, *inputs_->dataset, inputs_->pieces,
+                                       *trainer_, job);
 }
 
 TrainingRun::~TrainingRun() = default;

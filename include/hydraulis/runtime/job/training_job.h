@@ -8,11 +8,14 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "hydraulis/assign/planner.h"
+#include "hydraulis/checkpoint/checkpoint_meta.h"
 #include "hydraulis/data/batch_sampler.h"
+#include "hydraulis/data/document_pieces.h"
 #include "hydraulis/data/megatron_dataset.h"
 #include "hydraulis/runtime/job/plan_ahead.h"
 #include "hydraulis/runtime/step/distributed_trainer.h"
@@ -35,6 +38,10 @@ struct TrainingJobOptions {
   int poison_step = -1;
   // The learning rate per step, scaling the optimizer's lr (its peak); constant by default.
   LrSchedule lr_schedule;
+  // What the sampler's indices count (the pieces' rule and context length): recorded in
+  // checkpoints, and a resume under a rule or length that makes other pieces is refused.
+  LongDocuments long_documents = LongDocuments::kTruncate;
+  std::int64_t max_len = 0;  // >= 1
 };
 
 // What one step did, for the console line and the JSON log.
@@ -67,8 +74,10 @@ class TrainingJob {
  public:
   // Every argument must outlive the job. InvalidInput on out-of-range options. From the
   // first RunStep on, the job's look-ahead thread owns `sampler` (PlanAhead).
+  // `pieces`: what the sampler's indices name (MakeDocumentPieces over `dataset`).
   TrainingJob(const Planner& planner, BatchSampler& sampler, const MegatronDataset& dataset,
-              DistributedTrainer& trainer, const TrainingJobOptions& options);
+              std::span<const DocumentPiece> pieces, DistributedTrainer& trainer,
+              const TrainingJobOptions& options);
 
   // Loads the newest checkpoint of options.checkpoint_dir into the optimizer and the
   // sampler; returns its path, or nullopt when there is none (the job starts at step 0).
@@ -96,6 +105,7 @@ class TrainingJob {
 
  private:
   void Save(int steps_done);
+  void CheckSameDocuments(const CheckpointMeta& meta, const std::string& path) const;
   // RunStep's phases, in order (training_job.cc).
   std::vector<std::vector<std::int64_t>> FetchDocuments(const PlanAhead::Step& planned,
                                                         TrainingStepRecord& record);
@@ -107,6 +117,7 @@ class TrainingJob {
   const Planner& planner_;
   BatchSampler& sampler_;
   const MegatronDataset& dataset_;
+  std::span<const DocumentPiece> pieces_;
   DistributedTrainer& trainer_;
   TrainingJobOptions options_;
   int next_step_ = 0;

@@ -55,7 +55,10 @@ struct TrainingRunOptions {
   std::string precision;                 // fp32 or bf16; empty: bf16 on cuda, fp32 on cpu
   std::string comm_backend;              // gloo or nccl; empty: nccl on cuda, gloo on cpu
   std::int64_t tokens_per_batch = 8192;  // tokens per global batch, >= 1
-  std::int64_t max_len = 1024;           // documents are cut to this many tokens, >= 1
+  std::int64_t max_len = 1024;           // context length: tokens per document, >= 2
+  // What a document longer than max_len becomes: split, truncate or reject
+  // (MakeDocumentPieces).
+  std::string long_documents = "split";
   // Elements per gradient bucket of the optimizer (shard_layout.h), >= 1.
   std::int64_t ddp_bucket_size = kDefaultBucketElements;
   double timeout_s = 60;   // a collective waiting longer fails (a peer died or hangs), > 0
