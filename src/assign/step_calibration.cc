@@ -1,0 +1,280 @@
+#include "hydraulis/assign/step_calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "hydraulis/assign/problem.h"
+#include "hydraulis/base/error.h"
+#include "hydraulis/cost/cp_layout.h"
+#include "hydraulis/cost/time_fit.h"
+
+namespace hydraulis {
+namespace {
+
+std::vector<std::int64_t> MicroBatchLengths(const Plan& plan, const std::vector<int>& mb) {
+  std::vector<std::int64_t> out;
+  out.reserve(mb.size());
+  for (int d : mb) out.push_back(plan.lengths.at(static_cast<std::size_t>(d)));
+  return out;
+}
+
+const SchemeProfile& EntryFor(const Profile& profile, const Scheme& scheme) {
+  const SchemeProfile* entry = profile.Find(scheme);
+  if (entry == nullptr) {
+    throw InvalidInput("calibration: the profile has no " + SchemeName(scheme) + " scheme");
+  }
+  return *entry;
+}
+
+// Each micro-batch's stage time on pipeline `p` of `plan` under `profile`, on the layout the
+// plan gave it (cp > 1).
+std::vector<double> PredictStageMs(const Profile& profile, const OptimizerLayout& layout,
+                                   const Plan& plan, const PipelinePlan& p) {
+  const PipelineModel model = MakePipelineModel(profile, EntryFor(profile, p.scheme), layout);
+  std::vector<double> out;
+  out.reserve(p.micro_batches.size());
+  for (std::size_t j = 0; j < p.micro_batches.size(); ++j) {
+    const std::vector<std::int64_t> lengths = MicroBatchLengths(plan, p.micro_batches[j]);
+    if (p.scheme.cp > 1) {
+      out.push_back(j < p.cp_layouts.size() && !p.cp_layouts[j].empty()
+                        ? LaidOutStageMs(lengths, p.cp_layouts[j], model.shard)
+                        : MicroBatchMs(lengths, model));
+      continue;
+    }
+    double t = model.time.c_ms;
+    for (std::int64_t s : lengths) t += model.time.DocumentMs(s);
+    out.push_back(t);
+  }
+  return out;
+}
+
+double ComputeMs(const Profile& profile, const OptimizerLayout& layout,
+                 const ScheduleOptions& schedule, const Plan& plan) {
+  double step = 0;
+  for (const PipelinePlan& p : plan.pipelines) {
+    const std::vector<double> stage = PredictStageMs(profile, layout, plan, p);
+    step = std::max(step, OneFOneBMs(stage, p.scheme.pp, schedule));
+  }
+  return step;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+bool Positive(double x) { return std::isfinite(x) && x > 0; }
+
+// One micro-batch on one stage: its documents, what it took, and what the initial profile
+// predicted for it.
+struct Sample {
+  std::vector<std::int64_t> lengths;
+  double ms = 0;
+  double base_ms = 0;
+};
+
+void Scale(SchemeProfile& entry, double k) {
+  entry.a_ms_per_token2 *= k;
+  entry.b_ms_per_token *= k;
+  entry.c_ms *= k;
+  entry.kv_ms_per_token *= k;
+}
+
+// The factor k minimising sum ((k base - ms) / ms)^2, and the root mean square of those
+// relative residuals at it.
+std::pair<double, double> ScaleFit(const std::vector<Sample>& samples) {
+  double xy = 0, xx = 0;
+  for (const Sample& s : samples) {
+    const double x = s.base_ms / s.ms;
+    xy += x;
+    xx += x * x;
+  }
+  const double k = xx > 0 ? xy / xx : 0;
+  double sq = 0;
+  for (const Sample& s : samples) {
+    const double r = (k * s.base_ms - s.ms) / s.ms;
+    sq += r * r;
+  }
+  return {k, std::sqrt(sq / static_cast<double>(samples.size()))};
+}
+
+}  // namespace
+
+double PredictStepMs(const CalibratedFit& fit, const OptimizerLayout& layout,
+                     const ScheduleOptions& schedule, const Plan& plan) {
+  const auto i = static_cast<std::size_t>(plan.strategy_index);
+  const double overhead = i < fit.overhead_ms.size() ? fit.overhead_ms[i] : 0.0;
+  return ComputeMs(fit.profile, layout, schedule, plan) + overhead;
+}
+
+StepCalibration::StepCalibration(const Profile& profile, const CandidateSet& candidates,
+                                 const ScheduleOptions& schedule, const CalibrationOptions& options)
+    : initial_(profile), candidates_(candidates), schedule_(schedule), options_(options) {
+  if (options_.window < 2) {
+    throw InvalidInput("calibration: window must be >= 2, got " + std::to_string(options_.window));
+  }
+  if (options_.holdout < 1 || options_.holdout >= options_.window) {
+    throw InvalidInput("calibration: holdout must be from 1 to window - 1 (" +
+                       std::to_string(options_.window - 1) + "), got " +
+                       std::to_string(options_.holdout));
+  }
+  for (const Strategy& s : candidates_.strategies) {
+    for (const Scheme& scheme : s.pipelines) EntryFor(initial_, scheme);
+  }
+  fit_.profile = initial_;
+  fit_.overhead_ms.assign(candidates_.strategies.size(), 0.0);
+}
+
+double StepCalibration::PredictMs(const Plan& plan) const {
+  return PredictStepMs(fit_, candidates_.optimizer_layout, schedule_, plan);
+}
+
+StepCalibration::Outcome StepCalibration::Add(MeasuredStep step) {
+  Outcome outcome;
+  const Plan& plan = step.plan;
+  if (!Positive(step.step_ms)) {
+    outcome.rejected = "step_ms " + std::to_string(step.step_ms) + " is not a positive time";
+    return outcome;
+  }
+  if (plan.strategy_index < 0 ||
+      static_cast<std::size_t>(plan.strategy_index) >= candidates_.strategies.size() ||
+      step.stage_ms.size() != plan.pipelines.size()) {
+    outcome.rejected = "the measured stages do not match the plan's pipelines";
+    return outcome;
+  }
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const PipelinePlan& pipe = plan.pipelines[p];
+    if (step.stage_ms[p].size() != static_cast<std::size_t>(pipe.scheme.pp)) {
+      outcome.rejected = "pipeline " + std::to_string(p) + ": measured " +
+                         std::to_string(step.stage_ms[p].size()) + " stages, the plan has " +
+                         std::to_string(pipe.scheme.pp);
+      return outcome;
+    }
+    for (std::size_t s = 0; s < step.stage_ms[p].size(); ++s) {
+      const std::vector<double>& times = step.stage_ms[p][s];
+      if (times.size() != pipe.micro_batches.size()) {
+        outcome.rejected = "pipeline " + std::to_string(p) + " stage " + std::to_string(s) +
+                           ": measured " + std::to_string(times.size()) +
+                           " micro-batches, the plan has " +
+                           std::to_string(pipe.micro_batches.size());
+        return outcome;
+      }
+      for (std::size_t j = 0; j < times.size(); ++j) {
+        if (!Positive(times[j])) {
+          outcome.rejected = "pipeline " + std::to_string(p) + " stage " + std::to_string(s) +
+                             " micro-batch " + std::to_string(j) + ": " + std::to_string(times[j]) +
+                             " ms is not a positive time";
+          return outcome;
+        }
+      }
+    }
+  }
+  window_.push_back(std::move(step));
+  while (window_.size() > static_cast<std::size_t>(options_.window)) window_.pop_front();
+  if (window_.size() <= static_cast<std::size_t>(options_.holdout)) return outcome;
+  const std::size_t begin = window_.size() - static_cast<std::size_t>(options_.holdout);
+  outcome.in_use_error = MeanError(fit_, begin);
+  CalibratedFit refit;
+  if (!Refit(begin, refit)) return outcome;
+  outcome.refit_error = MeanError(refit, begin);
+  if (outcome.refit_error < outcome.in_use_error) {
+    fit_ = std::move(refit);
+    outcome.adopted = true;
+  }
+  return outcome;
+}
+
+double StepCalibration::MeanError(const CalibratedFit& fit, std::size_t begin) const {
+  double sum = 0;
+  for (std::size_t i = begin; i < window_.size(); ++i) {
+    const MeasuredStep& m = window_[i];
+    sum +=
+        std::abs(PredictStepMs(fit, candidates_.optimizer_layout, schedule_, m.plan) - m.step_ms) /
+        m.step_ms;
+  }
+  return sum / static_cast<double>(window_.size() - begin);
+}
+
+bool StepCalibration::Refit(std::size_t end, CalibratedFit& out) const {
+  const OptimizerLayout& layout = candidates_.optimizer_layout;
+  std::map<Scheme, std::vector<Sample>> samples;
+  for (std::size_t i = 0; i < end; ++i) {
+    const MeasuredStep& m = window_[i];
+    for (std::size_t p = 0; p < m.plan.pipelines.size(); ++p) {
+      const PipelinePlan& pipe = m.plan.pipelines[p];
+      const std::vector<double> base = PredictStageMs(initial_, layout, m.plan, pipe);
+      for (const std::vector<double>& stage : m.stage_ms[p]) {
+        for (std::size_t j = 0; j < stage.size(); ++j) {
+          samples[pipe.scheme].push_back(
+              {MicroBatchLengths(m.plan, pipe.micro_batches[j]), stage[j], base[j]});
+        }
+      }
+    }
+  }
+  out.profile = initial_;
+  // log of how far each refitted scheme's predictions moved from the initial profile's.
+  std::vector<double> moves;
+  std::map<Scheme, bool> refitted;
+  for (const auto& [scheme, list] : samples) {
+    const auto [k, scale_rms] = ScaleFit(list);
+    if (!Positive(k)) continue;
+    SchemeProfile& entry =
+        *std::find_if(out.profile.schemes.begin(), out.profile.schemes.end(),
+                      [&](const SchemeProfile& e) { return e.scheme == scheme; });
+    bool fitted = false;
+    if (scheme.cp == 1) {
+      std::vector<TimeSample> timed;
+      timed.reserve(list.size());
+      for (const Sample& s : list) timed.push_back({s.lengths, s.ms});
+      try {
+        const TimeFit nnls = FitTimeModel(timed);
+        if (nnls.rms_relative_error < scale_rms) {
+          entry.a_ms_per_token2 = nnls.model.a_ms_per_token2;
+          entry.b_ms_per_token = nnls.model.b_ms_per_token;
+          entry.c_ms = nnls.model.c_ms;
+          double before = 0, after = 0;
+          for (const Sample& s : list) {
+            before += s.base_ms;
+            after += nnls.model.MicroBatchMs(s.lengths);
+          }
+          if (Positive(after / before)) moves.push_back(std::log(after / before));
+          fitted = true;
+        }
+      } catch (const InvalidInput&) {
+        // The samples do not determine a, b and c (too few, or too alike): scaled below.
+      }
+    }
+    if (!fitted) {
+      Scale(entry, k);
+      moves.push_back(std::log(k));
+    }
+    refitted[scheme] = true;
+  }
+  if (moves.empty()) return false;
+  double mean_move = 0;
+  for (double x : moves) mean_move += x;
+  mean_move /= static_cast<double>(moves.size());
+  for (SchemeProfile& entry : out.profile.schemes) {
+    if (!refitted.contains(entry.scheme)) Scale(entry, std::exp(mean_move));
+  }
+  std::map<int, std::vector<double>> residuals;
+  std::vector<double> all;
+  for (std::size_t i = 0; i < end; ++i) {
+    const MeasuredStep& m = window_[i];
+    const double r = m.step_ms - ComputeMs(out.profile, layout, schedule_, m.plan);
+    residuals[m.plan.strategy_index].push_back(r);
+    all.push_back(r);
+  }
+  const double everywhere = std::max(0.0, Median(all));
+  out.overhead_ms.assign(candidates_.strategies.size(), everywhere);
+  for (const auto& [strategy, list] : residuals) {
+    out.overhead_ms[static_cast<std::size_t>(strategy)] = std::max(0.0, Median(list));
+  }
+  out.version = fit_.version + 1;
+  return true;
+}
+
+}  // namespace hydraulis
