@@ -63,7 +63,8 @@ int Run(int argc, char** argv) {
 
   std::vector<double> waits, planning, step_ms;
   {
-    PlanAhead ahead(planner, sampler, steps, depth);
+    PlannerTimeline timeline(std::shared_ptr<const Planner>(&planner, [](auto*) {}), 0, depth);
+    PlanAhead ahead(timeline, sampler, 0, steps, depth);
     for (int s = 0; s < steps; ++s) {
       double waited = 0;
       const PlanAhead::Step step = ahead.Next(waited);
@@ -72,6 +73,7 @@ int Run(int argc, char** argv) {
       const double emulated = step.plan.estimated_step_ms * step_scale;
       step_ms.push_back(emulated);
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(emulated));
+      timeline.Publish(s);
     }
   }
   const std::vector<double> after_first(waits.begin() + 1, waits.end());

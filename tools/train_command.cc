@@ -6,6 +6,8 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "hydraulis/base/error.h"
@@ -21,6 +24,7 @@
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/job/training_run.h"
 #include "hydraulis/runtime/step/lr_schedule.h"
+#include "hydraulis/spec/spec_io.h"
 #include "launcher.h"
 #include "number_flags.h"
 #include "output_paths.h"
@@ -38,8 +42,59 @@ struct TrainArgs {
   // Fault injection for the launcher tests: this rank exits with status 3 before this step.
   int fail_rank = -1;
   int fail_step = 0;
-  bool verbose = false;  // --nproc: every rank's lines and the launcher's, not one per failure
+  bool verbose = false;      // --nproc: every rank's lines and the launcher's, not one per failure
+  std::string calibrate;     // on or off (TrainingJobOptions::calibrate); "": on on the CPU
+  std::string save_profile;  // where rank 0 writes the calibrated profile at the end
   const CLI::App* command = nullptr;  // to write the effective configuration
+};
+
+// --calibrate and --save-profile, checked before any rank starts: the saved profile is
+// only the calibration's, and never over the profile the run reads.
+void ResolveCalibration(TrainArgs& a) {
+  // The micro-batch times are host times: on a GPU they measure queuing, not running, and a
+  // fit of them would be wrong (docs/design.md, "Calibration from measured steps").
+  const bool cuda = ResolveCompute(a.run, 0).device == DeviceKind::kCuda;
+  if (a.calibrate.empty()) a.calibrate = cuda ? "off" : "on";
+  if (a.calibrate != "on" && a.calibrate != "off") {
+    throw InvalidInput("--calibrate: expected on or off, got " + QuoteForMessage(a.calibrate));
+  }
+  if (cuda && a.calibrate == "on") {
+    throw InvalidInput(
+        "--calibrate on: on cuda the runtime's host timers measure queuing, not running, so "
+        "it cannot calibrate yet; fit the profile with `hydraulis profile` instead");
+  }
+  a.run.job.calibrate = a.calibrate == "on";
+  if (a.save_profile.empty()) return;
+  if (!a.run.job.calibrate) {
+    throw InvalidInput("--save-profile " + a.save_profile +
+                       ": needs --calibrate on (with it off the profile is the one given)");
+  }
+  RequireWritableFile({"--save-profile", a.save_profile});
+  const std::string input = a.run.profile.empty() ? a.run.engine_profile : a.run.profile;
+  std::error_code ec;
+  if (std::filesystem::equivalent(a.save_profile, input, ec)) {
+    throw InvalidInput("--save-profile " + a.save_profile + ": is the profile this run reads (" +
+                       input + "); write the calibrated one to another file");
+  }
+}
+
+// The mean relative error of the predicted step time over the last steps, for the summary.
+struct PredictionError {
+  std::vector<double> errors;
+  int fit_version = 0;
+  void Add(const TrainingStepRecord& r) {
+    if (r.result.step_ms > 0) {
+      errors.push_back(std::abs(r.predicted_step_ms - r.result.step_ms) / r.result.step_ms);
+    }
+    fit_version = r.fit_version;
+  }
+  // Over the last `k` steps (fewer when the run had fewer).
+  double Mean(std::size_t k, std::size_t& used) const {
+    used = std::min(k, errors.size());
+    double sum = 0;
+    for (std::size_t i = errors.size() - used; i < errors.size(); ++i) sum += errors[i];
+    return used > 0 ? sum / static_cast<double>(used) : 0.0;
+  }
 };
 
 // Every flag of the run as a --config file reads it: written beside the checkpoints and into
@@ -91,9 +146,10 @@ int LocalRank() { return ParseLocalRank(std::getenv("LOCAL_RANK")); }
 void PrintStep(const TrainingStepRecord& r) {
   fmt::print(
       "step {:>4}  loss {:.4f}  lr {:.3e}  grad_norm {:.3g}  tokens {:>7}  strategy {}{}  step "
-      "{:.1f} ms  predicted {:.1f} ms{}{}\n",
+      "{:.1f} ms  predicted {:.1f} ms{}{}{}\n",
       r.step, r.result.loss, r.lr, r.result.grad_norm, r.tokens, r.strategy,
       r.switched ? " (switched)" : "", r.result.step_ms, r.predicted_step_ms,
+      r.fit_version > 0 ? fmt::format(" (fit {})", r.fit_version) : "",
       r.cut_documents > 0
           ? fmt::format("  cut {} doc(s), {} token(s)", r.cut_documents, r.cut_tokens)
           : "",
@@ -107,9 +163,11 @@ int Train(TrainArgs& a) {
   if (a.nproc > 0 && !IsLaunchedRank()) {
     // One clear line from the launcher, not one per rank: the checks every rank would fail.
     RequireWritableFile({"--log-json", a.log_json});
+    ResolveCalibration(a);
     CheckTrainingRun(a.run, a.nproc);
     return LaunchSelf(CommandLine(), a.nproc, a.master_port, a.verbose);
   }
+  ResolveCalibration(a);
   const DistributedOptions dist = DistributedOptionsFromEnvironment();
   if (a.nproc > 0 && dist.world_size != a.nproc) {
     throw InvalidInput("train: WORLD_SIZE " + std::to_string(dist.world_size) + " != --nproc " +
@@ -154,6 +212,7 @@ int Train(TrainArgs& a) {
     log.open(a.log_json, job.next_step() > 0 ? std::ios::app : std::ios::trunc);
     if (!log) throw InvalidInput("--log-json: cannot write " + a.log_json);
   }
+  PredictionError prediction;
   while (!job.done()) {
     if (run.rank() == a.fail_rank && job.next_step() == a.fail_step) {
       fmt::print(stderr, "hydraulis: rank {} failing at step {} as asked (--fail-rank)\n",
@@ -165,6 +224,10 @@ int Train(TrainArgs& a) {
     job.RunStep([&](const TrainingStepRecord& r) {
       if (!chief) return;
       PrintStep(r);
+      prediction.Add(r);
+      if (!r.calibration_refused.empty()) {
+        fmt::print("calibration: step {} not used: {}\n", r.step, r.calibration_refused);
+      }
       // One complete line per step, flushed, so a log read during or after a failed run
       // never holds half a record.
       if (log.is_open()) {
@@ -196,6 +259,26 @@ int Train(TrainArgs& a) {
       fmt::print("; {} step(s) skipped (non-finite)", t.skipped_steps);
     }
     fmt::print("\n");
+    std::size_t used = 0;
+    const double error = prediction.Mean(5, used);
+    if (used > 0) {
+      fmt::print(
+          "prediction: step time predicted within {:.1f} % of measured over the last {} "
+          "step(s) (fit {}{}){}\n",
+          100 * error, used, prediction.fit_version,
+          a.run.job.calibrate ? ", calibrated from measured steps" : ", the profile as given",
+          error <= 0.10 ? ""
+          : a.run.job.calibrate
+              ? fmt::format("; not yet within 10 %: the calibration needs more steps (it "
+                            "refits from the {}th on, over the newest {})",
+                            a.run.job.calibration.holdout + 1, a.run.job.calibration.window)
+              : std::string("; more than 10 % off: --calibrate on fits this machine"));
+    }
+    if (!a.save_profile.empty()) {
+      WriteFileAtomically(a.save_profile, ProfileToJson(job.fit().profile));
+      fmt::print("profile: the fit in use (version {}) written to {}\n", job.fit().version,
+                 a.save_profile);
+    }
   }
   return 0;
 }
@@ -300,6 +383,12 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_option("--plan-algorithm", a->run.plan_algorithm, "ours or static-fixed")
       ->capture_default_str();
   cmd->add_option("--log-json", a->log_json, "one JSON object per step (rank 0)");
+  cmd->add_option("--calibrate", a->calibrate,
+                  "on: refit the cost model from the steps' measured times and plan on it; off: "
+                  "keep the profile as given (default: on on the CPU, off on cuda)");
+  cmd->add_option("--save-profile", a->save_profile,
+                  "write the calibrated profile here at the end (the profile format, for plan, "
+                  "propose, simulate and train --profile)");
   cmd->add_option("--lr", a->run.adam.lr,
                   "peak AdamW learning rate (0: a run that changes no parameter)")
       ->check(NonNegativeNumber())

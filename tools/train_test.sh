@@ -33,8 +33,10 @@ awk 'NR <= 300 { n = int($1 / 4) + 2; s = ""; for (j = 0; j < n; ++j) s = s spri
 "$BIN" preprocess --input "$TMP/corpus.jsonl" --output-prefix "$TMP/corpus" >/dev/null ||
   { echo "FAIL: setup: preprocess" >&2; exit 1; }
 
+# --calibrate off: the checks below compare runs bit for bit, which needs the same plans, and
+# a fit from measured times differs run to run (the calibration's own checks turn it on).
 COMMON=(--model "$MODEL" --profile "$PROFILE" --data "$TMP/corpus"
-        --tokens-per-batch 3000 --max-len 700 --seed 5 --timeout-s 20)
+        --tokens-per-batch 3000 --max-len 700 --seed 5 --timeout-s 20 --calibrate off)
 
 # [STEPS=K] train NAME ARGS...: stdout/stderr in $TMP/NAME.{out,err}, status in RC, log in NAME.jsonl.
 train() {
@@ -373,6 +375,31 @@ RC=$?
 [[ $RC -eq 2 ]] || fail "exit status $RC, expected 2"
 grep -q "model.json: the checkpoint is of another model than this run's (hidden: 64 vs 128)" \
   "$TMP/wrong-model.err" || fail "stderr: $(tail -c 600 "$TMP/wrong-model.err")"
+
+check "calibration: ranks adopt fits from measured steps together, the log and summary say so, the fit saves as a profile plan reads"
+CAL=(--model "$MODEL" --profile "$PROFILE" --data "$TMP/corpus" --tokens-per-batch 3000 --max-len 700
+     --seed 5 --timeout-s 20 --candidates "$CANDS2" --nproc 2)
+"$BIN" train "${CAL[@]}" --steps 12 --log-json "$TMP/cal.jsonl" --save-profile "$TMP/cal-profile.json" \
+  >"$TMP/cal.out" 2>"$TMP/cal.err" || fail "exit status $?: $(tail -c 600 "$TMP/cal.err")"
+# The ranks check every step's plan against each other (the trainer's plan hash): a fit
+# adopted by one rank only would have stopped the run.
+grep -q '"fit_adopted":true' "$TMP/cal.jsonl" || fail "no fit adopted in 12 steps"
+tail -1 "$TMP/cal.jsonl" | grep -q '"fit":[1-9]' || fail "the last step was not planned on a fit"
+head -1 "$TMP/cal.jsonl" | grep -q '"fit":0' || fail "the first step was not planned on the profile"
+grep -q "prediction: step time predicted within [0-9.]* % of measured over the last 5 step(s) (fit [1-9]" \
+  "$TMP/cal.out" || fail "summary: $(tail -3 "$TMP/cal.out")"
+"$BIN" plan --profile "$TMP/cal-profile.json" --candidates "$CANDS2" \
+  --dataset "$SRC/data/wikipedia-sample-lengths.txt" --steps 2 --tokens-per-batch 8000 --max-len 700 >/dev/null \
+  2>"$TMP/cal-plan.err" || fail "plan on the saved profile: $(cat "$TMP/cal-plan.err")"
+for bad in "--save-profile $PROFILE|is the profile this run reads" \
+  "--calibrate off --save-profile $TMP/x.json|needs --calibrate on" \
+  "--calibrate maybe|--calibrate: expected on or off, got 'maybe'"; do
+  # shellcheck disable=SC2086
+  "$BIN" train "${CAL[@]}" --steps 2 ${bad%%|*} >/dev/null 2>"$TMP/cal-bad.err"
+  RC=$?
+  [[ $RC -eq 2 ]] || fail "${bad%%|*}: exit status $RC, expected 2"
+  grep -qF -- "${bad#*|}" "$TMP/cal-bad.err" || fail "${bad%%|*}: $(cat "$TMP/cal-bad.err")"
+done
 
 check "resuming under another long-document rule or, with split, another --max-len is refused"
 "$BIN" train "${COMMON[@]}" --steps 8 --nproc 1 --checkpoint-dir "$TMP/ckpt" --resume \

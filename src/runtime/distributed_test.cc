@@ -1113,9 +1113,11 @@ TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
     job_options.checkpoint_dir = dir + "/ckpt";
     job_options.checkpoint_every = checkpoint_every;
     job_options.max_len = 512;
+    // Bit for bit needs the same plans: a fit from measured times would differ run to run.
+    job_options.calibrate = false;
     const std::vector<DocumentPiece> pieces =
         MakeDocumentPieces(lengths, 512, LongDocuments::kTruncate, "corpus");
-    TrainingJob job(planner, sampler, dataset, pieces, trainer, job_options);
+    TrainingJob job(planner, profile, sampler, dataset, pieces, trainer, job_options);
     if (resume) {
       EXPECT_TRUE(job.Resume().has_value());
     }
@@ -1156,6 +1158,7 @@ TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
   options.adam = Adam(1e-8);
   options.job.steps = 3;
   options.job.seed = 7;
+  options.job.calibrate = false;  // bit for bit: plans of the profile as given
   options.timeout_s = 10;
 
   std::vector<double> by_run;
@@ -1198,7 +1201,7 @@ TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
     TrainingJobOptions job_options = options.job;
     job_options.long_documents = LongDocuments::kSplit;
     job_options.max_len = 512;
-    TrainingJob job(planner, sampler, dataset, pieces, trainer, job_options);
+    TrainingJob job(planner, profile, sampler, dataset, pieces, trainer, job_options);
     while (!job.done()) by_hand.push_back(job.RunStep().result.loss);
   }
   ASSERT_EQ(by_run.size(), 3u);
@@ -1263,8 +1266,11 @@ TEST(PlanAheadTest, GivesTheSynchronousStepsInOrderAndErrorsAtTheirStep) {
   BatchSampler sync_sampler(lengths, sampling);
   const Planner planner(profile, candidates, planning);
   BatchSampler sampler(lengths, sampling);
+  // Not owned: the planners live on this test's stack.
+  auto borrowed = [](const Planner& p) { return std::shared_ptr<const Planner>(&p, [](auto*) {}); };
   {
-    PlanAhead ahead(planner, sampler, 6, 2);
+    PlannerTimeline timeline(borrowed(planner), 0, 2);
+    PlanAhead ahead(timeline, sampler, 0, 6, 2);
     for (int step = 0; step < 6; ++step) {
       const SampledBatch batch = sync_sampler.Next();
       const Plan plan = sync_planner.PlanBatch(batch.lengths);
@@ -1275,13 +1281,16 @@ TEST(PlanAheadTest, GivesTheSynchronousStepsInOrderAndErrorsAtTheirStep) {
       EXPECT_EQ(PlanToJson(got.plan, false, false), PlanToJson(plan, false, false));
       EXPECT_EQ(got.position_after.epoch, sync_sampler.position().epoch);
       EXPECT_EQ(got.position_after.offset, sync_sampler.position().offset);
+      timeline.Publish(step);
     }
     double waited_ms = 0;
     EXPECT_THROW(ahead.Next(waited_ms), InternalError);
   }
   {
-    // Destroyed with steps left: the thread stops without planning them.
-    PlanAhead ahead(planner, sampler, 1'000'000, 2);
+    // Destroyed with steps left, its thread waiting for a step to be published: the thread
+    // stops without planning them.
+    PlannerTimeline timeline(borrowed(planner), 0, 2);
+    PlanAhead ahead(timeline, sampler, 0, 1'000'000, 2);
     double waited_ms = 0;
     ahead.Next(waited_ms);
   }
@@ -1295,11 +1304,60 @@ TEST(PlanAheadTest, GivesTheSynchronousStepsInOrderAndErrorsAtTheirStep) {
   while (order.Next().lengths[0] != 50'000'000) ++bad_step;
   const Planner strict_planner(profile, candidates, strict);
   BatchSampler strict_sampler(with_overlong, one_each);
-  PlanAhead ahead(strict_planner, strict_sampler, 6, 3);
+  PlannerTimeline timeline(borrowed(strict_planner), 0, 3);
+  PlanAhead ahead(timeline, strict_sampler, 0, 6, 3);
   double waited_ms = 0;
-  for (int step = 0; step < bad_step; ++step) EXPECT_NO_THROW(ahead.Next(waited_ms));
+  for (int step = 0; step < bad_step; ++step) {
+    EXPECT_NO_THROW(ahead.Next(waited_ms));
+    timeline.Publish(step);
+  }
   EXPECT_THROW(ahead.Next(waited_ms), Infeasible);
   EXPECT_THROW(ahead.Next(waited_ms), Infeasible);
+}
+
+// A planner published after step k plans the steps after k + lag and no earlier one,
+// whatever the look-ahead thread's timing, with its fit version; steps from a resumed first
+// step start on the first planner.
+TEST(PlanAheadTest, APublishedPlannerPlansTheStepsAfterTheLag) {
+  const std::string root = HYDRAULIS_SOURCE_DIR;
+  const Profile profile = LoadProfile(root + "/configs/profiles/tiny-cpu.json");
+  Profile slow = profile;
+  for (SchemeProfile& e : slow.schemes) e.c_ms *= 50;  // many small micro-batches cost more
+  const CandidateSet candidates =
+      LoadCandidates(root + "/configs/candidates/cpu-2rank.json", profile);
+  PlannerOptions planning;
+  planning.context_tokens = 1024;
+  std::vector<std::int64_t> lengths;
+  {
+    std::ifstream in(root + "/data/wikipedia-sample-lengths.txt");
+    std::int64_t n = 0;
+    for (int i = 0; i < 500 && in >> n; ++i) lengths.push_back(n / 8 + 1);
+  }
+  const SamplerOptions sampling{6000, 1024, 3, 0};
+  auto first = std::make_shared<const Planner>(profile, candidates, planning);
+  auto second = std::make_shared<const Planner>(slow, candidates, planning);
+  BatchSampler sampler(lengths, sampling), reference(lengths, sampling);
+  constexpr int kFirstStep = 5, kLastStep = 14, kLag = 2, kAdoptedAfter = 7;
+  for (int i = 0; i < kFirstStep; ++i) reference.Next();
+  sampler.Restore(reference.position());
+  PlannerTimeline timeline(first, kFirstStep, kLag);
+  PlanAhead ahead(timeline, sampler, kFirstStep, kLastStep, kLag);
+  bool differs = false;
+  for (int step = kFirstStep; step < kLastStep; ++step) {
+    double waited_ms = 0;
+    const PlanAhead::Step got = ahead.Next(waited_ms);
+    const bool later = step > kAdoptedAfter + kLag;
+    const Plan want = (later ? second : first)->PlanBatch(reference.Next().lengths);
+    EXPECT_EQ(got.fit_version, later ? 1 : 0) << "step " << step;
+    EXPECT_EQ(PlanToJson(got.plan, false, false), PlanToJson(want, false, false)) << step;
+    if (later) {
+      differs |= PlanToJson(first->PlanBatch(got.batch.lengths), false, false) !=
+                 PlanToJson(want, false, false);
+    }
+    timeline.Publish(step, step == kAdoptedAfter ? second : nullptr, 1);
+  }
+  EXPECT_TRUE(differs) << "the two planners plan alike: the case does not test the switch";
+  EXPECT_THROW(timeline.Publish(kFirstStep), InternalError);  // out of order
 }
 
 }  // namespace

@@ -1,27 +1,91 @@
 #include "hydraulis/runtime/job/plan_ahead.h"
 
+#include <algorithm>
+
 #include "hydraulis/base/error.h"
 
 namespace hydraulis {
 
-PlanAhead::PlanAhead(const Planner& planner, BatchSampler& sampler, int steps, int depth)
-    : lookahead_(std::make_unique<Lookahead<Drawn>>(
-          [this, &sampler, steps]() -> std::optional<Drawn> {
-            if (drawn_ >= steps) return std::nullopt;
-            ++drawn_;
-            Drawn d;
-            d.batch = sampler.Next();
-            d.position_after = sampler.position();
-            return d;
-          },
-          [&planner](const Drawn& d) { return planner.PlanBatch(d.batch.lengths); }, depth)) {}
+PlannerTimeline::PlannerTimeline(std::shared_ptr<const Planner> first, int first_step, int lag)
+    : lag_(lag), published_(first_step - 1) {
+  entries_.push_back({first_step, std::move(first), 0});
+}
 
-PlanAhead::~PlanAhead() = default;
+void PlannerTimeline::Publish(int step, std::shared_ptr<const Planner> planner, int version) {
+  {
+    const std::lock_guard lock(mutex_);
+    if (step != published_ + 1) {
+      throw InternalError("PlannerTimeline: step " + std::to_string(step) +
+                          " published after step " + std::to_string(published_));
+    }
+    published_ = step;
+    if (planner) entries_.push_back({step + 1 + lag_, std::move(planner), version});
+  }
+  changed_.notify_all();
+}
+
+std::pair<std::shared_ptr<const Planner>, int> PlannerTimeline::ForStep(int step) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return cancelled_ || published_ >= step - 1 - lag_; });
+  if (cancelled_) throw Error("planning stopped: the training job is ending");
+  // The newest entry that starts at or before `step`.
+  const Entry* chosen = &entries_.front();
+  for (const Entry& e : entries_) {
+    if (e.from_step <= step) chosen = &e;
+  }
+  return {chosen->planner, chosen->version};
+}
+
+void PlannerTimeline::Cancel() {
+  {
+    const std::lock_guard lock(mutex_);
+    cancelled_ = true;
+  }
+  changed_.notify_all();
+}
+
+PlanAhead::PlanAhead(PlannerTimeline& timeline, BatchSampler& sampler, int first_step, int steps,
+                     int depth)
+    : timeline_(timeline), next_step_(first_step) {
+  lookahead_ = std::make_unique<Lookahead<Drawn>>(
+      [this, &sampler, steps]() -> std::optional<Drawn> {
+        if (next_step_ >= steps) return std::nullopt;
+        Drawn d;
+        d.step = next_step_++;
+        d.batch = sampler.Next();
+        d.position_after = sampler.position();
+        return d;
+      },
+      [this](const Drawn& d) {
+        const auto [planner, version] = timeline_.ForStep(d.step);
+        Plan plan = planner->PlanBatch(d.batch.lengths);
+        const std::lock_guard lock(versions_mutex_);
+        versions_.emplace_back(d.step, version);
+        return plan;
+      },
+      depth);
+}
+
+PlanAhead::~PlanAhead() {
+  timeline_.Cancel();
+  lookahead_.reset();
+}
 
 PlanAhead::Step PlanAhead::Next(double& waited_ms) {
   std::optional<Lookahead<Drawn>::Step> next = lookahead_->Next(waited_ms);
   if (!next) throw InternalError("PlanAhead::Next: past the last step");
-  return Step{std::move(next->batch.batch), std::move(next->plan), next->batch.position_after};
+  int version = 0;
+  {
+    const std::lock_guard lock(versions_mutex_);
+    const auto it = std::find_if(versions_.begin(), versions_.end(),
+                                 [&](const auto& v) { return v.first == next->batch.step; });
+    if (it != versions_.end()) {
+      version = it->second;
+      versions_.erase(it);
+    }
+  }
+  return Step{std::move(next->batch.batch), std::move(next->plan), version,
+              next->batch.position_after};
 }
 
 }  // namespace hydraulis

@@ -12,6 +12,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
+#include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/job/checkpoint.h"
 
 namespace hydraulis {
@@ -30,10 +31,11 @@ std::string NumberText(double x) {
 // absorb a step whose plan happens to take longer.
 constexpr int kPlanAheadDepth = 2;
 
-TrainingJob::TrainingJob(const Planner& planner, BatchSampler& sampler,
+TrainingJob::TrainingJob(const Planner& planner, const Profile& profile, BatchSampler& sampler,
                          const MegatronDataset& dataset, std::span<const DocumentPiece> pieces,
                          DistributedTrainer& trainer, const TrainingJobOptions& options)
     : planner_(planner),
+      calibration_(profile, planner.candidates(), planner.options().schedule, options.calibration),
       sampler_(sampler),
       dataset_(dataset),
       pieces_(pieces),
@@ -168,10 +170,15 @@ TrainingStepRecord TrainingJob::RunStep(
   TrainingStepRecord record;
   record.step = next_step_;
   if (!plans_) {
-    plans_ = std::make_unique<PlanAhead>(planner_, sampler_, options_.steps - next_step_,
+    // The job's own planner stands for the fit in use until the calibration adopts one.
+    timeline_ = std::make_unique<PlannerTimeline>(
+        std::shared_ptr<const Planner>(&planner_, [](const Planner*) {}), next_step_,
+        kPlanAheadDepth);
+    plans_ = std::make_unique<PlanAhead>(*timeline_, sampler_, next_step_, options_.steps,
                                          kPlanAheadDepth);
   }
   const PlanAhead::Step planned = plans_->Next(record.plan_wait_ms);
+  record.fit_version = planned.fit_version;
   position_ = planned.position_after;
   const std::vector<std::vector<std::int64_t>> documents = FetchDocuments(planned, record);
   // A function of the step alone, so a resumed run continues the schedule exactly.
@@ -180,6 +187,7 @@ TrainingStepRecord TrainingJob::RunStep(
   trainer_.optimizer().set_lr(record.lr);
   record.result = Train(planned.plan, documents, record.step);
   CheckUpdate(record);
+  Calibrate(planned.plan, record);
   ++next_step_;
   Describe(planned.plan, record);
   // Before the checkpoint: a process killed in between must not leave a saved step that
@@ -229,6 +237,63 @@ DistributedStepResult TrainingJob::Train(const Plan& plan,
   return result;
 }
 
+// The step's measurement, the same on every rank (each stage's micro-batch times and the
+// step time, the slowest rank's of each), added to the calibration; a fit it adopts plans
+// the steps after the look-ahead's (PlannerTimeline), on every rank alike.
+void TrainingJob::Calibrate(const Plan& plan, TrainingStepRecord& record) {
+  if (!options_.calibrate) {
+    timeline_->Publish(record.step);
+    return;
+  }
+  // One slot per (pipeline, stage, micro-batch), then the step time; a rank fills its own.
+  std::vector<std::size_t> offset;
+  std::size_t slots = 0;
+  for (const PipelinePlan& p : plan.pipelines) {
+    offset.push_back(slots);
+    slots += static_cast<std::size_t>(p.scheme.pp) * p.micro_batches.size();
+  }
+  at::Tensor table = at::zeros({static_cast<std::int64_t>(slots) + 1}, at::kDouble);
+  double* t = table.data_ptr<double>();
+  const DistributedStepResult& r = record.result;
+  if (r.pipeline >= 0 && r.stage >= 0) {
+    const std::size_t v = plan.pipelines[static_cast<std::size_t>(r.pipeline)].micro_batches.size();
+    if (r.micro_batch_ms.size() != v) {
+      throw InternalError("calibration: " + std::to_string(r.micro_batch_ms.size()) +
+                          " micro-batch times for " + std::to_string(v) + " micro-batches");
+    }
+    for (std::size_t j = 0; j < v; ++j) {
+      t[offset[static_cast<std::size_t>(r.pipeline)] + static_cast<std::size_t>(r.stage) * v + j] =
+          r.micro_batch_ms[j];
+    }
+  }
+  t[slots] = r.step_ms;
+  trainer_.control().AllReduceMax(table);
+  MeasuredStep measured;
+  measured.plan = plan;
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const std::size_t v = plan.pipelines[p].micro_batches.size();
+    std::vector<std::vector<double>> stages(static_cast<std::size_t>(plan.pipelines[p].scheme.pp));
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      stages[s].assign(t + offset[p] + s * v, t + offset[p] + (s + 1) * v);
+    }
+    measured.stage_ms.push_back(std::move(stages));
+  }
+  measured.step_ms = t[slots];
+  const StepCalibration::Outcome outcome = calibration_.Add(std::move(measured));
+  record.calibration_refused = outcome.rejected;
+  record.fit_adopted = outcome.adopted;
+  if (!outcome.adopted) {
+    timeline_->Publish(record.step);
+    return;
+  }
+  const CalibratedFit& fit = calibration_.fit();
+  PlannerOptions options = planner_.options();
+  options.strategy_overhead_ms = fit.overhead_ms;
+  timeline_->Publish(record.step,
+                     std::make_shared<const Planner>(fit.profile, planner_.candidates(), options),
+                     fit.version);
+}
+
 // A step the optimizer did not apply (non-finite loss or gradient norm) stops the job, or
 // is counted as skipped with skip_nonfinite_steps.
 void TrainingJob::CheckUpdate(TrainingStepRecord& record) {
@@ -260,7 +325,7 @@ void TrainingJob::Describe(const Plan& plan, TrainingStepRecord& record) {
   record.strategy_index = plan.strategy_index;
   record.switched = previous_strategy_ >= 0 && previous_strategy_ != plan.strategy_index;
   previous_strategy_ = plan.strategy_index;
-  record.predicted_step_ms = plan.estimated_step_ms;
+  record.predicted_step_ms = plan.estimated_step_ms + plan.overhead_ms;
   record.planning_ms = plan.planning_ms;
 }
 
@@ -279,6 +344,9 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["strategy_index"] = r.strategy_index;
   j["switched"] = r.switched;
   j["predicted_step_ms"] = r.predicted_step_ms;
+  j["fit"] = r.fit_version;
+  if (r.fit_adopted) j["fit_adopted"] = true;
+  if (!r.calibration_refused.empty()) j["calibration_refused"] = r.calibration_refused;
   j["planning_ms"] = r.planning_ms;
   j["plan_wait_ms"] = r.plan_wait_ms;
   j["compute_ms"] = r.result.compute_ms;

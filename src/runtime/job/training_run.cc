@@ -276,8 +276,8 @@ TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOpt
   TrainingJobOptions job = options.job;
   job.long_documents = inputs_->long_documents;
   job.max_len = options.max_len;
-  job_ = std::make_unique<TrainingJob>(*planner_, *sampler_, *inputs_->dataset, inputs_->pieces,
-                                       *trainer_, job);
+  job_ = std::make_unique<TrainingJob>(*planner_, inputs_->profile, *sampler_, *inputs_->dataset,
+                                       inputs_->pieces, *trainer_, job);
 }
 
 TrainingRun::~TrainingRun() = default;

@@ -342,6 +342,14 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
   result.grad_collect_ms = stats.grad_collect_ms;
   result.forward_ms = std::max(0.0, stage.forward_ms - (stats.materialise_ms - finish_ms));
   result.backward_ms = std::max(0.0, stage.backward_ms - stats.grad_collect_ms);
+  result.stage = compute.links.stage;
+  result.micro_batch_ms = stage.micro_batch_ms;
+  if (!result.micro_batch_ms.empty()) {
+    // The first forward fetched the parameters (the step's cost, not the micro-batch's);
+    // the rest of the materialisation ran after the schedule.
+    double& first = result.micro_batch_ms.front();
+    first = std::max(0.5 * first, first - (stats.materialise_ms - finish_ms));
+  }
   return stage;
 }
 

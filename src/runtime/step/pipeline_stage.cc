@@ -174,6 +174,7 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
   };
   std::vector<InFlight> in_flight(static_cast<std::size_t>(v));
   StageResult result;
+  result.micro_batch_ms.assign(static_cast<std::size_t>(v), 0.0);
   // The loss stays on the device, summed in double (as the host summed it), and is read
   // once after the schedule: a read per micro-batch would stop the host until the GPU
   // caught up, every micro-batch.
@@ -199,9 +200,13 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
           loss_total = sum.clone();
         }
         result.targets += loss.tokens;
-        result.forward_ms += MsSince(forward_start);
+        const double ms = MsSince(forward_start);
+        result.forward_ms += ms;
+        result.micro_batch_ms[static_cast<std::size_t>(op.micro_batch)] += ms;
       } else {
-        result.forward_ms += MsSince(forward_start);
+        const double ms = MsSince(forward_start);
+        result.forward_ms += ms;
+        result.micro_batch_ms[static_cast<std::size_t>(op.micro_batch)] += ms;
         io.Send(out, links.next, op.micro_batch, true);
         f.output = out;
         post_grads_until(op.micro_batch == v - 1 ? v - 1 : op.micro_batch - warmup);
@@ -215,7 +220,9 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
     } else {
       f.output.backward(upstream);
     }
-    result.backward_ms += MsSince(backward_start);
+    const double backward_ms = MsSince(backward_start);
+    result.backward_ms += backward_ms;
+    result.micro_batch_ms[static_cast<std::size_t>(op.micro_batch)] += backward_ms;
     // No AccumulateMainGradients here: the distributed trainer's optimizer collects every
     // backward pass's gradients itself, in fp32 (ShardedAdamW::BeginStep).
     if (!first) {

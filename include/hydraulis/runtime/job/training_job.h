@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hydraulis/assign/planner.h"
+#include "hydraulis/assign/step_calibration.h"
 #include "hydraulis/checkpoint/checkpoint_meta.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/document_pieces.h"
@@ -42,6 +43,10 @@ struct TrainingJobOptions {
   // checkpoints, and a resume under a rule or length that makes other pieces is refused.
   LongDocuments long_documents = LongDocuments::kTruncate;
   std::int64_t max_len = 0;  // >= 1
+  // Refit the cost model from the measured steps (StepCalibration) and plan on the fit;
+  // false keeps the profile as given.
+  bool calibrate = true;
+  CalibrationOptions calibration;
 };
 
 // What one step did, for the console line and the JSON log.
@@ -62,7 +67,12 @@ struct TrainingStepRecord {
   std::string strategy;  // the candidate's name, or its description
   int strategy_index = 0;
   bool switched = false;  // another candidate than the previous step's
+  // The planner's estimate of the step (compute plus the fit's overhead of the strategy),
+  // by the fit it was planned on: fit_version (0: the profile as given).
   double predicted_step_ms = 0;
+  int fit_version = 0;
+  bool fit_adopted = false;         // this step's measurement made a new fit (calibration)
+  std::string calibration_refused;  // why this step's measurement was not used, or ""
   double planning_ms = 0;
   // How long the step waited for its plan: planning runs ahead on a thread (PlanAhead), so
   // this is 0 unless planning is slower than training (the first step waits for its own).
@@ -75,9 +85,10 @@ class TrainingJob {
   // Every argument must outlive the job. InvalidInput on out-of-range options. From the
   // first RunStep on, the job's look-ahead thread owns `sampler` (PlanAhead).
   // `pieces`: what the sampler's indices name (MakeDocumentPieces over `dataset`).
-  TrainingJob(const Planner& planner, BatchSampler& sampler, const MegatronDataset& dataset,
-              std::span<const DocumentPiece> pieces, DistributedTrainer& trainer,
-              const TrainingJobOptions& options);
+  // `profile`: what `planner` was made from, which the calibration refits.
+  TrainingJob(const Planner& planner, const Profile& profile, BatchSampler& sampler,
+              const MegatronDataset& dataset, std::span<const DocumentPiece> pieces,
+              DistributedTrainer& trainer, const TrainingJobOptions& options);
 
   // Loads the newest checkpoint of options.checkpoint_dir into the optimizer and the
   // sampler; returns its path, or nullopt when there is none (the job starts at step 0).
@@ -103,6 +114,9 @@ class TrainingJob {
   };
   const Totals& totals() const { return totals_; }
 
+  // The cost model the job plans on now: the profile as given, or the calibration's fit.
+  const CalibratedFit& fit() const { return calibration_.fit(); }
+
  private:
   void Save(int steps_done);
   void CheckSameDocuments(const CheckpointMeta& meta, const std::string& path) const;
@@ -112,9 +126,11 @@ class TrainingJob {
   DistributedStepResult Train(const Plan& plan,
                               const std::vector<std::vector<std::int64_t>>& documents, int step);
   void CheckUpdate(TrainingStepRecord& record);
+  void Calibrate(const Plan& plan, TrainingStepRecord& record);
   void Describe(const Plan& plan, TrainingStepRecord& record);
 
   const Planner& planner_;
+  StepCalibration calibration_;
   BatchSampler& sampler_;
   const MegatronDataset& dataset_;
   std::span<const DocumentPiece> pieces_;
@@ -124,7 +140,8 @@ class TrainingJob {
   int previous_strategy_ = -1;
   // Where the sampler stood after the last step run (the look-ahead has drawn further).
   SamplerPosition position_;
-  std::unique_ptr<PlanAhead> plans_;  // started at the first RunStep, after any Resume
+  std::unique_ptr<PlannerTimeline> timeline_;  // with plans_
+  std::unique_ptr<PlanAhead> plans_;           // started at the first RunStep, after any Resume
   Totals totals_;
 };
 

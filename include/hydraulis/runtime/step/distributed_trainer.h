@@ -58,6 +58,10 @@ struct DistributedStepResult {
   // Tokens this rank's pipeline ran (0 on an idle rank), its pipeline index (-1 idle).
   std::int64_t pipeline_tokens = 0;
   int pipeline = -1;
+  int stage = -1;  // this rank's stage in its pipeline (-1 idle)
+  // This rank's forward + backward time of each of its pipeline's micro-batches (host time,
+  // the first without the parameters' materialisation), what the calibration fits.
+  std::vector<double> micro_batch_ms;
   double compute_ms = 0;  // this rank: materialise + its 1F1B schedule (receive waits included)
   double wait_ms = 0;     // this rank: blocked in pipeline receives
   double sync_ms = 0;     // this rank: gradient reduction + optimizer + starting the gathers

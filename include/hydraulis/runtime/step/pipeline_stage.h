@@ -50,6 +50,9 @@ struct StageResult {
   // group's all-reduces). On a GPU the time to queue the work, not to run it.
   double forward_ms = 0;
   double backward_ms = 0;
+  // Per micro-batch, its forward and backward together (the same host times), for the
+  // calibration of the cost model (assign/step_calibration.h).
+  std::vector<double> micro_batch_ms;
 };
 
 // Runs forward and backward of `micro_batches` on `model` (this rank's stage), adding
