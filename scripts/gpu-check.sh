@@ -141,9 +141,10 @@ else
   fi
   # The training CLI on one device (bf16 and NCCL on cuda): a run interrupted by a
   # checkpoint and resumed must give the uninterrupted run's losses (relative 1e-3 on cuda,
-  # whose embedding backward adds with atomics; bit for bit on the CPU).
+  # whose embedding backward adds with atomics; bit for bit on the CPU, which needs the same
+  # plans: --calibrate off, as a fit from measured times differs run to run).
   train=("$bin/tools/hydraulis-runtime" train --nproc 1 --device "$DEVICE" --data "$corpus"
-         --tokens-per-batch 16384 --max-len 2048 --seed 1)
+         --tokens-per-batch 16384 --max-len 2048 --seed 1 --calibrate off)
   stage "training CLI: checkpoint and resume" "$LIMIT_TRAIN" "$OUT/train.txt" bash -c '
     "$@" --steps 6 --log-json '"$work"'/straight.jsonl &&
     "$@" --steps 3 --checkpoint-dir '"$work"'/checkpoints --log-json '"$work"'/first.jsonl &&

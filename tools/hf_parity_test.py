@@ -78,7 +78,9 @@ def train_and_export(binary, src, tmp, ckpt, tokens, run_dir, lr, extra):
          "--profile", os.path.join(src, "configs/profiles/tiny-cpu.json"),
          "--tokens-per-batch", str(tokens), "--max-len", str(MAX_LEN), "--steps", str(STEPS),
          "--lr", str(lr), "--checkpoint-dir", os.path.join(run_dir, "ckpt"),
-         "--timeout-s", "60"] + extra, capture_output=True, text=True)
+         "--timeout-s", "60",
+         # The reference trains each document cut to MAX_LEN.
+         "--long-documents", "truncate"] + extra, capture_output=True, text=True)
     if train.returncode != 0:
         return f"train: {train.stderr.strip()[-600:]}"
     # Without --model: the checkpoint records the model it trained (export_forms passes it).

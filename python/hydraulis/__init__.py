@@ -17,12 +17,14 @@ message the CLI prints; wrong Python types raise TypeError.
 """
 import json as _json
 import os as _os
+import warnings as _warnings
 
 from . import _core
 from ._core import (Candidates, HydraulisError, InfeasibleError, InvalidInputError, Pipeline,
                     Plan, Profile)
 
-__all__ = ["load_profile", "load_candidates", "read_lengths", "BatchSampler", "Planner",
+__all__ = ["load_profile", "load_candidates", "data_parallel_candidates", "read_lengths",
+           "BatchSampler", "Planner",
            "propose", "simulate",
            "LookaheadPlanner", "Plan",
            "Pipeline", "Profile", "Candidates", "HydraulisError", "InvalidInputError",
@@ -50,6 +52,18 @@ def load_profile(path_or_dict):
                     f"{type(path_or_dict).__name__}")
 
 
+def _require_format(text, source, expected):
+    """InvalidInputError naming `source` when its JSON object is tagged with another format
+    (say a profile passed as candidates), at once rather than when a Planner is made. Text
+    that is not such an object is left to the parser, which names what is wrong."""
+    try:
+        tag = _json.loads(text).get("format")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(tag, str) and tag != expected:
+        raise InvalidInputError(f'{source}: format: expected "{expected}", got {tag!r}')
+
+
 def load_candidates(path_or_dict):
     """Candidate strategies (docs/spec-format.md) from a JSON file path or a dict. They are
     checked against a profile when a Planner is made from both."""
@@ -62,9 +76,29 @@ def load_candidates(path_or_dict):
                 text = f.read()
         except OSError as e:
             raise InvalidInputError(f"{path}: cannot open: {e.strerror}") from None
+        _require_format(text, path, "hydraulis.candidates/1")
         return _core.candidates_from_text(text, path)
     raise TypeError("load_candidates: expected a path or a dict, got "
                     f"{type(path_or_dict).__name__}")
+
+
+def data_parallel_candidates(ranks, *, tp=1, pp=1, cp=1):
+    """Candidates of one strategy: ranks / (cp * tp * pp) identical <cp, tp, pp> pipelines
+    (Megatron-style data parallelism; with the defaults, one pipeline per rank, what a DDP
+    or FSDP loop runs), its optimizer sharded over every rank. InvalidInputError naming the
+    argument when one is not a positive integer or cp * tp * pp does not divide ranks."""
+    for name, value in (("ranks", ranks), ("tp", tp), ("pp", pp), ("cp", cp)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InvalidInputError(f"{name}: expected an integer >= 1, got {value!r}")
+    width = cp * tp * pp
+    if ranks % width != 0:
+        raise InvalidInputError(f"ranks: {ranks} is not a multiple of cp * tp * pp = {width}")
+    name = f"{ranks // width}x" + (f"(CP{cp},TP{tp},PP{pp})" if cp > 1 else f"(TP{tp},PP{pp})")
+    return load_candidates({
+        "format": "hydraulis.candidates/1", "gpus": ranks,
+        "optimizer_layout": {"dp": ranks, "tp": 1, "pp": 1},
+        "strategies": [{"name": name, "pipelines": [
+            {"count": ranks // width, "cp": cp, "tp": tp, "pp": pp}]}]})
 
 
 def propose(profile, lengths, *, gpus, max_len, resolution=128, tokens_per_batch=200000,
@@ -139,7 +173,19 @@ class Planner(_core.Planner):
 
     plan(lengths) takes a sequence of ints or an integer NumPy array (each >= 1) and
     returns a Plan. Caches persist across calls; the GIL is released while planning, so
-    another thread may train meanwhile."""
+    another thread may train meanwhile. A document longer than every candidate's capacity
+    is truncated (the CLI's rule) with a warnings.warn naming how many, or refused with
+    reject_overlong=True."""
+
+    def plan(self, lengths):
+        plan = super().plan(lengths)
+        if plan.truncated:
+            lost = sum(original - kept for _, original, kept in plan.truncated)
+            _warnings.warn(
+                f"{len(plan.truncated)} document(s) longer than every candidate's capacity "
+                f"truncated ({lost} token(s) lost; plan.truncated lists them; "
+                "reject_overlong=True refuses them instead)", stacklevel=2)
+        return plan
 
 
 class LookaheadPlanner:
@@ -221,3 +267,13 @@ class LookaheadPlanner:
         self.close()
         return False
 
+
+
+Plan.__repr__ = lambda self: (
+    f"<Plan {self.strategy!r}: {len(self.lengths)} documents, {len(self.pipelines)} "
+    f"pipeline(s), estimated {self.estimated_step_ms:.1f} ms, bound {self.lower_bound_ms:.1f} ms>")
+Pipeline.__repr__ = lambda self: (
+    f"<Pipeline {self.scheme}: {len(self.micro_batches)} micro-batch(es), {self.tokens} tokens, "
+    f"estimated {self.estimated_ms:.1f} ms>")
+Profile.__repr__ = lambda self: f"<Profile of {self.model_name}>"
+Candidates.__repr__ = lambda self: f"<Candidates from {self.source}>"

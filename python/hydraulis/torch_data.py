@@ -10,6 +10,12 @@ first token of each document masked, position ids restarting at each document, a
 cumulative lengths variable-length attention takes. The step also carries the number of
 targets in the whole global batch, so that summing each micro-batch's token losses and
 dividing by it gives the global mean loss on every rank alike.
+
+Every rank gets the same number of micro-batches each step (`equal_micro_batches`): a rank
+whose pipeline has fewer gets placeholders of one ignored token, so loops that run a fixed
+number of forward/backward passes under DDP or FSDP (gradient accumulation, `no_sync`)
+never wait on a collective another rank does not join. `to_hf_inputs` turns a micro-batch
+into what a transformers model's attention implementation needs to keep documents apart.
 """
 import numpy as np
 
@@ -49,19 +55,86 @@ def collate_packed(sequences):
     }
 
 
+def empty_micro_batch():
+    """A placeholder micro-batch: one token (id 0) whose label is ignored, in
+    collate_packed's fields. Its summed loss is 0, so its backward adds nothing to the
+    gradients, while the rank still joins every collective its peers run."""
+    return collate_packed([[0]]) | {"labels": _ignored_labels()}
+
+
+def _ignored_labels():
+    import torch
+    return torch.full((1, 1), IGNORE_INDEX, dtype=torch.int64)
+
+
+_FLASH_KEYS = ("input_ids", "labels", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k",
+               "max_length_q", "max_length_k")
+
+
+def _transformers_detects_packing():
+    """Whether the installed transformers builds a block-causal mask from position ids that
+    restart (masking_utils.find_packed_sequence_indices, used when there is no cache)."""
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        return False
+    return hasattr(masking_utils, "find_packed_sequence_indices")
+
+
+def to_hf_inputs(micro_batch, attn_implementation, *, mask="auto", dtype=None):
+    """Keyword arguments for a transformers causal LM (`model(**to_hf_inputs(mb, impl))`)
+    that keep the packed documents of `micro_batch` (a collate_packed dict) apart under
+    attention implementation `attn_implementation` (the model's
+    `config._attn_implementation`):
+
+    - "flash_attention_2" / "flash_attention_3" (any "flash..."): input_ids, labels,
+      position_ids and the cu_seq_lens/max_length kwargs, as DataCollatorWithFlattening
+      gives them (flash attention reads the boundaries from them).
+    - anything else ("sdpa", "eager", ...): input_ids, labels, position_ids and
+      use_cache=False, and with mask="4d" (or mask="auto" on a transformers that does not
+      detect packed position ids) a 4-D block-causal additive mask [1, 1, T, T] of `dtype`
+      (default float32; 0 where a token may attend, the dtype's minimum elsewhere; T^2
+      values, so for long rows prefer a transformers that detects packing). sdpa and eager
+      given only the flash kwargs attend across documents silently: their logits differ
+      from each document's alone.
+    """
+    import torch
+    if mask not in ("auto", "4d", "position_ids"):
+        raise InvalidInputError(f"mask: expected 'auto', '4d' or 'position_ids', got {mask!r}")
+    if not isinstance(attn_implementation, str):
+        raise InvalidInputError(
+            f"attn_implementation: expected a string such as 'sdpa', got {attn_implementation!r}")
+    if attn_implementation.startswith("flash"):
+        return {k: micro_batch[k] for k in _FLASH_KEYS}
+    out = {k: micro_batch[k] for k in ("input_ids", "labels", "position_ids")}
+    out["use_cache"] = False
+    if mask == "4d" or (mask == "auto" and not _transformers_detects_packing()):
+        cu = micro_batch["cu_seq_lens_q"].long()
+        t = int(cu[-1])
+        doc = torch.repeat_interleave(torch.arange(len(cu) - 1), torch.diff(cu))
+        keep = (doc[:, None] == doc[None, :]) & torch.ones(t, t, dtype=torch.bool).tril()
+        dtype = dtype or torch.float32
+        out["attention_mask"] = torch.zeros(1, 1, t, t, dtype=dtype).masked_fill(
+            ~keep, torch.finfo(dtype).min)
+    return out
+
+
 class StepBatches:
     """What one rank trains in one step.
 
-    micro_batches: this rank's packed micro-batches in execution order (collate_packed dicts),
-      empty when the step's strategy leaves its pipeline out (`pipeline` >= its pipelines).
+    micro_batches: this rank's packed micro-batches in execution order (collate_packed dicts);
+      with equal_micro_batches, as many on every rank (the most any pipeline of the step
+      has), the last `placeholders` of them empty_micro_batch()s.
     num_targets: targets (tokens after each document's first) of the whole global batch.
     plan: the step's Plan; dataset_indices: the dataset index of each of its documents.
     next_position: the sampler position after this step's batch; a loader started with it
       continues with the next step (save it with a checkpoint)."""
 
-    def __init__(self, plan, micro_batches, num_targets, dataset_indices, next_position):
+    def __init__(self, plan, micro_batches, num_targets, dataset_indices, next_position,
+                 placeholders=0):
         self.plan = plan
         self.micro_batches = micro_batches
+        self.placeholders = placeholders
         self.num_targets = num_targets
         self.dataset_indices = dataset_indices
         self.next_position = next_position
@@ -98,14 +171,18 @@ class PackedStepLoader:
     sampler options and seed: they then plan the same steps (planning is deterministic)
     and each takes its own pipeline's share. Plans are made `depth` steps ahead on a
     thread (LookaheadPlanner); `waited_ms` is how long the last step waited for its plan.
-    `position` (from a StepBatches.next_position) resumes a run where it stopped."""
+    `position` (from a StepBatches.next_position) resumes a run where it stopped.
+    `equal_micro_batches` (default True) pads every rank's micro-batches to the most any
+    pipeline of the step has, with placeholders (empty_micro_batch), so every rank runs as
+    many forward/backward passes; False gives each rank exactly its pipeline's."""
 
     def __init__(self, dataset, planner, *, pipeline, tokens_per_batch=200_000, max_len=32_768,
-                 seed=1, depth=2, lengths=None, position=None):
+                 seed=1, depth=2, lengths=None, position=None, equal_micro_batches=True):
         if not isinstance(pipeline, int) or isinstance(pipeline, bool) or pipeline < 0:
             raise InvalidInputError(f"pipeline: must be an integer >= 0, got {pipeline!r}")
         self._dataset = dataset
         self._pipeline = pipeline
+        self._equal = bool(equal_micro_batches)
         if lengths is None:
             lengths = np.fromiter((len(dataset[i]) for i in range(len(dataset))), dtype=np.int64,
                                   count=len(dataset))
@@ -129,8 +206,13 @@ class PackedStepLoader:
         (lengths, indices, position), plan = next(self._plans)
         self.waited_ms = self._plans.waited_ms
         num_targets = int((plan.lengths - 1).sum())
-        return StepBatches(plan, step_micro_batches(plan, self._pipeline, self._dataset, indices),
-                           num_targets, indices, position)
+        mbs = step_micro_batches(plan, self._pipeline, self._dataset, indices)
+        placeholders = 0
+        if self._equal:
+            most = max(len(p.micro_batches) for p in plan.pipelines)
+            placeholders = most - len(mbs)
+            mbs += [empty_micro_batch() for _ in range(placeholders)]
+        return StepBatches(plan, mbs, num_targets, indices, position, placeholders)
 
     def close(self):
         self._plans.close()

@@ -160,7 +160,8 @@ def test_prune_tolerance_bounds_the_loss_and_matches_the_cli(tmp_path, lengths):
 def test_overlong_documents_are_truncated_or_rejected(lengths):
     profile, candidates = hydraulis.load_profile(PROFILE), hydraulis.load_candidates(CANDIDATES)
     batch = [10_000_000] + lengths[:50].tolist()
-    plan = hydraulis.Planner(profile, candidates).plan(batch)
+    with pytest.warns(UserWarning, match=r"1 document\(s\) longer than every candidate's capacity"):
+        plan = hydraulis.Planner(profile, candidates).plan(batch)
     assert len(plan.truncated) == 1 and plan.truncated[0][0] == 0
     assert plan.truncated[0][1] == 10_000_000 and plan.truncated[0][2] < 10_000_000
     with pytest.raises(hydraulis.InfeasibleError, match="document 0"):
@@ -274,3 +275,31 @@ def test_cp_pipelines_expose_their_shard_layouts(lengths):
     # The 120,000-token document lies on a cp pipeline: no cp = 1 scheme holds it.
     owner = [p for p in plan.pipelines for docs in p.micro_batches if len(batch) - 3 in docs]
     assert owner[0].cp > 1
+
+
+def test_data_parallel_candidates_equal_the_file_a_user_would_write(lengths):
+    profile = hydraulis.load_profile(os.path.join(ROOT, "configs", "profiles", "tiny-cpu.json"))
+    written = hydraulis.load_candidates({
+        "format": "hydraulis.candidates/1", "gpus": 4,
+        "optimizer_layout": {"dp": 4, "tp": 1, "pp": 1},
+        "strategies": [{"name": "2x(TP2,PP1)", "pipelines": [{"count": 2, "tp": 2}]}]})
+    made = hydraulis.data_parallel_candidates(4, tp=2)
+    batch = [int(n) % 900 + 1 for n in lengths[:60]]
+    assert (hydraulis.Planner(profile, made, max_len=1024).plan(batch).to_json()
+            == hydraulis.Planner(profile, written, max_len=1024).plan(batch).to_json())
+    for kwargs, message in [({"ranks": 0}, "ranks: expected an integer >= 1, got 0"),
+                            ({"ranks": 4, "tp": 3}, "ranks: 4 is not a multiple of cp * tp * pp = 3"),
+                            ({"ranks": 2, "pp": True}, "pp: expected an integer >= 1, got True")]:
+        with pytest.raises(hydraulis.InvalidInputError, match=message.replace("*", r"\*")):
+            hydraulis.data_parallel_candidates(**kwargs)
+
+
+def test_reprs_say_what_an_object_is_and_a_profile_is_no_candidates(planner, lengths):
+    plan = planner.plan(lengths[:40])
+    assert repr(plan).startswith(f"<Plan '{plan.strategy}': 40 documents, ")
+    assert repr(plan.pipelines[0]).startswith(f"<Pipeline {plan.pipelines[0].scheme}: ")
+    assert repr(hydraulis.load_profile(PROFILE)) == "<Profile of llama-32b>"
+    assert repr(hydraulis.load_candidates(CANDIDATES)) == f"<Candidates from {CANDIDATES}>"
+    with pytest.raises(hydraulis.InvalidInputError,
+                       match=r'format: expected "hydraulis.candidates/1", got \'hydraulis.profile/1\''):
+        hydraulis.load_candidates(PROFILE)

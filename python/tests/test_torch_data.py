@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import hydraulis  # noqa: E402
-from hydraulis.torch_data import PackedStepLoader, collate_packed, step_micro_batches  # noqa: E402
+from hydraulis.torch_data import (PackedStepLoader, collate_packed, empty_micro_batch,  # noqa: E402
+                                  step_micro_batches, to_hf_inputs)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -72,7 +73,9 @@ def test_every_document_packed_once_per_step(planner, dataset):
                     seen.extend(docs.tolist())
             assert sorted(seen) == list(range(len(plan.lengths)))
             assert step.num_targets == int((plan.lengths - 1).sum())
-            assert len(step.micro_batches) == len(plan.pipelines[0].micro_batches)
+            most = max(len(p.micro_batches) for p in plan.pipelines)
+            assert len(step.micro_batches) == most
+            assert len(step.micro_batches) - step.placeholders == len(plan.pipelines[0].micro_batches)
     with pytest.raises(ValueError, match="pipeline"):
         PackedStepLoader(dataset, planner, pipeline=-1)
 
@@ -94,3 +97,80 @@ def test_example_training_loop_runs():
                           "--steps", "3"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "worst difference" in run.stdout and "step 2:" in run.stdout
+
+
+def tiny_llama(impl):
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=512)
+    config._attn_implementation = impl
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@pytest.mark.parametrize("mask", ["auto", "position_ids", "4d"])
+def test_to_hf_inputs_keeps_documents_apart(impl, mask):
+    model = tiny_llama(impl)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        docs = [rng.integers(0, 128, size=rng.integers(1, 30)).tolist()
+                for _ in range(rng.integers(2, 6))]
+        mb = collate_packed(docs)
+        with torch.no_grad():
+            alone = torch.cat([model(input_ids=torch.tensor([d]), use_cache=False).logits[0]
+                               for d in docs])
+            packed = model(**to_hf_inputs(mb, impl, mask=mask)).logits[0]
+            naive = model(**to_hf_inputs(mb, "flash_attention_2")).logits[0]
+        assert (packed - alone).abs().max().item() < 1e-5
+        # What the flattening collator's fields alone do on sdpa and eager: documents mix.
+        assert (naive - alone).abs().max().item() > 1e-3
+
+
+def test_to_hf_inputs_rejects_bad_arguments():
+    mb = collate_packed([[1, 2, 3]])
+    with pytest.raises(hydraulis.InvalidInputError, match="mask: expected"):
+        to_hf_inputs(mb, "sdpa", mask="2d")
+    with pytest.raises(hydraulis.InvalidInputError, match="attn_implementation"):
+        to_hf_inputs(mb, None)
+
+
+def test_placeholders_give_every_rank_as_many_micro_batches_and_no_loss():
+    # Two data-parallel pipelines and documents of up to 1,024 tokens in 4,000-token batches:
+    # most steps give one pipeline a micro-batch more than the other.
+    planner = hydraulis.Planner(
+        hydraulis.load_profile(os.path.join(ROOT, "configs/profiles/tiny-cpu.json")),
+        hydraulis.data_parallel_candidates(2), max_len=1024)
+    lengths = np.loadtxt(os.path.join(ROOT, "data", "wikipedia-sample-lengths.txt"),
+                         dtype=np.int64)[:300]
+    rng = np.random.default_rng(7)
+    dataset = [rng.integers(0, 128, size=int(n) // 2 + 2) for n in lengths]
+
+    def run(pipeline):
+        with PackedStepLoader(dataset, planner, pipeline=pipeline, tokens_per_batch=4000,
+                              max_len=1024, seed=3) as loader:
+            return [s for _, s in zip(range(8), loader)]
+
+    ranks = [run(0), run(1)]
+    padded = 0
+    for step0, step1 in zip(*ranks):
+        assert len(step0.micro_batches) == len(step1.micro_batches)
+        padded += step0.placeholders + step1.placeholders
+        for step in (step0, step1):
+            for mb in step.micro_batches[len(step.micro_batches) - step.placeholders:]:
+                assert mb["labels"].tolist() == [[-100]]
+    assert padded > 0, "no step split unevenly: the case does not test placeholders"
+    model = tiny_llama("sdpa")
+    out = model(**to_hf_inputs(empty_micro_batch(), "sdpa"))
+    logits = out.logits[0, :-1]
+    labels = empty_micro_batch()["labels"][0, 1:]
+    assert torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item() == 0
+
+
+def test_two_ddp_ranks_with_uneven_splits_train_like_one_process(tmp_path):
+    """Two gloo ranks, DDP with no_sync over each step's micro-batches: steps whose pipelines
+    hold different numbers of micro-batches neither hang nor change the result."""
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "python", "tests", "ddp_packed_worker.py"),
+                          str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "uneven steps:" in run.stdout and "max parameter difference" in run.stdout

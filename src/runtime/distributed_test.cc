@@ -1248,6 +1248,16 @@ TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
   std::filesystem::remove_all(dir);
 }
 
+// The first 500 lengths of the bundled Wikipedia sample, each divided by `divisor` (at
+// least 1 token).
+std::vector<std::int64_t> SampleLengths(std::int64_t divisor) {
+  std::vector<std::int64_t> lengths;
+  std::ifstream in(std::string(HYDRAULIS_SOURCE_DIR) + "/data/wikipedia-sample-lengths.txt");
+  std::int64_t n = 0;
+  for (int i = 0; i < 500 && in >> n; ++i) lengths.push_back(divisor == 1 ? n : n / divisor + 1);
+  return lengths;
+}
+
 TEST(PlanAheadTest, GivesTheSynchronousStepsInOrderAndErrorsAtTheirStep) {
   const std::string root = HYDRAULIS_SOURCE_DIR;
   const Profile profile = LoadProfile(root + "/configs/profiles/tiny-cpu.json");
@@ -1255,12 +1265,7 @@ TEST(PlanAheadTest, GivesTheSynchronousStepsInOrderAndErrorsAtTheirStep) {
       LoadCandidates(root + "/configs/candidates/cpu-2rank.json", profile);
   PlannerOptions planning;
   planning.context_tokens = 1024;
-  std::vector<std::int64_t> lengths;
-  {
-    std::ifstream in(root + "/data/wikipedia-sample-lengths.txt");
-    std::int64_t n = 0;
-    for (int i = 0; i < 500 && in >> n; ++i) lengths.push_back(n);
-  }
+  const std::vector<std::int64_t> lengths = SampleLengths(1);
   const SamplerOptions sampling{6000, 1024, 3, 0};
   const Planner sync_planner(profile, candidates, planning);
   BatchSampler sync_sampler(lengths, sampling);
@@ -1327,12 +1332,7 @@ TEST(PlanAheadTest, APublishedPlannerPlansTheStepsAfterTheLag) {
       LoadCandidates(root + "/configs/candidates/cpu-2rank.json", profile);
   PlannerOptions planning;
   planning.context_tokens = 1024;
-  std::vector<std::int64_t> lengths;
-  {
-    std::ifstream in(root + "/data/wikipedia-sample-lengths.txt");
-    std::int64_t n = 0;
-    for (int i = 0; i < 500 && in >> n; ++i) lengths.push_back(n / 8 + 1);
-  }
+  const std::vector<std::int64_t> lengths = SampleLengths(8);
   const SamplerOptions sampling{6000, 1024, 3, 0};
   auto first = std::make_shared<const Planner>(profile, candidates, planning);
   auto second = std::make_shared<const Planner>(slow, candidates, planning);
