@@ -218,7 +218,9 @@ bool StepCalibration::Refit(std::size_t end, CalibratedFit& out) const {
   // log of how far each refitted scheme's predictions moved from the initial profile's.
   std::vector<double> moves;
   std::map<Scheme, bool> refitted;
-  for (const auto& [scheme, list] : samples) {
+  for (const auto& entry_samples : samples) {
+    const Scheme& scheme = entry_samples.first;
+    const std::vector<Sample>& list = entry_samples.second;
     const auto [k, scale_rms] = ScaleFit(list);
     if (!Positive(k)) continue;
     SchemeProfile& entry =
