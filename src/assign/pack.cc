@@ -196,7 +196,9 @@ class BalancedPacking {
     // Cleared, not re-made: a caller packing count after count reuses the storage.
     out_.resize(static_cast<std::size_t>(v));
     for (auto& mb : out_) mb.clear();
-    for (int b = 0; b < v; ++b) by_work_.insert({0.0, b}), room_.Set(b, cap_);
+    by_work_.resize(static_cast<std::size_t>(v));
+    for (int b = 0; b < v; ++b)
+      by_work_[static_cast<std::size_t>(b)] = {0.0, b}, room_.Set(b, cap_);
   }
 
   // Phase 1: false when a document finds no micro-batch with room.
@@ -216,7 +218,7 @@ class BalancedPacking {
   // a step O(documents in the slowest micro-batch * log), so large batches stay linear.
   void LocalSearch(int max_steps) {
     for (int step = 0; step < max_steps; ++step) {
-      const int hi = std::prev(by_work_.end())->second;
+      const int hi = by_work_.back().second;
       Step best;
       best.ms = work_[hi] - ToleranceMs(work_[hi]);
       FindBestMove(hi, best);
@@ -251,7 +253,8 @@ class BalancedPacking {
 
   double Work(int d) const { return pipe_.time.DocumentMs(Len(problem_, d)); }
 
-  // Micro-batches by (work, index): the least-loaded one with room is the first that fits.
+  // Micro-batches in (work, index) order: the least-loaded one with room is the first that
+  // fits.
   // Where the least-loaded few are all full (tight capacity), the leftmost one with room
   // (a max-tree of free room) stands in, so a placement never scans every micro-batch.
   int LeastLoadedWithRoom(std::int64_t s, int except) const {
@@ -264,13 +267,28 @@ class BalancedPacking {
   }
 
   void Add(int b, int d, double sign) {
-    // The node is re-keyed, not freed and allocated again.
-    auto node = by_work_.extract({work_[b], b});
+    const std::pair<double, int> old{work_[b], b};
     work_[b] += sign * pipe_.time.DocumentMs(Len(problem_, d));
     tokens_[b] += static_cast<std::int64_t>(sign) * Len(problem_, d);
-    node.value() = {work_[b], b};
-    by_work_.insert(std::move(node));
+    Rekey(old, {work_[b], b});
     room_.Set(b, cap_ - tokens_[b]);
+  }
+
+  // Moves `old` of by_work_ to where `now` belongs, shifting the entries in between: the
+  // order a search tree of (work, index) keeps, without a node per micro-batch (a pack of
+  // v micro-batches allocated v of them, and the tree's rebalancing cost more than the
+  // shift over the few dozen micro-batches a pipeline has).
+  void Rekey(const std::pair<double, int>& old, const std::pair<double, int>& now) {
+    const auto at = std::lower_bound(by_work_.begin(), by_work_.end(), old);
+    if (now < old) {
+      const auto to = std::lower_bound(by_work_.begin(), at, now);
+      std::move_backward(to, at, at + 1);
+      *to = now;
+    } else {
+      const auto to = std::lower_bound(at + 1, by_work_.end(), now);
+      std::move(at + 1, to, at);
+      *(to - 1) = now;
+    }
   }
 
   void FindBestMove(int hi, Step& best) const {
@@ -344,7 +362,7 @@ class BalancedPacking {
   MicroBatches& out_;
   std::vector<double> work_;
   std::vector<std::int64_t> tokens_;
-  std::set<std::pair<double, int>> by_work_;
+  std::vector<std::pair<double, int>> by_work_;  // sorted
   FirstFitBins room_;
   std::vector<int> partner_docs_;  // scratch of FindBestSwap
 };
