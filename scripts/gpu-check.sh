@@ -13,7 +13,9 @@
 #                 Then the cost model on this GPU: `profile` fits the throughput model's
 #                 <1,1,1> scheme here, and `train` with that profile runs 8 steps; the mean
 #                 absolute error of the predicted step time over steps 1.. must be at most
-#                 GPU_CHECK_PREDICTION_TOLERANCE (default 0.15, the issue's bar on the CPU)
+#                 GPU_CHECK_PREDICTION_TOLERANCE (default 0.15, the issue's bar on the CPU).
+#                 Then `train --calibrate on` (CUDA events) from the derived profile, 16 steps:
+#                 a fit adopted and its last 5 predictions within the same tolerance
 #   bench.txt     the throughput runs' output
 #   ours.json     bench/gpu_train_bench: llama-1b, 8K context, ~64K tokens/step, bf16
 #   peer-hf.json, peer-eager.json   bench/peer_train.py on the same batches
@@ -191,6 +193,23 @@ print(f"{device} {precision}, steps 1-{len(rows)}: measured {measured:.1f} ms,"
       f" predicted {predicted:.1f} ms, mean absolute error {100 * error:.1f} %"
       f" (tolerance {100 * float(sys.argv[2]):.0f} %)")
 sys.exit(0 if error <= float(sys.argv[2]) else 1)
+EOF' _ "$bin/tools/hydraulis-runtime" "$MODEL" "$DEVICE" "$CONTEXT" "$TOKENS" "$corpus"
+  # Calibration on the device (CUDA events on a GPU): from the profile derived for this
+  # model's shape, 16 steps; the last 5 predicted within the tolerance.
+  stage "calibration on the device" "$LIMIT_PREDICTION" "$OUT/train.txt" bash -c '
+    "$1" train --nproc 1 --model "$2" --device "$3" --max-len "$4" --tokens-per-batch "$5" \
+      --data "$6" --steps 16 --seed 1 --calibrate on --log-json '"$work"'/calibrated.jsonl &&
+    '"$PY"' - '"$work"'/calibrated.jsonl '"$PREDICTION_TOLERANCE"' << "EOF"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+last = rows[-5:]
+error = sum(abs(r["predicted_step_ms"] - r["step_ms"]) / r["step_ms"] for r in last) / len(last)
+first = abs(rows[1]["predicted_step_ms"] - rows[1]["step_ms"]) / rows[1]["step_ms"]
+device, precision = rows[0]["device"], rows[0]["precision"]
+begin, end, fit = last[0]["step"], last[-1]["step"], last[-1]["fit"]
+print(f"{device} {precision}: step 1 predicted {100 * first:.0f} % off; steps {begin}-{end}"
+      f" (fit {fit}) mean error {100 * error:.1f} % (tolerance {100 * float(sys.argv[2]):.0f} %)")
+sys.exit(0 if error <= float(sys.argv[2]) and fit > 0 else 1)
 EOF' _ "$bin/tools/hydraulis-runtime" "$MODEL" "$DEVICE" "$CONTEXT" "$TOKENS" "$corpus"
   stage "throughput: hydraulis" "$LIMIT_OURS" "$OUT/bench.txt" "$bin/bench/gpu_train_bench" \
     --model "$MODEL" --device "$DEVICE" --lengths data/wikipedia-sample-lengths.txt \

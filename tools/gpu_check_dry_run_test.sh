@@ -29,7 +29,8 @@ dry "$tmp/out" || fail "dry run exited $? ($(tail -3 "$tmp/out.log"))"
 s=$tmp/out/summary.txt
 grep -q "using prebuilt binaries from $tmp/prebuilt" "$s" || fail "prebuilt path not named"
 for stage in "GPU tests" "training CLI: checkpoint and resume" \
-             "cost model: fitted here, predicted against measured" "throughput: hydraulis" \
+             "cost model: fitted here, predicted against measured" \
+             "calibration on the device" "throughput: hydraulis" \
              "throughput: peer (hf)" \
              "throughput: peer (eager)"; do
   grep -q "PASS $stage" "$s" || fail "stage '$stage' did not pass"

@@ -273,6 +273,8 @@ TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOpt
       inputs_->model, options.job.seed, options.adam, *rendezvous_, inputs_->candidates.strategies,
       compute_, inputs_->init ? HfInitialWeights(*inputs_->init) : InitialWeights(),
       options.ddp_bucket_size);
+  // The calibration reads each micro-batch's device time (CUDA events on a GPU).
+  trainer_->set_time_on_device(options.job.calibrate);
   TrainingJobOptions job = options.job;
   job.long_documents = inputs_->long_documents;
   job.max_len = options.max_len;

@@ -4,11 +4,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "hydraulis/base/elapsed.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/model/micro_batch_clock.h"
 
 namespace hydraulis {
 
@@ -174,7 +176,10 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
   };
   std::vector<InFlight> in_flight(static_cast<std::size_t>(v));
   StageResult result;
-  result.micro_batch_ms.assign(static_cast<std::size_t>(v), 0.0);
+  const DeviceKind device = model.compute().device;
+  // The host clock costs nothing; CUDA events only when asked for.
+  std::optional<MicroBatchClock> clock;
+  if (device != DeviceKind::kCuda || links.time_on_device) clock.emplace(device, v);
   // The loss stays on the device, summed in double (as the host summed it), and is read
   // once after the schedule: a read per micro-batch would stop the host until the GPU
   // caught up, every micro-batch.
@@ -187,6 +192,7 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
         f.input.requires_grad_(true);
       }
       const auto forward_start = std::chrono::steady_clock::now();
+      if (clock) clock->Start();
       at::Tensor out = work.forward(op.micro_batch, f.input);
       result.tokens += work.tokens(op.micro_batch);
       if (last) {
@@ -200,13 +206,11 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
           loss_total = sum.clone();
         }
         result.targets += loss.tokens;
-        const double ms = MsSince(forward_start);
-        result.forward_ms += ms;
-        result.micro_batch_ms[static_cast<std::size_t>(op.micro_batch)] += ms;
+        result.forward_ms += MsSince(forward_start);
+        if (clock) clock->Stop(op.micro_batch);
       } else {
-        const double ms = MsSince(forward_start);
-        result.forward_ms += ms;
-        result.micro_batch_ms[static_cast<std::size_t>(op.micro_batch)] += ms;
+        result.forward_ms += MsSince(forward_start);
+        if (clock) clock->Stop(op.micro_batch);
         io.Send(out, links.next, op.micro_batch, true);
         f.output = out;
         post_grads_until(op.micro_batch == v - 1 ? v - 1 : op.micro_batch - warmup);
@@ -215,14 +219,14 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
     }
     const at::Tensor upstream = last ? at::Tensor() : io.Take(op.micro_batch, false);
     const auto backward_start = std::chrono::steady_clock::now();
+    if (clock) clock->Start();
     if (last) {
       f.output.backward();
     } else {
       f.output.backward(upstream);
     }
-    const double backward_ms = MsSince(backward_start);
-    result.backward_ms += backward_ms;
-    result.micro_batch_ms[static_cast<std::size_t>(op.micro_batch)] += backward_ms;
+    result.backward_ms += MsSince(backward_start);
+    if (clock) clock->Stop(op.micro_batch);
     // No AccumulateMainGradients here: the distributed trainer's optimizer collects every
     // backward pass's gradients itself, in fp32 (ShardedAdamW::BeginStep).
     if (!first) {
@@ -236,6 +240,8 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
   }
   if (links.pipeline != nullptr) links.pipeline->WaitSends();
   if (loss_total.defined()) result.loss_sum = loss_total.item<double>();
+  result.micro_batch_ms =
+      clock ? clock->Read() : std::vector<double>(static_cast<std::size_t>(v), 0.0);
   result.wait_ms = io.wait_ms();
   return result;
 }

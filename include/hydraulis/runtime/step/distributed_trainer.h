@@ -128,6 +128,11 @@ class DistributedTrainer {
   // rank 0 closes the store): its calls return only once every rank got there, whatever
   // the world's backend (docs/runtime.md, "GPU check").
   CommGroup& control();
+
+  // Whether steps time each micro-batch on the device (StageLinks::time_on_device): the
+  // CUDA events the calibration reads; off by default (the host clock on the CPU is free
+  // and always on).
+  void set_time_on_device(bool on) { time_on_device_ = on; }
   const std::vector<Strategy>& candidates() const { return candidates_; }
 
  private:
@@ -159,6 +164,7 @@ class DistributedTrainer {
   std::map<std::vector<int>, std::unique_ptr<CommGroup>> groups_;
   std::vector<std::unique_ptr<Compute>> computes_;  // per candidate, built at construction
   std::unique_ptr<ShardedAdamW> optimizer_;
+  bool time_on_device_ = false;
 };
 
 }  // namespace hydraulis

@@ -38,6 +38,10 @@ struct StageLinks {
   int pp = 1;
   int prev = -1;
   int next = -1;
+  // Time each micro-batch on the device (StageResult::micro_batch_ms). On the CPU the host
+  // clock times it for free; on a GPU it records CUDA events and waits for them at the
+  // end, so it is off unless someone reads the times (the calibration).
+  bool time_on_device = false;
 };
 
 struct StageResult {
@@ -50,7 +54,8 @@ struct StageResult {
   // group's all-reduces). On a GPU the time to queue the work, not to run it.
   double forward_ms = 0;
   double backward_ms = 0;
-  // Per micro-batch, its forward and backward together (the same host times), for the
+  // Per micro-batch, its forward and backward together (MicroBatchClock: the host clock on
+  // the CPU, CUDA events on a GPU with StageLinks::time_on_device, else 0), for the
   // calibration of the cost model (assign/step_calibration.h).
   std::vector<double> micro_batch_ms;
 };
