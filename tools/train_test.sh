@@ -391,6 +391,16 @@ grep -q "prediction: step time predicted within [0-9.]* % of measured over the l
 "$BIN" plan --profile "$TMP/cal-profile.json" --candidates "$CANDS2" \
   --dataset "$SRC/data/wikipedia-sample-lengths.txt" --steps 2 --tokens-per-batch 8000 --max-len 700 >/dev/null \
   2>"$TMP/cal-plan.err" || fail "plan on the saved profile: $(cat "$TMP/cal-plan.err")"
+# The fit goes with the checkpoint: the resumed run plans on it from its first step.
+"$BIN" train "${CAL[@]}" --steps 10 --checkpoint-dir "$TMP/cal-ckpt" --log-json "$TMP/cal-first.jsonl" \
+  >/dev/null 2>"$TMP/cal-first.err" || fail "first half: $(tail -c 600 "$TMP/cal-first.err")"
+saved_fit=$(sed -E 's/.*"version": ?([0-9]+).*/\1/;t;d' "$TMP/cal-ckpt/step-00000010/calibration.json" | head -1)
+[[ ${saved_fit:-0} -ge 1 ]] || fail "no fit in the checkpoint: $(ls "$TMP/cal-ckpt/step-00000010")"
+"$BIN" train "${CAL[@]}" --steps 12 --checkpoint-dir "$TMP/cal-ckpt" --resume \
+  --log-json "$TMP/cal-resumed.jsonl" >/dev/null 2>"$TMP/cal-resumed.err" ||
+  fail "resume: $(tail -c 600 "$TMP/cal-resumed.err")"
+head -1 "$TMP/cal-resumed.jsonl" | grep -q "\"fit\":$saved_fit," ||
+  fail "the resumed run's first step was not planned on the saved fit $saved_fit: $(head -c 300 "$TMP/cal-resumed.jsonl")"
 for bad in "--save-profile $PROFILE|is the profile this run reads" \
   "--calibrate off --save-profile $TMP/x.json|needs --calibrate on" \
   "--calibrate maybe|--calibrate: expected on or off, got 'maybe'"; do

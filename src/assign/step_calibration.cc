@@ -8,6 +8,10 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/cost/time_fit.h"
+#include "hydraulis/spec/json_reader.h"
+#include "hydraulis/spec/spec_io.h"
+
+#include <nlohmann/json.hpp>
 
 namespace hydraulis {
 namespace {
@@ -103,6 +107,43 @@ std::pair<double, double> ScaleFit(const std::vector<Sample>& samples) {
 
 }  // namespace
 
+constexpr char kCalibrationFormat[] = "hydraulis.calibration/1";
+
+std::string CalibratedFitToJson(const CalibratedFit& fit) {
+  nlohmann::json j;
+  j["format"] = kCalibrationFormat;
+  j["version"] = fit.version;
+  j["overhead_ms"] = fit.overhead_ms;
+  j["profile"] = nlohmann::json::parse(ProfileToJson(fit.profile));
+  return j.dump(1) + "\n";
+}
+
+CalibratedFit ParseCalibratedFit(const std::string& text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidInput(source + ": not JSON: " + e.what());
+  }
+  if (!j.is_object()) throw InvalidInput(source + ": expected a JSON object");
+  JsonObjectReader r(j, source, "");
+  if (const std::string format = r.String("format"); format != kCalibrationFormat) {
+    r.Fail("format",
+           "expected \"" + std::string(kCalibrationFormat) + "\", got " + QuoteForMessage(format));
+  }
+  CalibratedFit fit;
+  fit.version = static_cast<int>(r.Int("version", 0, 1 << 30));
+  const nlohmann::json& overheads = r.Array("overhead_ms");
+  for (const nlohmann::json& x : overheads) {
+    if (!x.is_number() || !(x.get<double>() >= 0) || !std::isfinite(x.get<double>())) {
+      r.Fail("overhead_ms", "expected finite numbers >= 0, got " + x.dump());
+    }
+    fit.overhead_ms.push_back(x.get<double>());
+  }
+  fit.profile = ParseProfile(r.Value("profile").dump(), source + ": profile");
+  return fit;
+}
+
 double PredictStepMs(const CalibratedFit& fit, const OptimizerLayout& layout,
                      const ScheduleOptions& schedule, const Plan& plan) {
   const auto i = static_cast<std::size_t>(plan.strategy_index);
@@ -126,6 +167,18 @@ StepCalibration::StepCalibration(const Profile& profile, const CandidateSet& can
   }
   fit_.profile = initial_;
   fit_.overhead_ms.assign(candidates_.strategies.size(), 0.0);
+}
+
+bool StepCalibration::Restore(const CalibratedFit& fit) {
+  if (fit.overhead_ms.size() != candidates_.strategies.size()) return false;
+  for (const Strategy& s : candidates_.strategies) {
+    for (const Scheme& scheme : s.pipelines) {
+      if (fit.profile.Find(scheme) == nullptr) return false;
+    }
+  }
+  fit_ = fit;
+  window_.clear();
+  return true;
 }
 
 double StepCalibration::PredictMs(const Plan& plan) const {

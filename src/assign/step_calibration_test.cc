@@ -173,3 +173,44 @@ TEST(StepCalibrationTest, MeasurementsThatAreNotTimesAreRefused) {
 
 }  // namespace
 }  // namespace hydraulis
+
+namespace hydraulis {
+namespace {
+
+TEST(StepCalibrationTest, AFitRoundTripsThroughItsFileAndRestoresOnlyWhereItFits) {
+  const Profile profile = TinyProfile();
+  const CandidateSet candidates = TwoRankCandidates(profile);
+  StepCalibration calibration(profile, candidates, {});
+  RunSteps(calibration, Machine(profile), candidates, 12, 0.0);
+  const CalibratedFit& fit = calibration.fit();
+  ASSERT_GE(fit.version, 1);
+  const CalibratedFit back = ParseCalibratedFit(CalibratedFitToJson(fit), "c.json");
+  EXPECT_EQ(back.version, fit.version);
+  EXPECT_EQ(back.overhead_ms, fit.overhead_ms);
+  EXPECT_EQ(ProfileToJson(back.profile), ProfileToJson(fit.profile));
+  StepCalibration resumed(profile, candidates, {});
+  ASSERT_TRUE(resumed.Restore(back));
+  EXPECT_EQ(resumed.fit().version, fit.version);
+  // Another candidate set: three strategies, or a scheme the fit's profile lacks.
+  CandidateSet more = candidates;
+  more.strategies.push_back(more.strategies.front());
+  StepCalibration other(profile, more, {});
+  EXPECT_FALSE(other.Restore(back));
+  EXPECT_EQ(other.fit().version, 0);
+  CalibratedFit partial = back;
+  std::erase_if(partial.profile.schemes, [](const SchemeProfile& e) { return e.scheme.tp == 2; });
+  EXPECT_FALSE(resumed.Restore(partial));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[]", "c.json: expected a JSON object"},
+      {R"({"format": "hydraulis.profile/1"})", "format: expected \"hydraulis.calibration/1\""},
+      {R"({"format": "hydraulis.calibration/1", "version": 1, "overhead_ms": [-1]})",
+       "overhead_ms: expected finite numbers >= 0"}};
+  for (const auto& c : bad) {
+    const std::string message =
+        test_support::InvalidInputMessage([&] { ParseCalibratedFit(c.first, "c.json"); });
+    EXPECT_NE(message.find(c.second), std::string::npos) << c.first << ": " << message;
+  }
+}
+
+}  // namespace
+}  // namespace hydraulis

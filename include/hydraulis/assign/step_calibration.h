@@ -41,6 +41,12 @@ struct CalibratedFit {
   int version = 0;                  // 0: the profile as given, then 1, 2, ... per adoption
 };
 
+// A fit as a file (format hydraulis.calibration/1: its version, its overheads and its
+// profile in the profile format), what a checkpoint keeps so a resumed run plans on it.
+std::string CalibratedFitToJson(const CalibratedFit& fit);
+// InvalidInput naming `source` and the field on a file that is not such a fit.
+CalibratedFit ParseCalibratedFit(const std::string& text, const std::string& source);
+
 // The step time (ms) `fit` predicts for `plan`: its slowest pipeline's 1F1B time, each
 // micro-batch on the layout the plan gave it, plus the strategy's overhead. InvalidInput
 // when the fit's profile lacks one of the plan's schemes.
@@ -78,6 +84,10 @@ class StepCalibration {
   Outcome Add(MeasuredStep step);
 
   const CalibratedFit& fit() const { return fit_; }
+  // Continues from `fit` (a resumed run's), with an empty window. False, and the fit in use
+  // unchanged, when it does not fit these candidates (another number of strategies, or a
+  // profile without one of their schemes: a resume under another candidate set).
+  bool Restore(const CalibratedFit& fit);
   double PredictMs(const Plan& plan) const;
 
  private:

@@ -127,7 +127,8 @@ std::vector<std::string> CompleteCheckpoints(const std::string& dir) {
 }  // namespace
 
 void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAdamW& optimizer,
-                    const ModelConfig& model, CommGroup& world, int keep_last) {
+                    const ModelConfig& model, CommGroup& world, int keep_last,
+                    const std::vector<std::pair<std::string, std::string>>& extra_files) {
   const std::string name = StepDirName(meta.step);
   const std::string step_dir = dir + "/" + name;
   std::error_code ec;
@@ -141,8 +142,11 @@ void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAd
   } else {
     try {
       // Before meta.json, which seals the checkpoint: a complete one names its model.
-      if (world.rank() == 0)
+      if (world.rank() == 0) {
         WriteFileAtomically(step_dir + "/" + kCheckpointModelFile, ModelConfigToJson(model));
+        for (const auto& [file, text] : extra_files)
+          WriteFileAtomically(step_dir + "/" + file, text);
+      }
       mine = WriteShard(ShardPath(step_dir, world.rank()), header, state);
     } catch (const Error& e) {  // IoError, or InvalidInput for a directory in the way
       mine.error = e.what();

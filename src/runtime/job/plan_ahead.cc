@@ -6,9 +6,10 @@
 
 namespace hydraulis {
 
-PlannerTimeline::PlannerTimeline(std::shared_ptr<const Planner> first, int first_step, int lag)
+PlannerTimeline::PlannerTimeline(std::shared_ptr<const Planner> first, int first_step, int lag,
+                                 int version)
     : lag_(lag), published_(first_step - 1) {
-  entries_.push_back({first_step, std::move(first), 0});
+  entries_.push_back({first_step, std::move(first), version});
 }
 
 void PlannerTimeline::Publish(int step, std::shared_ptr<const Planner> planner, int version) {

@@ -82,6 +82,12 @@ std::optional<std::string> TrainingJob::Resume() {
   }
   CheckSameDocuments(meta, *path);
   if (plans_) throw InternalError("TrainingJob::Resume: steps have run already");
+  const std::string fit_path = *path + "/" + kCheckpointCalibrationFile;
+  if (options_.calibrate && std::filesystem::exists(fit_path)) {
+    // A fit for other candidates (a resume under another set) is left: the run starts
+    // again from the profile.
+    restored_fit_ = calibration_.Restore(ParseCalibratedFit(ReadFileText(fit_path), fit_path));
+  }
   sampler_.Restore({meta.sampler_epoch, meta.sampler_offset});
   position_ = sampler_.position();
   next_step_ = static_cast<int>(meta.step);
@@ -160,8 +166,13 @@ void TrainingJob::Save(int steps_done) {
   meta.seed = options_.seed;
   meta.long_documents = NameOf(options_.long_documents, kLongDocumentsNames);
   meta.max_len = options_.max_len;
+  // A fit from measured steps goes with the checkpoint: the resumed run plans on it.
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (options_.calibrate && calibration_.fit().version > 0) {
+    extra.emplace_back(kCheckpointCalibrationFile, CalibratedFitToJson(calibration_.fit()));
+  }
   SaveCheckpoint(options_.checkpoint_dir, meta, trainer_.optimizer(), trainer_.config(),
-                 trainer_.control(), options_.keep_checkpoints);
+                 trainer_.control(), options_.keep_checkpoints, extra);
 }
 
 TrainingStepRecord TrainingJob::RunStep(
@@ -170,10 +181,12 @@ TrainingStepRecord TrainingJob::RunStep(
   TrainingStepRecord record;
   record.step = next_step_;
   if (!plans_) {
-    // The job's own planner stands for the fit in use until the calibration adopts one.
+    // The job's own planner stands for the fit in use until the calibration adopts one, or
+    // the fit a resumed checkpoint holds does.
     timeline_ = std::make_unique<PlannerTimeline>(
-        std::shared_ptr<const Planner>(&planner_, [](const Planner*) {}), next_step_,
-        kPlanAheadDepth);
+        restored_fit_ ? PlannerOf(calibration_.fit())
+                      : std::shared_ptr<const Planner>(&planner_, [](const Planner*) {}),
+        next_step_, kPlanAheadDepth, calibration_.fit().version);
     plans_ = std::make_unique<PlanAhead>(*timeline_, sampler_, next_step_, options_.steps,
                                          kPlanAheadDepth);
   }
@@ -286,12 +299,13 @@ void TrainingJob::Calibrate(const Plan& plan, TrainingStepRecord& record) {
     timeline_->Publish(record.step);
     return;
   }
-  const CalibratedFit& fit = calibration_.fit();
+  timeline_->Publish(record.step, PlannerOf(calibration_.fit()), calibration_.fit().version);
+}
+
+std::shared_ptr<const Planner> TrainingJob::PlannerOf(const CalibratedFit& fit) const {
   PlannerOptions options = planner_.options();
   options.strategy_overhead_ms = fit.overhead_ms;
-  timeline_->Publish(record.step,
-                     std::make_shared<const Planner>(fit.profile, planner_.candidates(), options),
-                     fit.version);
+  return std::make_shared<const Planner>(fit.profile, planner_.candidates(), options);
 }
 
 // A step the optimizer did not apply (non-finite loss or gradient norm) stops the job, or

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hydraulis/checkpoint/checkpoint_meta.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"
@@ -32,8 +34,14 @@ class CommGroup;
 // disk), every rank throws IoError, the incomplete checkpoint is removed and `latest` still names
 // the previous one (model.json counts as rank 0's shard here). keep_last > 0 then removes all but
 // the newest keep_last complete checkpoints.
+// `extra_files` (name, text): further files rank 0 writes into the checkpoint before it is
+// sealed, as model.json (the calibration's fit).
 void SaveCheckpoint(const std::string& dir, CheckpointMeta meta, const ShardedAdamW& optimizer,
-                    const ModelConfig& model, CommGroup& world, int keep_last = 0);
+                    const ModelConfig& model, CommGroup& world, int keep_last = 0,
+                    const std::vector<std::pair<std::string, std::string>>& extra_files = {});
+
+// The file of a checkpoint that holds the calibration's fit (assign/step_calibration.h).
+inline constexpr char kCheckpointCalibrationFile[] = "calibration.json";
 
 // The file in a checkpoint's directory that records its model.
 inline constexpr char kCheckpointModelFile[] = "model.json";

@@ -22,8 +22,9 @@ namespace hydraulis {
 // that publishes each step before taking the next one's plan.
 class PlannerTimeline {
  public:
-  // `first`: the planner of the steps from `first_step` on until another is published.
-  PlannerTimeline(std::shared_ptr<const Planner> first, int first_step, int lag);
+  // `first` (of fit `version`): the planner of the steps from `first_step` on until another
+  // is published.
+  PlannerTimeline(std::shared_ptr<const Planner> first, int first_step, int lag, int version = 0);
 
   // Step `step` is done: `planner` (with its fit version), when not null, plans the steps
   // after step + lag. Steps are published in order.

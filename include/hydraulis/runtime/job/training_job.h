@@ -90,8 +90,9 @@ class TrainingJob {
               const MegatronDataset& dataset, std::span<const DocumentPiece> pieces,
               DistributedTrainer& trainer, const TrainingJobOptions& options);
 
-  // Loads the newest checkpoint of options.checkpoint_dir into the optimizer and the
-  // sampler; returns its path, or nullopt when there is none (the job starts at step 0).
+  // Loads the newest checkpoint of options.checkpoint_dir into the optimizer, the sampler
+  // and (calibrating, when it holds one for these candidates) the calibration's fit; returns
+  // its path, or nullopt when there is none (the job starts at step 0).
   // InvalidInput without a checkpoint_dir, when the checkpoint's seed differs, or when it
   // records a model of another weight layout than the trainer's.
   std::optional<std::string> Resume();
@@ -127,6 +128,8 @@ class TrainingJob {
                               const std::vector<std::vector<std::int64_t>>& documents, int step);
   void CheckUpdate(TrainingStepRecord& record);
   void Calibrate(const Plan& plan, TrainingStepRecord& record);
+  // A planner of `fit` with the job's candidates and options.
+  std::shared_ptr<const Planner> PlannerOf(const CalibratedFit& fit) const;
   void Describe(const Plan& plan, TrainingStepRecord& record);
 
   const Planner& planner_;
@@ -140,6 +143,7 @@ class TrainingJob {
   int previous_strategy_ = -1;
   // Where the sampler stood after the last step run (the look-ahead has drawn further).
   SamplerPosition position_;
+  bool restored_fit_ = false;                  // Resume found a fit this run can plan on
   std::unique_ptr<PlannerTimeline> timeline_;  // with plans_
   std::unique_ptr<PlanAhead> plans_;           // started at the first RunStep, after any Resume
   Totals totals_;
