@@ -10,8 +10,8 @@ step hydraulis plans the global batch over two data-parallel pipelines
 keeps the packed documents apart under sdpa. Gradients accumulate over the step's
 micro-batches with the synchronisation off until the last (DDP's `no_sync`, FSDP2's
 `set_requires_gradient_sync`). Pipelines of one step often hold different numbers of
-micro-batches; the loader pads every rank to the same count with placeholders that cost
-no loss, so no rank waits in a gradient reduction its peer never joins. One process then
+micro-batches; the loader pads every rank to the same count with empty micro-batches that
+cost no loss, so no rank waits in a gradient reduction its peer never joins. One process then
 trains the same steps on every pipeline's micro-batches, and the parameters must agree
 within 1e-5: the script prints the steps that split unevenly and the worst difference, and
 exits 1 when they differ.
@@ -46,7 +46,7 @@ def model_and_optimizer():
 
 
 def loss_sum(model, mb):
-    """The micro-batch's summed next-token loss (a placeholder's is 0)."""
+    """The micro-batch's summed next-token loss (0 for an empty one)."""
     logits = model(**to_hf_inputs(mb, "sdpa")).logits[0, :-1]
     return torch.nn.functional.cross_entropy(logits.float(), mb["labels"][0, 1:], reduction="sum")
 

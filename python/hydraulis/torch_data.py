@@ -12,7 +12,7 @@ targets in the whole global batch, so that summing each micro-batch's token loss
 dividing by it gives the global mean loss on every rank alike.
 
 Every rank gets the same number of micro-batches each step (`equal_micro_batches`): a rank
-whose pipeline has fewer gets placeholders of one ignored token, so loops that run a fixed
+whose pipeline has fewer gets empty micro-batches (one ignored token each), so loops that run a fixed
 number of forward/backward passes under DDP or FSDP (gradient accumulation, `no_sync`)
 never wait on a collective another rank does not join. `to_hf_inputs` turns a micro-batch
 into what a transformers model's attention implementation needs to keep documents apart.
@@ -56,7 +56,7 @@ def collate_packed(sequences):
 
 
 def empty_micro_batch():
-    """A placeholder micro-batch: one token (id 0) whose label is ignored, in
+    """An empty micro-batch: one token (id 0) whose label is ignored, in
     collate_packed's fields. Its summed loss is 0, so its backward adds nothing to the
     gradients, while the rank still joins every collective its peers run."""
     return collate_packed([[0]]) | {"labels": _ignored_labels()}
@@ -124,17 +124,17 @@ class StepBatches:
 
     micro_batches: this rank's packed micro-batches in execution order (collate_packed dicts);
       with equal_micro_batches, as many on every rank (the most any pipeline of the step
-      has), the last `placeholders` of them empty_micro_batch()s.
+      has), the last `empty_micro_batches` of them empty_micro_batch()s.
     num_targets: targets (tokens after each document's first) of the whole global batch.
     plan: the step's Plan; dataset_indices: the dataset index of each of its documents.
     next_position: the sampler position after this step's batch; a loader started with it
       continues with the next step (save it with a checkpoint)."""
 
     def __init__(self, plan, micro_batches, num_targets, dataset_indices, next_position,
-                 placeholders=0):
+                 empty_micro_batches=0):
         self.plan = plan
         self.micro_batches = micro_batches
-        self.placeholders = placeholders
+        self.empty_micro_batches = empty_micro_batches
         self.num_targets = num_targets
         self.dataset_indices = dataset_indices
         self.next_position = next_position
@@ -173,7 +173,7 @@ class PackedStepLoader:
     thread (LookaheadPlanner); `waited_ms` is how long the last step waited for its plan.
     `position` (from a StepBatches.next_position) resumes a run where it stopped.
     `equal_micro_batches` (default True) pads every rank's micro-batches to the most any
-    pipeline of the step has, with placeholders (empty_micro_batch), so every rank runs as
+    pipeline of the step has, with empty_micro_batch()s, so every rank runs as
     many forward/backward passes; False gives each rank exactly its pipeline's."""
 
     def __init__(self, dataset, planner, *, pipeline, tokens_per_batch=200_000, max_len=32_768,
@@ -207,12 +207,12 @@ class PackedStepLoader:
         self.waited_ms = self._plans.waited_ms
         num_targets = int((plan.lengths - 1).sum())
         mbs = step_micro_batches(plan, self._pipeline, self._dataset, indices)
-        placeholders = 0
+        empty = 0
         if self._equal:
             most = max(len(p.micro_batches) for p in plan.pipelines)
-            placeholders = most - len(mbs)
-            mbs += [empty_micro_batch() for _ in range(placeholders)]
-        return StepBatches(plan, mbs, num_targets, indices, position, placeholders)
+            empty = most - len(mbs)
+            mbs += [empty_micro_batch() for _ in range(empty)]
+        return StepBatches(plan, mbs, num_targets, indices, position, empty)
 
     def close(self):
         self._plans.close()

@@ -75,7 +75,7 @@ def test_every_document_packed_once_per_step(planner, dataset):
             assert step.num_targets == int((plan.lengths - 1).sum())
             most = max(len(p.micro_batches) for p in plan.pipelines)
             assert len(step.micro_batches) == most
-            assert len(step.micro_batches) - step.placeholders == len(plan.pipelines[0].micro_batches)
+            assert len(step.micro_batches) - step.empty_micro_batches == len(plan.pipelines[0].micro_batches)
     with pytest.raises(ValueError, match="pipeline"):
         PackedStepLoader(dataset, planner, pipeline=-1)
 
@@ -135,7 +135,7 @@ def test_to_hf_inputs_rejects_bad_arguments():
         to_hf_inputs(mb, None)
 
 
-def test_placeholders_give_every_rank_as_many_micro_batches_and_no_loss():
+def test_empty_micro_batches_give_every_rank_as_many_and_cost_no_loss():
     # Two data-parallel pipelines and documents of up to 1,024 tokens in 4,000-token batches:
     # most steps give one pipeline a micro-batch more than the other.
     planner = hydraulis.Planner(
@@ -155,11 +155,11 @@ def test_placeholders_give_every_rank_as_many_micro_batches_and_no_loss():
     padded = 0
     for step0, step1 in zip(*ranks):
         assert len(step0.micro_batches) == len(step1.micro_batches)
-        padded += step0.placeholders + step1.placeholders
+        padded += step0.empty_micro_batches + step1.empty_micro_batches
         for step in (step0, step1):
-            for mb in step.micro_batches[len(step.micro_batches) - step.placeholders:]:
+            for mb in step.micro_batches[len(step.micro_batches) - step.empty_micro_batches:]:
                 assert mb["labels"].tolist() == [[-100]]
-    assert padded > 0, "no step split unevenly: the case does not test placeholders"
+    assert padded > 0, "no step split unevenly: the case does not test the padding"
     model = tiny_llama("sdpa")
     out = model(**to_hf_inputs(empty_micro_batch(), "sdpa"))
     logits = out.logits[0, :-1]
@@ -178,4 +178,4 @@ def test_two_data_parallel_ranks_with_uneven_splits_train_like_one_process(wrap)
                           "--wrap", wrap], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     uneven = int(run.stdout.split("uneven steps: ")[1].split(" ")[0])
-    assert uneven > 0, "no step split unevenly: the case does not test the placeholders"
+    assert uneven > 0, "no step split unevenly: the case does not test the padding"

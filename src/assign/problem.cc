@@ -11,8 +11,6 @@
 #include "hydraulis/cost/capacity.h"
 
 namespace hydraulis {
-namespace {
-
 std::vector<std::int64_t> MicroBatchLengths(std::span<const std::int64_t> lengths,
                                             const std::vector<int>& micro_batch) {
   std::vector<std::int64_t> out;
@@ -20,6 +18,8 @@ std::vector<std::int64_t> MicroBatchLengths(std::span<const std::int64_t> length
   for (int d : micro_batch) out.push_back(lengths[static_cast<std::size_t>(d)]);
   return out;
 }
+
+namespace {
 
 // Searches and bounds sum the balanced share (PipelineModel::time); MicroBatchMs lays out.
 PipelineModel ModelOf(const Scheme& scheme, std::int64_t capacity_tokens, const ShardCost& shard) {

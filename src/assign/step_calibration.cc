@@ -6,6 +6,7 @@
 
 #include "hydraulis/assign/problem.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/median.h"
 #include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/cost/time_fit.h"
 #include "hydraulis/spec/json_reader.h"
@@ -15,13 +16,6 @@
 
 namespace hydraulis {
 namespace {
-
-std::vector<std::int64_t> MicroBatchLengths(const Plan& plan, const std::vector<int>& mb) {
-  std::vector<std::int64_t> out;
-  out.reserve(mb.size());
-  for (int d : mb) out.push_back(plan.lengths.at(static_cast<std::size_t>(d)));
-  return out;
-}
 
 const SchemeProfile& EntryFor(const Profile& profile, const Scheme& scheme) {
   const SchemeProfile* entry = profile.Find(scheme);
@@ -39,16 +33,10 @@ std::vector<double> PredictStageMs(const Profile& profile, const OptimizerLayout
   std::vector<double> out;
   out.reserve(p.micro_batches.size());
   for (std::size_t j = 0; j < p.micro_batches.size(); ++j) {
-    const std::vector<std::int64_t> lengths = MicroBatchLengths(plan, p.micro_batches[j]);
-    if (p.scheme.cp > 1) {
-      out.push_back(j < p.cp_layouts.size() && !p.cp_layouts[j].empty()
-                        ? LaidOutStageMs(lengths, p.cp_layouts[j], model.shard)
-                        : MicroBatchMs(lengths, model));
-      continue;
-    }
-    double t = model.time.c_ms;
-    for (std::int64_t s : lengths) t += model.time.DocumentMs(s);
-    out.push_back(t);
+    const std::vector<std::int64_t> lengths = MicroBatchLengths(plan.lengths, p.micro_batches[j]);
+    const bool laid_out = p.scheme.cp > 1 && j < p.cp_layouts.size() && !p.cp_layouts[j].empty();
+    out.push_back(laid_out ? LaidOutStageMs(lengths, p.cp_layouts[j], model.shard)
+                           : MicroBatchMs(lengths, model));
   }
   return out;
 }
@@ -61,13 +49,6 @@ double ComputeMs(const Profile& profile, const OptimizerLayout& layout,
     step = std::max(step, OneFOneBMs(stage, p.scheme.pp, schedule));
   }
   return step;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 bool Positive(double x) { return std::isfinite(x) && x > 0; }
@@ -262,7 +243,7 @@ bool StepCalibration::Refit(std::size_t end, CalibratedFit& out) const {
       for (const std::vector<double>& stage : m.stage_ms[p]) {
         for (std::size_t j = 0; j < stage.size(); ++j) {
           samples[pipe.scheme].push_back(
-              {MicroBatchLengths(m.plan, pipe.micro_batches[j]), stage[j], base[j]});
+              {MicroBatchLengths(m.plan.lengths, pipe.micro_batches[j]), stage[j], base[j]});
         }
       }
     }

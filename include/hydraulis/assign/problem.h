@@ -112,6 +112,10 @@ struct Assignment {
 // stage runs every micro-batch).
 double PackingFloorMs(const PipelineModel& pipeline, double work_ms, std::int64_t tokens);
 
+// The lengths of a micro-batch's documents (indices into `lengths`), in its order.
+std::vector<std::int64_t> MicroBatchLengths(std::span<const std::int64_t> lengths,
+                                            const std::vector<int>& micro_batch);
+
 // The forward + backward time (ms) of one micro-batch holding documents of `lengths` (in
 // its order) on one stage of `pipeline`: c plus the documents' times added in their order
 // for cp = 1, the laid-out time (LayOutMicroBatch, LaidOutStageMs) for cp > 1.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/base/median.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/context_parallel_attention.h"
@@ -25,12 +26,6 @@ constexpr double kComputeStateBytes = 8;
 constexpr double kOptimizerStateBytes = 12;
 // Keeps the token ids apart from any other use of the seed (the model's initialisation).
 constexpr std::uint64_t kTokenStream = 0x70726f66696c65ULL;
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 }  // namespace
 
