@@ -58,11 +58,7 @@ PlanAhead::PlanAhead(PlannerTimeline& timeline, BatchSampler& sampler, int first
         return d;
       },
       [this](const Drawn& d) {
-        const auto [planner, version] = timeline_.ForStep(d.step);
-        Plan plan = planner->PlanBatch(d.batch.lengths);
-        const std::lock_guard lock(versions_mutex_);
-        versions_.emplace_back(d.step, version);
-        return plan;
+        return timeline_.ForStep(d.step).first->PlanBatch(d.batch.lengths);
       },
       depth);
 }
@@ -75,16 +71,9 @@ PlanAhead::~PlanAhead() {
 PlanAhead::Step PlanAhead::Next(double& waited_ms) {
   std::optional<Lookahead<Drawn>::Step> next = lookahead_->Next(waited_ms);
   if (!next) throw InternalError("PlanAhead::Next: past the last step");
-  int version = 0;
-  {
-    const std::lock_guard lock(versions_mutex_);
-    const auto it = std::find_if(versions_.begin(), versions_.end(),
-                                 [&](const auto& v) { return v.first == next->batch.step; });
-    if (it != versions_.end()) {
-      version = it->second;
-      versions_.erase(it);
-    }
-  }
+  // The fit that planned it: the timeline's answer for a step never changes once that step
+  // could be planned (later fits start after the look-ahead), and it no longer waits.
+  const int version = timeline_.ForStep(next->batch.step).second;
   return Step{std::move(next->batch.batch), std::move(next->plan), version,
               next->batch.position_after};
 }

@@ -87,9 +87,6 @@ class PlanAhead {
   PlannerTimeline& timeline_;
   int next_step_;  // touched by the thread only
   std::unique_ptr<Lookahead<Drawn>> lookahead_;
-  // The fit version of each planned step, by step (the Lookahead carries plans only).
-  std::mutex versions_mutex_;
-  std::vector<std::pair<int, int>> versions_;
 };
 
 }  // namespace hydraulis
