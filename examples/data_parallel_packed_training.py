@@ -17,6 +17,7 @@ within 1e-5: the script prints the steps that split unevenly and the worst diffe
 exits 1 when they differ.
 """
 import argparse
+import gc
 import contextlib
 import os
 import sys
@@ -96,6 +97,11 @@ def rank_main(rank, wrap, steps, tmp):
     if rank == 0:
         torch.save({"params": [p.detach() for p in params], "uneven": uneven},
                    os.path.join(tmp, "ranks.pt"))
+    # The wrapper goes before the process group: when DDP's reducer drops the group's last
+    # reference, torch 2.11 destroys the Gloo group holding the GIL, and a Gloo thread still
+    # freeing a finished collective's tensor waits for that GIL forever (pytorch#56297).
+    del wrapped, optimizer, model, params, sync
+    gc.collect()
     dist.destroy_process_group()
 
 

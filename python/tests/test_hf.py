@@ -1,0 +1,83 @@
+"""hydraulis.hf.BalancedTrainer: two DDP ranks of transformers' Trainer train like one
+process on the same global batches, and arguments that contradict the planned steps are
+refused before the first step."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+import hydraulis  # noqa: E402
+from hydraulis.hf import BalancedTrainer, dataset_lengths  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PROFILE = os.path.join(ROOT, "configs/profiles/tiny-cpu.json")
+
+
+def test_two_ranks_train_like_one_process():
+    # The example fails (exit 1) unless the per-step losses and the final parameters equal
+    # one process's within 1e-5, with clipping active on every step.
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples/hf_trainer_training.py"),
+                          "--steps", "5"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("BalancedTrainer")][-1]
+    uneven = int(line.split("uneven steps: ")[1].split(" of ")[0])
+    # The point of the check: steps whose ranks hold different numbers of micro-batches.
+    assert uneven >= 1, line
+
+
+def tiny_model():
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                      num_hidden_layers=1, num_attention_heads=2,
+                                      num_key_value_heads=1, max_position_embeddings=256)
+    return transformers.LlamaForCausalLM(config)
+
+
+def make(tmp_path, dataset=None, **overrides):
+    args = dict(output_dir=str(tmp_path), max_steps=2, report_to=[], use_cpu=True,
+                save_strategy="no", disable_tqdm=True)
+    trainer_kw = {k: overrides.pop(k) for k in list(overrides)
+                  if k in ("tokens_per_batch", "max_len", "lengths", "input_field")}
+    args.update(overrides)
+    kw = dict(tokens_per_batch=512, max_len=128) | trainer_kw
+    return BalancedTrainer(model=tiny_model(), args=transformers.TrainingArguments(**args),
+                           train_dataset=dataset or [{"input_ids": [1, 2, 3]}] * 40,
+                           profile=hydraulis.load_profile(PROFILE), **kw)
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (dict(gradient_accumulation_steps=4), "gradient_accumulation_steps"),
+    (dict(max_steps=-1), "max_steps"),
+    (dict(tokens_per_batch=0), "tokens_per_batch"),
+    (dict(max_len=2.5), "max_len"),
+    (dict(lengths=[3, 3]), "lengths"),
+    (dict(input_field="tokens"), "'tokens'"),
+])
+def test_contradicting_arguments_are_refused_by_name(tmp_path, overrides, named):
+    with pytest.raises(hydraulis.InvalidInputError, match=named):
+        make(tmp_path, **overrides)
+
+
+def test_empty_document_is_named():
+    with pytest.raises(hydraulis.InvalidInputError, match="example 1 is empty"):
+        dataset_lengths([{"input_ids": [5]}, {"input_ids": []}])
+
+
+def test_one_process_trains_every_document_of_its_steps(tmp_path):
+    # One rank: each step's items are every micro-batch of the plan, and the targets it
+    # divides by are the step's real tokens minus one per document.
+    rng = torch.Generator().manual_seed(1)
+    data = [{"input_ids": torch.randint(0, 64, (int(n),), generator=rng).tolist()}
+            for n in torch.randint(2, 100, (60,), generator=rng)]
+    trainer = make(tmp_path, data, tokens_per_batch=600, max_len=64)
+    steps = iter(trainer.get_train_dataloader())
+    for _ in range(3):
+        step = next(steps)
+        real = step["micro_batches"][:len(step["micro_batches"]) - step["empty_micro_batches"]]
+        labels = torch.cat([mb["labels"].reshape(-1) for mb in real])
+        assert step["empty_micro_batches"] == 0
+        assert int((labels != -100).sum()) == step["num_items_in_batch"]
