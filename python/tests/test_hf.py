@@ -81,3 +81,26 @@ def test_one_process_trains_every_document_of_its_steps(tmp_path):
         labels = torch.cat([mb["labels"].reshape(-1) for mb in real])
         assert step["empty_micro_batches"] == 0
         assert int((labels != -100).sum()) == step["num_items_in_batch"]
+
+
+def test_a_resumed_run_continues_with_the_same_steps(tmp_path):
+    # 6 steps straight against 3, a checkpoint, and a resume for the other 3: the Trainer
+    # fast-forwards past the planned steps it trained, so the losses are bit for bit the same.
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from hf_trainer_training import PROFILE as EXAMPLE_PROFILE, documents, tiny_llama
+
+    def run(out, save_steps=None, resume=None):
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / out), max_steps=6, learning_rate=1e-3,
+            lr_scheduler_type="linear", optim="adamw_torch", logging_steps=1,
+            save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+            report_to=[], use_cpu=True, seed=3, disable_tqdm=True)
+        trainer = BalancedTrainer(model=tiny_llama(), args=args, train_dataset=documents(),
+                                  profile=hydraulis.load_profile(EXAMPLE_PROFILE),
+                                  tokens_per_batch=4000, max_len=1024)
+        trainer.train(resume_from_checkpoint=resume)
+        return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+    straight = run("straight")
+    assert run("saved", save_steps=3) == straight
+    assert run("resumed", resume=str(tmp_path / "saved" / "checkpoint-3")) == straight
