@@ -171,7 +171,8 @@ class PackedStepLoader:
     sampler options and seed: they then plan the same steps (planning is deterministic)
     and each takes its own pipeline's share. Plans are made `depth` steps ahead on a
     thread (LookaheadPlanner); `waited_ms` is how long the last step waited for its plan.
-    `position` (from a StepBatches.next_position) resumes a run where it stopped.
+    `position` (from a StepBatches.next_position) resumes a run where it stopped;
+    state_dict()/load_state_dict() do the same in torchtitan's checkpointing protocol.
     `equal_micro_batches` (default True) pads every rank's micro-batches to the most any
     pipeline of the step has, with empty_micro_batch()s, so every rank runs as
     many forward/backward passes; False gives each rank exactly its pipeline's."""
@@ -190,9 +191,15 @@ class PackedStepLoader:
                                      max_len=max_len, seed=seed)
         if position is not None:
             self._sampler.restore(position)
-        self._plans = LookaheadPlanner(planner, self._draw(), depth=depth,
-                                       lengths_of=lambda item: item[0])
+        self._planner = planner
+        self._depth = depth
+        self._position = self._sampler.position
+        self._plans = self._plan_ahead()
         self.waited_ms = 0.0
+
+    def _plan_ahead(self):
+        return LookaheadPlanner(self._planner, self._draw(), depth=self._depth,
+                                lengths_of=lambda item: item[0])
 
     def _draw(self):
         while True:
@@ -205,6 +212,7 @@ class PackedStepLoader:
     def __next__(self):
         (lengths, indices, position), plan = next(self._plans)
         self.waited_ms = self._plans.waited_ms
+        self._position = position
         num_targets = int((plan.lengths - 1).sum())
         mbs = step_micro_batches(plan, self._pipeline, self._dataset, indices)
         empty = 0
@@ -213,6 +221,29 @@ class PackedStepLoader:
             empty = most - len(mbs)
             mbs += [empty_micro_batch() for _ in range(empty)]
         return StepBatches(plan, mbs, num_targets, indices, position, empty)
+
+    def state_dict(self):
+        """Where the next step starts (the sampler position after the last step given), as
+        torchtitan's checkpointer saves a data loader (its Stateful protocol): the same on
+        every rank, so one rank's state resumes any rank, and a resumed loader gives the
+        same next step as this one would."""
+        epoch, index = self._position
+        return {"position": [int(epoch), int(index)]}
+
+    def load_state_dict(self, state):
+        """Continues from a state_dict(): plans already made ahead are dropped and the next
+        step is the one after the saved position. InvalidInputError naming the field when
+        `state` is not such a dict."""
+        position = state.get("position") if isinstance(state, dict) else None
+        if (not isinstance(position, (list, tuple)) or len(position) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                           for v in position)):
+            raise InvalidInputError(
+                f"state_dict: position: expected [epoch, index] of integers >= 0, got {position!r}")
+        self._plans.close()
+        self._sampler.restore(tuple(position))
+        self._position = self._sampler.position
+        self._plans = self._plan_ahead()
 
     def close(self):
         self._plans.close()

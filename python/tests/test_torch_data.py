@@ -92,6 +92,37 @@ def test_ranks_agree_and_a_run_resumes(planner, dataset):
     assert [s.plan.to_json() for s in resumed] == [s.plan.to_json() for s in rank0[2:]]
 
 
+def test_state_dict_resumes_mid_epoch_like_a_torchtitan_loader(planner, dataset):
+    # torchtitan's checkpointer pickles state_dict() and hands it to load_state_dict() of a
+    # fresh loader (or one that already ran): the next steps must be the same.
+    import pickle
+    kw = dict(tokens_per_batch=6000, max_len=1024, seed=5)
+    with PackedStepLoader(dataset, planner, pipeline=0, **kw) as first:
+        for _, _step in zip(range(3), first):
+            pass
+        saved = pickle.loads(pickle.dumps(first.state_dict()))
+        expected = [next(first) for _ in range(2)]
+    with PackedStepLoader(dataset, planner, pipeline=1, **kw) as other:
+        for _, _step in zip(range(5), other):   # planned ahead past the saved position
+            pass
+        other.load_state_dict(saved)
+        resumed = [next(other) for _ in range(2)]
+        assert other.state_dict() == {"position": list(expected[-1].next_position)}
+    assert [s.plan.to_json() for s in resumed] == [s.plan.to_json() for s in expected]
+    assert all(np.array_equal(a.dataset_indices, b.dataset_indices)
+               for a, b in zip(resumed, expected))
+    # The resumed rank gets its own pipeline's share of those steps.
+    for a, b in zip(resumed, expected):
+        theirs = step_micro_batches(b.plan, 1, dataset, b.dataset_indices)
+        assert all(torch.equal(x["input_ids"], y["input_ids"])
+                   for x, y in zip(a.micro_batches, theirs))
+        assert len(a.micro_batches) - a.empty_micro_batches == len(theirs)
+    with PackedStepLoader(dataset, planner, pipeline=0, **kw) as loader:
+        for bad in ({}, {"position": [1]}, {"position": [0, -1]}, {"position": ["0", 1]}, None):
+            with pytest.raises(hydraulis.InvalidInputError, match="position"):
+                loader.load_state_dict(bad)
+
+
 def test_example_training_loop_runs():
     run = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "torch_packed_training.py"),
                           "--steps", "3"], capture_output=True, text=True, timeout=300)
