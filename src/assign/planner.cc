@@ -685,10 +685,16 @@ class BatchPlanning {
   // threads to pay for their start.
   int Threads() const {
     std::size_t widest = 0;
+    std::size_t cp = 1;
     for (int i = 0; i < CandidateCount(); ++i) {
       widest = std::max(widest, planner_.Models(i).size());
+      for (const PipelineModel& m : planner_.Models(i)) {
+        cp = std::max(cp, static_cast<std::size_t>(m.scheme.cp));
+      }
     }
-    const std::size_t pairs = widest * plan_.lengths.size();
+    // Laying a micro-batch out over a cp group tries each document on up to cp ranks, at
+    // several widths: such a pair costs about cp times a whole document's placement.
+    const std::size_t pairs = widest * plan_.lengths.size() * cp;
     return pairs < kParallelPairs ? 1 : ResolveThreads(options_.threads);
   }
   // Full bounds computed together per thread when the search needs one: enough to keep
