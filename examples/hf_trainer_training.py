@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """A transformers.Trainer on hydraulis' balanced steps: `BalancedTrainer` in place of `Trainer`.
 
-    .venv/bin/python examples/hf_trainer_training.py [--steps 5]
+    .venv/bin/python examples/hf_trainer_training.py [--steps 10]
 
 Two gloo ranks on the CPU train a tiny LlamaForCausalLM (sdpa attention) with
 `hydraulis.hf.BalancedTrainer` under DDP: each step hydraulis draws a global batch of
 documents, plans it over the two ranks, and each rank trains its share as packed
 micro-batches, as many on both ranks (steps whose plan gives the ranks unequal counts
-are padded with empty micro-batches). One process then trains the same global batches with
+are padded with empty micro-batches), and the cost model is calibrated from the measured
+steps (the shipped tiny-cpu profile is another model's, so the first refit is adopted within
+a few steps and plans the later ones: the ranks must still plan the same steps, which the
+script checks). One process then trains the same global batches with
 plain PyTorch (AdamW, gradients clipped to a global norm below theirs), and the per-step losses and
 the final parameters must agree within 1e-5: the script prints the steps that split
 unevenly and the worst differences, and exits 1 when they differ.
 """
 import argparse
 import gc
+import hashlib
 import os
 import sys
 import tempfile
@@ -53,6 +57,16 @@ def documents():
             for n in lengths]
 
 
+class RecordingTrainer(BalancedTrainer):
+    """Keeps a digest of each step's plan, to check that the ranks planned the same steps."""
+
+    plans = []
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self.plans.append(hashlib.sha256(inputs["plan"].to_json().encode()).hexdigest())
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
 def rank_main(rank, steps, tmp):
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=open(f"{tmp}/port").read())
@@ -62,15 +76,15 @@ def rank_main(rank, steps, tmp):
         optim="adamw_torch", weight_decay=0.0, max_grad_norm=CLIP, logging_steps=1,
         save_strategy="no", report_to=[], use_cpu=True, seed=SEED, disable_tqdm=True,
         ddp_find_unused_parameters=False)
-    trainer = BalancedTrainer(model=tiny_llama(), args=args, train_dataset=documents(),
-                              profile=hydraulis.load_profile(PROFILE),
-                              tokens_per_batch=TOKENS_PER_BATCH, max_len=MAX_LEN)
+    trainer = RecordingTrainer(model=tiny_llama(), args=args, train_dataset=documents(),
+                               profile=hydraulis.load_profile(PROFILE),
+                               tokens_per_batch=TOKENS_PER_BATCH, max_len=MAX_LEN)
     trainer.train()
-    if rank == 0:
-        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-        torch.save({"losses": losses,
-                    "params": [p.detach().clone() for p in trainer.model.parameters()]},
-                   f"{tmp}/ranks.pt")
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    torch.save({"losses": losses, "plans": trainer.plans, "step_times": trainer.step_times,
+                "fits_planning": trainer.fits_planning,
+                "params": [p.detach().clone() for p in trainer.model.parameters()]},
+               f"{tmp}/rank{rank}.pt")
     # The DDP wrapper goes before the process group: when its reducer drops the group's last
     # reference, torch 2.11 destroys the Gloo group holding the GIL, and a Gloo thread still
     # freeing a finished collective's tensor waits for that GIL forever (pytorch#56297).
@@ -117,21 +131,27 @@ def free_port():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         with open(f"{tmp}/port", "w") as f:
             f.write(free_port())
         torch.multiprocessing.spawn(rank_main, args=(a.steps, tmp), nprocs=2, join=True)
-        ranks = torch.load(f"{tmp}/ranks.pt")
+        ranks, other = (torch.load(f"{tmp}/rank{r}.pt") for r in (0, 1))
     losses, params, uneven = one_process(a.steps)
+    if ranks["plans"] != other["plans"]:
+        sys.exit("the two ranks planned different steps")
+    errors = [abs(p - m) / m for _, p, m, _ in ranks["step_times"]]
+    calibrated = [s for s, _ in ranks["fits_planning"] if s < a.steps]
     if len(ranks["losses"]) != a.steps:
         sys.exit(f"the Trainer logged {len(ranks['losses'])} losses for {a.steps} steps")
     loss_diff = max(abs(x - y) for x, y in zip(ranks["losses"], losses))
     param_diff = max((x - y).abs().max().item() for x, y in zip(ranks["params"], params))
     print(f"BalancedTrainer, 2 ranks: uneven steps: {uneven} of {a.steps}; losses "
           f"{', '.join(f'{x:.5f}' for x in ranks['losses'])}; max loss difference from one "
-          f"process {loss_diff:.3g}; max parameter difference {param_diff:.3g}")
+          f"process {loss_diff:.3g}; max parameter difference {param_diff:.3g}; ranks' plans "
+          f"equal; calibrated fits planned from steps {calibrated}; prediction error first "
+          f"{errors[0]:.0%}, last {errors[-1]:.0%}")
     if loss_diff > 1e-5 or param_diff > 1e-5:
         sys.exit(f"the Trainer's ranks and one process differ: losses by {loss_diff}, "
                  f"parameters by {param_diff}")

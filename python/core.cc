@@ -22,6 +22,7 @@
 #include "hydraulis/assign/plan_json.h"
 #include "hydraulis/assign/planner.h"
 #include "hydraulis/assign/published.h"
+#include "hydraulis/assign/step_calibration.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/document_length.h"
@@ -264,9 +265,9 @@ NB_MODULE(_core, m) {
   nb::exception<InvalidInput>(m, "InvalidInputError", PyExc_ValueError);
   nb::exception<Infeasible>(m, "InfeasibleError", PyExc_ValueError);
 
-  nb::class_<Profile>(m, "Profile").def_prop_ro("model_name", [](const Profile& p) {
-    return p.model.name;
-  });
+  nb::class_<Profile>(m, "Profile")
+      .def_prop_ro("model_name", [](const Profile& p) { return p.model.name; })
+      .def("to_json", [](const Profile& p) { return ProfileToJson(p); });
   m.def("load_profile", [](const std::string& path) { return LoadProfile(path); });
   m.def("parse_profile", [](const std::string& text, const std::string& source) {
     return ParseProfile(text, source);
@@ -495,7 +496,7 @@ NB_MODULE(_core, m) {
           [](PyPlanner* self, const Profile& profile, const CandidatesText& candidates,
              const std::string& algorithm, std::uint64_t seed, std::int64_t max_len,
              bool reject_overlong, double backward_to_forward, int threads, double prune_tolerance,
-             const std::string& cp_layouts) {
+             const std::string& cp_layouts, const std::vector<double>& strategy_overhead_ms) {
             if (max_len < 1) {
               throw InvalidInput("max_len: must be >= 1, got " + std::to_string(max_len));
             }
@@ -513,12 +514,14 @@ NB_MODULE(_core, m) {
             options.threads = threads;
             options.prune_tolerance = prune_tolerance;  // the Planner rejects a bad one
             options.cp_layout_space = ParseCpLayoutSpace(cp_layouts, "cp_layouts");
+            options.strategy_overhead_ms = strategy_overhead_ms;  // the Planner checks them
             new (self) PyPlanner(profile, set, options);
           },
           nb::arg("profile"), nb::arg("candidates"), nb::kw_only(), nb::arg("algorithm") = "ours",
           nb::arg("seed") = 1, nb::arg("max_len") = 32'768, nb::arg("reject_overlong") = false,
           nb::arg("backward_to_forward") = 2.0, nb::arg("threads") = 1,
-          nb::arg("prune_tolerance") = 0.0, nb::arg("cp_layouts") = "subsets")
+          nb::arg("prune_tolerance") = 0.0, nb::arg("cp_layouts") = "subsets",
+          nb::arg("strategy_overhead_ms") = std::vector<double>{})
       .def(
           "plan",
           [](PyPlanner& planner, nb::handle lengths) {
@@ -532,6 +535,45 @@ NB_MODULE(_core, m) {
             return PyPlan{std::move(plan), nb::object()};
           },
           nb::arg("lengths"));
+
+  nb::class_<StepCalibration>(m, "StepCalibration")
+      .def(
+          "__init__",
+          [](StepCalibration* self, const Profile& profile, const CandidatesText& candidates,
+             double backward_to_forward, int window, int holdout) {
+            if (!std::isfinite(backward_to_forward) || backward_to_forward <= 0) {
+              throw InvalidInput("backward_to_forward: must be a positive finite number");
+            }
+            ScheduleOptions schedule;
+            schedule.backward_to_forward = backward_to_forward;
+            CalibrationOptions options;
+            options.window = window;
+            options.holdout = holdout;
+            new (self) StepCalibration(
+                profile, ParseCandidates(candidates.json, candidates.source, profile), schedule,
+                options);
+          },
+          nb::arg("profile"), nb::arg("candidates"), nb::kw_only(),
+          nb::arg("backward_to_forward") = 2.0, nb::arg("window") = 16, nb::arg("holdout") = 4)
+      .def(
+          "add",
+          [](StepCalibration& self, const PyPlan& plan,
+             std::vector<std::vector<std::vector<double>>> stage_ms, double step_ms) {
+            MeasuredStep step;
+            step.plan = plan.plan;
+            step.stage_ms = std::move(stage_ms);
+            step.step_ms = step_ms;
+            const StepCalibration::Outcome o = self.Add(std::move(step));
+            return nb::make_tuple(o.adopted, o.rejected, o.in_use_error, o.refit_error);
+          },
+          nb::arg("plan"), nb::arg("stage_ms"), nb::arg("step_ms"))
+      .def("predict_ms",
+           [](const StepCalibration& self, const PyPlan& plan) { return self.PredictMs(plan.plan); })
+      .def_prop_ro("profile", [](const StepCalibration& self) { return self.fit().profile; })
+      .def_prop_ro("overhead_ms",
+                   [](const StepCalibration& self) { return self.fit().overhead_ms; })
+      .def_prop_ro("version", [](const StepCalibration& self) { return self.fit().version; })
+      .def("to_json", [](const StepCalibration& self) { return CalibratedFitToJson(self.fit()); });
 
   nb::class_<PyLookahead>(m, "Lookahead")
       .def(

@@ -26,7 +26,7 @@ from ._core import (Candidates, HydraulisError, InfeasibleError, InvalidInputErr
 __all__ = ["load_profile", "load_candidates", "data_parallel_candidates", "read_lengths",
            "BatchSampler", "Planner",
            "propose", "simulate",
-           "LookaheadPlanner", "Plan",
+           "LookaheadPlanner", "StepCalibration", "CalibrationOutcome", "Plan",
            "Pipeline", "Profile", "Candidates", "HydraulisError", "InvalidInputError",
            "InfeasibleError"]
 
@@ -164,10 +164,11 @@ class BatchSampler(_core.BatchSampler):
 class Planner(_core.Planner):
     """Plans global batches on a candidate set: Planner(profile, candidates, *,
     algorithm="ours", seed=1, max_len=32768, reject_overlong=False,
-    backward_to_forward=2.0, threads=1, cp_layouts="subsets"), the options of `hydraulis
-    plan` (--algorithm, --seed, --max-len, --reject-overlong, --backward-to-forward,
-    --threads, --cp-layouts; threads=0 uses every core, and the plan is the same for every
-    count). cp_layouts: where a cp > 1 pipeline may put a document: "subsets" (over any k of
+    backward_to_forward=2.0, threads=1, cp_layouts="subsets", strategy_overhead_ms=[]), the
+    options of `hydraulis plan` (--algorithm, --seed, --max-len, --reject-overlong,
+    --backward-to-forward, --threads, --cp-layouts; threads=0 uses every core, and the plan
+    is the same for every count); strategy_overhead_ms: each candidate strategy's step time
+    outside its pipelines (a StepCalibration's overhead_ms), empty for none. cp_layouts: where a cp > 1 pipeline may put a document: "subsets" (over any k of
     its cp ranks), "whole-or-every" (whole on one rank or over all of them, what Megatron's
     hybrid context parallelism runs) or "every-rank" (Megatron-LM's THD rule).
 
@@ -186,6 +187,66 @@ class Planner(_core.Planner):
                 f"truncated ({lost} token(s) lost; plan.truncated lists them; "
                 "reject_overlong=True refuses them instead)", stacklevel=2)
         return plan
+
+
+import collections as _collections
+
+CalibrationOutcome = _collections.namedtuple(
+    "CalibrationOutcome", ["adopted", "rejected", "in_use_error", "refit_error"])
+CalibrationOutcome.__doc__ = """What StepCalibration.add made of a step: `adopted` (a new fit
+is in use from now on), `rejected` (why the step was not used, "" when it was), and the
+mean relative errors on the held-out steps of the fit in use before and of the refit."""
+
+
+class StepCalibration:
+    """The cost model refitted from the steps a run measures, as `hydraulis train
+    --calibrate` refits it (docs/design.md, "Calibration from measured steps"):
+
+        calibration = hydraulis.StepCalibration(profile, candidates)
+        outcome = calibration.add(plan, stage_ms, step_ms)   # after each step
+        if outcome.adopted:   # plan later steps on the fit
+            planner = hydraulis.Planner(calibration.profile, candidates,
+                                        strategy_overhead_ms=calibration.overhead_ms)
+
+    stage_ms[p][s][j]: the measured forward + backward time (ms) of micro-batch j of the
+    plan's pipeline p on its stage s (the slowest of the stage's ranks); step_ms: the step.
+    Every rank must add the same numbers (agree on them first, e.g. a max all-reduce) to
+    keep the same fit. A refit is adopted when it predicts the newest `holdout` steps of
+    the `window` better than the fit in use. InvalidInputError on options out of range or a
+    profile without a candidate's scheme."""
+
+    def __init__(self, profile, candidates, *, backward_to_forward=2.0, window=16, holdout=4):
+        self._impl = _core.StepCalibration(profile, candidates,
+                                           backward_to_forward=backward_to_forward,
+                                           window=window, holdout=holdout)
+
+    def add(self, plan, stage_ms, step_ms):
+        """Adds one measured step; a CalibrationOutcome."""
+        return CalibrationOutcome(*self._impl.add(plan, stage_ms, float(step_ms)))
+
+    def predict_ms(self, plan):
+        """The step time (ms) the fit in use predicts for `plan`."""
+        return self._impl.predict_ms(plan)
+
+    @property
+    def profile(self):
+        """The fit in use as a Profile (the given one until a refit is adopted)."""
+        return self._impl.profile
+
+    @property
+    def overhead_ms(self):
+        """Per candidate strategy, the step time outside its pipelines (ms)."""
+        return self._impl.overhead_ms
+
+    @property
+    def version(self):
+        """0 for the given profile, then 1, 2, ... per adopted refit."""
+        return self._impl.version
+
+    def to_json(self):
+        """The fit in use as `hydraulis train` keeps it in a checkpoint
+        (format hydraulis.calibration/1)."""
+        return self._impl.to_json()
 
 
 class LookaheadPlanner:

@@ -1,5 +1,5 @@
 import os
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -11,6 +11,7 @@ class InfeasibleError(ValueError): ...
 class Profile:
     @property
     def model_name(self) -> str: ...
+    def to_json(self) -> str: ...
 
 class Candidates:
     source: str
@@ -66,8 +67,30 @@ class Planner:
     def __init__(self, profile: Profile, candidates: Candidates, *, algorithm: str = "ours",
                  seed: int = 1, max_len: int = 32768, reject_overlong: bool = False,
                  backward_to_forward: float = 2.0, threads: int = 1,
-                 prune_tolerance: float = 0.0, cp_layouts: str = "subsets") -> None: ...
+                 prune_tolerance: float = 0.0, cp_layouts: str = "subsets",
+                 strategy_overhead_ms: Sequence[float] = ()) -> None: ...
     def plan(self, lengths: Union[Sequence[int], npt.NDArray[np.integer]]) -> Plan: ...
+
+class CalibrationOutcome(NamedTuple):
+    adopted: bool
+    rejected: str
+    in_use_error: float
+    refit_error: float
+
+class StepCalibration:
+    def __init__(self, profile: Profile, candidates: Candidates, *,
+                 backward_to_forward: float = 2.0, window: int = 16,
+                 holdout: int = 4) -> None: ...
+    def add(self, plan: Plan, stage_ms: Sequence[Sequence[Sequence[float]]],
+            step_ms: float) -> CalibrationOutcome: ...
+    def predict_ms(self, plan: Plan) -> float: ...
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def overhead_ms(self) -> list[float]: ...
+    @property
+    def version(self) -> int: ...
+    def to_json(self) -> str: ...
 
 class LookaheadPlanner:
     waited_ms: float

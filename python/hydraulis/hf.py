@@ -19,12 +19,13 @@ batch (Trainer's `num_items_in_batch`, known from the plan without a collective)
 gradients are those of the global batch's mean loss, as one process would compute them.
 """
 import contextlib
+import time
 
 import numpy as np
 import torch
 import transformers
 
-from . import InvalidInputError, Planner, data_parallel_candidates
+from . import InvalidInputError, Planner, StepCalibration, data_parallel_candidates
 from .torch_data import PackedStepLoader, to_hf_inputs
 
 __all__ = ["BalancedTrainer", "dataset_lengths"]
@@ -71,7 +72,10 @@ def dataset_lengths(dataset, field="input_ids"):
 
 class _PlannedSteps(torch.utils.data.IterableDataset):
     """One item per optimizer step: this rank's micro-batches as model keyword arguments,
-    the global batch's target count, and how many of the micro-batches are empty."""
+    the global batch's target count, how many of the micro-batches are empty, the step's
+    plan and index. `switch(planner, step)` plans that step and the later ones with another
+    planner (a calibrated one); every rank switching at the same step keeps the ranks'
+    plans the same."""
 
     def __init__(self, dataset, planner, *, rank, lengths, tokens_per_batch, max_len, seed,
                  depth, attn_implementation):
@@ -80,18 +84,52 @@ class _PlannedSteps(torch.utils.data.IterableDataset):
         self._dataset = dataset
         self._planner = planner
         self._attn = attn_implementation
+        self._switch = None
+        self._step = 0
+
+    def switch(self, planner, step):
+        self._switch = (planner, step)
 
     def __iter__(self):
-        with PackedStepLoader(self._dataset, self._planner, **self._loader_args) as loader:
-            for step in loader:
+        loader = PackedStepLoader(self._dataset, self._planner, **self._loader_args)
+        try:
+            while True:
+                if self._switch is not None and self._switch[1] <= self._step:
+                    position = tuple(loader.state_dict()["position"])
+                    loader.close()
+                    self._planner, self._switch = self._switch[0], None
+                    loader = PackedStepLoader(self._dataset, self._planner, position=position,
+                                              **self._loader_args)
+                step = next(loader)
                 yield {"micro_batches": [to_hf_inputs(mb, self._attn)
                                          for mb in step.micro_batches],
                        "num_items_in_batch": step.num_targets,
-                       "empty_micro_batches": step.empty_micro_batches}
+                       "empty_micro_batches": step.empty_micro_batches,
+                       "plan": step.plan, "step": self._step}
+                self._step += 1
+        finally:
+            loader.close()
 
 
 def _identity(item):
     return item
+
+
+class _Clock:
+    """Milliseconds since its creation; on a GPU after the queued work has finished (a
+    synchronisation per reading: calibration's price there)."""
+
+    def __init__(self, device):
+        self._cuda = torch.device(device).type == "cuda"
+        self._start = self._read()
+
+    def _read(self):
+        if self._cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def now(self):
+        return (self._read() - self._start) * 1000.0
 
 
 class BalancedTrainer(transformers.Trainer):
@@ -106,6 +144,11 @@ class BalancedTrainer(transformers.Trainer):
         the documents' token counts when known (else read from the dataset once).
       lookahead: steps planned ahead on a background thread (default 2).
       planner_threads: threads each rank's planner uses (default 1).
+      calibrate: refit the profile's time terms from the steps this run measures (default
+        True), as `hydraulis train --calibrate` does: each rank times its micro-batches,
+        the ranks share the times, and an adopted fit plans the steps from `lookahead` + 1
+        after it on. `step_times` lists (step, predicted ms, measured ms, fit version);
+        `fits_planning` lists (first step it plans, fit version) per adopted fit.
 
     The data order is seeded by `args.seed`; every rank draws and plans the same global
     batches and trains its own share. `args.max_steps` must be set: a step is a token
@@ -117,7 +160,7 @@ class BalancedTrainer(transformers.Trainer):
     """
 
     def __init__(self, *args, profile, tokens_per_batch, max_len, input_field="input_ids",
-                 lengths=None, lookahead=2, planner_threads=1, **kwargs):
+                 lengths=None, lookahead=2, planner_threads=1, calibrate=True, **kwargs):
         super().__init__(*args, **kwargs)
         a = self.args
         if a.gradient_accumulation_steps != 1:
@@ -148,22 +191,29 @@ class BalancedTrainer(transformers.Trainer):
                 f"lengths: expected one per example ({len(self._tokens)}), got shape "
                 f"{lengths.shape}")
         self._lengths = lengths
-        self._planner = Planner(profile, data_parallel_candidates(a.world_size),
-                                max_len=max_len, threads=planner_threads)
+        self._candidates = data_parallel_candidates(a.world_size)
+        self._planner = Planner(profile, self._candidates, max_len=max_len,
+                                threads=planner_threads)
         self._tokens_per_batch = tokens_per_batch
         self._max_len = max_len
         self._lookahead = lookahead
+        self._planner_threads = planner_threads
+        self.calibration = StepCalibration(profile, self._candidates) if calibrate else None
+        self.step_times = []
+        self.fits_planning = []
+        self._steps = None
 
     def get_train_dataloader(self):
         """The planned steps, one item per optimizer step; not sharded by accelerate (every
         rank already takes only its own pipeline's micro-batches)."""
         model = self.accelerator.unwrap_model(self.model)
         attn = getattr(model.config, "_attn_implementation", None) or "eager"
-        steps = _PlannedSteps(self._tokens, self._planner, rank=self.args.process_index,
-                              lengths=self._lengths, tokens_per_batch=self._tokens_per_batch,
-                              max_len=self._max_len, seed=self.args.seed,
-                              depth=self._lookahead, attn_implementation=attn)
-        return torch.utils.data.DataLoader(steps, batch_size=None, collate_fn=_identity)
+        self._steps = _PlannedSteps(self._tokens, self._planner, rank=self.args.process_index,
+                                    lengths=self._lengths,
+                                    tokens_per_batch=self._tokens_per_batch,
+                                    max_len=self._max_len, seed=self.args.seed,
+                                    depth=self._lookahead, attn_implementation=attn)
+        return torch.utils.data.DataLoader(self._steps, batch_size=None, collate_fn=_identity)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """Forward and backward over this rank's micro-batches of the step, gradients
@@ -175,20 +225,61 @@ class BalancedTrainer(transformers.Trainer):
         targets = inputs["num_items_in_batch"]
         micro_batches = inputs["micro_batches"]
         total = torch.zeros((), device=self.args.device)
+        clock = _Clock(self.args.device)
+        real = len(micro_batches) - inputs["empty_micro_batches"]
+        times = []
         for i, mb in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
             sync = contextlib.nullcontext() if last else self.accelerator.no_sync(model)
             with sync:
                 mb = self._prepare_inputs(mb)
+                start = clock.now()
                 with self.compute_loss_context_manager():
                     loss = self.compute_loss(model, mb, num_items_in_batch=targets)
                 # Trainer scales by the ranks itself only with average_tokens_across_devices;
                 # the gradient reduction averages over them either way.
                 if not self.args.average_tokens_across_devices:
                     loss = loss * self.accelerator.num_processes
+                forward = clock.now()
                 self.accelerator.backward(loss)
+                if i < real:
+                    # The last backward also waits for the gradient reduction (and for the
+                    # slowest rank): its compute is taken as its forward times 1 + the
+                    # backward-to-forward ratio the cost model assumes (2).
+                    times.append((forward - start) * 3.0 if last else clock.now() - start)
             total += loss.detach()
+        if self.calibration is not None:
+            self._calibrate(inputs["plan"], inputs["step"], times, clock.now())
         return total
+
+    def _calibrate(self, plan, step, times, step_ms):
+        """Adds the step, as every rank measured it, to the calibration; on an adopted
+        refit, plans the steps the look-ahead has not yet planned on it."""
+        shared = [(times, step_ms)]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            shared = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(shared, (times, step_ms))
+        stage_ms = [[list(t)] for t, _ in shared]
+        measured = max(ms for _, ms in shared)
+        predicted = self.calibration.predict_ms(plan)
+        self.step_times.append((step, predicted, measured, self.calibration.version))
+        if len(stage_ms) != len(plan.pipelines):
+            return
+        if self.calibration.add(plan, stage_ms, measured).adopted and self._steps is not None:
+            planner = Planner(self.calibration.profile, self._candidates, max_len=self._max_len,
+                              threads=self._planner_threads,
+                              strategy_overhead_ms=self.calibration.overhead_ms)
+            self._steps.switch(planner, step + 1 + self._lookahead)
+            self.fits_planning.append((step + 1 + self._lookahead, self.calibration.version))
+
+    def log(self, logs, *args, **kwargs):
+        """Trainer's log, with the last step's predicted and measured time (ms) and the fit
+        version when calibrating."""
+        if self.step_times and "loss" in logs:
+            _, predicted, measured, version = self.step_times[-1]
+            logs = dict(logs, step_ms=round(measured, 1), predicted_step_ms=round(predicted, 1),
+                        fit=version)
+        return super().log(logs, *args, **kwargs)
 
     def _real_input_ids(self, inputs):
         real = inputs["micro_batches"][:len(inputs["micro_batches"]) -
