@@ -549,9 +549,9 @@ NB_MODULE(_core, m) {
             CalibrationOptions options;
             options.window = window;
             options.holdout = holdout;
-            new (self) StepCalibration(
-                profile, ParseCandidates(candidates.json, candidates.source, profile), schedule,
-                options);
+            new (self) StepCalibration(profile,
+                                       ParseCandidates(candidates.json, candidates.source, profile),
+                                       schedule, options);
           },
           nb::arg("profile"), nb::arg("candidates"), nb::kw_only(),
           nb::arg("backward_to_forward") = 2.0, nb::arg("window") = 16, nb::arg("holdout") = 4)
@@ -567,8 +567,8 @@ NB_MODULE(_core, m) {
             return nb::make_tuple(o.adopted, o.rejected, o.in_use_error, o.refit_error);
           },
           nb::arg("plan"), nb::arg("stage_ms"), nb::arg("step_ms"))
-      .def("predict_ms",
-           [](const StepCalibration& self, const PyPlan& plan) { return self.PredictMs(plan.plan); })
+      .def("predict_ms", [](const StepCalibration& self,
+                            const PyPlan& plan) { return self.PredictMs(plan.plan); })
       .def_prop_ro("profile", [](const StepCalibration& self) { return self.fit().profile; })
       .def_prop_ro("overhead_ms",
                    [](const StepCalibration& self) { return self.fit().overhead_ms; })
