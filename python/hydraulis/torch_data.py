@@ -175,7 +175,9 @@ class PackedStepLoader:
     state_dict()/load_state_dict() do the same in torchtitan's checkpointing protocol.
     `equal_micro_batches` (default True) pads every rank's micro-batches to the most any
     pipeline of the step has, with empty_micro_batch()s, so every rank runs as
-    many forward/backward passes; False gives each rank exactly its pipeline's."""
+    many forward/backward passes; False gives each rank exactly its pipeline's. A step
+    whose plan has no pipeline `pipeline` raises InvalidInputError (the rank would train
+    nothing: candidates for fewer pipelines than the loop's ranks)."""
 
     def __init__(self, dataset, planner, *, pipeline, tokens_per_batch=200_000, max_len=32_768,
                  seed=1, depth=2, lengths=None, position=None, equal_micro_batches=True):
@@ -213,6 +215,12 @@ class PackedStepLoader:
         (lengths, indices, position), plan = next(self._plans)
         self.waited_ms = self._plans.waited_ms
         self._position = position
+        if self._pipeline >= len(plan.pipelines):
+            self.close()
+            raise InvalidInputError(
+                f"pipeline: {self._pipeline}, but the step's plan ({plan.strategy}) has "
+                f"{len(plan.pipelines)} pipeline(s): this rank would train nothing (for a "
+                "data-parallel loop, plan on data_parallel_candidates(world_size))")
         num_targets = int((plan.lengths - 1).sum())
         mbs = step_micro_batches(plan, self._pipeline, self._dataset, indices)
         empty = 0

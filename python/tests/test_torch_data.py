@@ -123,6 +123,15 @@ def test_state_dict_resumes_mid_epoch_like_a_torchtitan_loader(planner, dataset)
                 loader.load_state_dict(bad)
 
 
+def test_a_rank_beyond_the_plans_pipelines_is_refused(planner, dataset):
+    # Candidates for fewer ranks than the loop has: the extra rank would silently train
+    # only empty micro-batches.
+    with PackedStepLoader(dataset, planner, pipeline=2, tokens_per_batch=6000,
+                          max_len=1024) as loader:
+        with pytest.raises(hydraulis.InvalidInputError, match="pipeline: 2.*world_size"):
+            next(loader)
+
+
 def test_example_training_loop_runs():
     run = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "torch_packed_training.py"),
                           "--steps", "3"], capture_output=True, text=True, timeout=300)
