@@ -179,6 +179,7 @@ class Planner(_core.Planner):
     reject_overlong=True."""
 
     def plan(self, lengths):
+        """The Plan of one global batch of documents with these token counts."""
         plan = super().plan(lengths)
         if plan.truncated:
             lost = sum(original - kept for _, original, kept in plan.truncated)
@@ -338,3 +339,19 @@ Pipeline.__repr__ = lambda self: (
     f"estimated {self.estimated_ms:.1f} ms>")
 Profile.__repr__ = lambda self: f"<Profile of {self.model_name}>"
 Candidates.__repr__ = lambda self: f"<Candidates from {self.source}>"
+
+Plan.__doc__ = """One global batch's plan (Planner.plan): the strategy chosen, its estimated step
+time and lower bound, the documents' lengths after the long-document rule, and per pipeline
+its micro-batches (docs/python.md, "API"; docs/plan-format.md for to_json())."""
+Pipeline.__doc__ = """One pipeline of a Plan: its scheme, capacity and estimated time, and per
+micro-batch in execution order the document indices, kept lengths, cu_seqlens and, for
+cp > 1, each document's cp ranks (docs/python.md, "API")."""
+Profile.__doc__ = """A fitted cost and memory profile (load_profile; docs/spec-format.md);
+to_json() writes it in the profile format."""
+Candidates.__doc__ = """Candidate strategies (load_candidates, data_parallel_candidates,
+propose; docs/spec-format.md); to_json() is their file."""
+HydraulisError.__doc__ = "An error of hydraulis that is not one of the input's (a RuntimeError)."
+InvalidInputError.__doc__ = """Bad input (a ValueError): the message names the argument, file or
+field and the value, as the CLI prints it after `hydraulis: error: `."""
+InfeasibleError.__doc__ = """A document longer than every candidate's capacity under
+reject_overlong=True (a ValueError)."""

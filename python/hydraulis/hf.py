@@ -293,6 +293,7 @@ class BalancedTrainer(transformers.Trainer):
         super()._track_num_input_tokens({main: self._real_input_ids(inputs)})
 
     def floating_point_ops(self, inputs):
+        """The model's estimate for the step's real tokens (its empty micro-batches left out)."""
         model = self.accelerator.unwrap_model(self.model)
         if not hasattr(model, "floating_point_ops"):
             return 0

@@ -187,12 +187,15 @@ class BlockCosts:
         return cls(terms)
 
     def has(self, k):
+        """Whether there is a cost term for a block of k ranks."""
         return self.every is not None or k in self.terms
 
     def term(self, k):
+        """(a, b, c, kv) of a block of k ranks."""
         return self.terms[k] if k in self.terms else self.every
 
     def sample_ms(self, length, k):
+        """The time (ms) of a sample of `length` tokens sharded over a block of k ranks."""
         a, b, c, kv = self.term(k)
         return c + (a * length * length + b * length) / k + (kv * length if k > 1 else 0.0)
 

@@ -254,6 +254,7 @@ class PackedStepLoader:
         self._plans = self._plan_ahead()
 
     def close(self):
+        """Stops planning ahead (joins the look-ahead thread); leaving a `with` block does it."""
         self._plans.close()
 
     def __enter__(self):
