@@ -6,4 +6,7 @@
 # scikit-build-core and nanobind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pip install --quiet --no-build-isolation --no-deps .
+# build-dir keeps the CMake build between installs here; a plain `pip install .` (no build-dir)
+# builds in a temporary directory and writes nothing into the source tree.
+.venv/bin/python -m pip install --quiet --no-build-isolation --no-deps \
+  --config-settings=build-dir=build/python .
