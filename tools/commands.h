@@ -19,6 +19,7 @@ Command AddStatsCommand(CLI::App& app);
 Command AddProposeCommand(CLI::App& app);
 Command AddSimulateCommand(CLI::App& app);
 Command AddPreprocessCommand(CLI::App& app);
+Command AddReportCommand(CLI::App& app);
 // Built only with the runtime (HYDRAULIS_BUILD_RUNTIME): they run the libtorch engine.
 Command AddTrainCommand(CLI::App& app);
 Command AddProfileCommand(CLI::App& app);

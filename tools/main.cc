@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   add(hydraulis::tools::AddProposeCommand);
   add(hydraulis::tools::AddSimulateCommand);
   add(hydraulis::tools::AddPreprocessCommand);
+  add(hydraulis::tools::AddReportCommand);
 #ifdef HYDRAULIS_HAVE_RUNTIME
   add(hydraulis::tools::AddTrainCommand);
   add(hydraulis::tools::AddProfileCommand);

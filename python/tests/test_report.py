@@ -1,0 +1,65 @@
+"""`hydraulis report`: the report of a real training run's log holds the run's figures, and
+a file that is not such a log is refused by name (exit 2, nothing written)."""
+import json
+import os
+import subprocess
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("HYDRAULIS_BIN", os.path.join(ROOT, "build", "release", "tools", "hydraulis"))
+
+
+@pytest.fixture(scope="module")
+def run_log(tmp_path_factory):
+    if not os.path.exists(os.path.join(os.path.dirname(BIN), "hydraulis-runtime")):
+        pytest.skip("built without the runtime")
+    log = str(tmp_path_factory.mktemp("run") / "log.jsonl")
+    done = subprocess.run([BIN, "train", "--nproc", "2", "--candidates",
+                           os.path.join(ROOT, "configs/candidates/cpu-2rank.json"),
+                           "--steps", "4", "--tokens-per-batch", "4096", "--lr-warmup-steps", "2",
+                           "--log-json", log], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return log
+
+
+def test_report_holds_the_runs_figures(run_log, tmp_path):
+    records = [json.loads(line) for line in open(run_log)]
+    out = str(tmp_path / "report.html")
+    done = subprocess.run([BIN, "report", run_log, "-o", out], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    page = open(out, encoding="utf-8").read()
+    later = records[1:]
+    tokens_per_s = sum(r["tokens"] for r in later) / sum(r["step_ms"] for r in later) * 1000
+    assert "<tr><th>steps</th><td>4</td></tr>" in page
+    assert f"<tr><th>tokens/s (steps 1+)</th><td>{tokens_per_s:,.6g}</td></tr>" in page
+    assert f"<td>{records[-1]['loss']:,.6g}</td>" in page
+    for panel in ("Loss", "Learning rate", "Throughput", "Step time", "Planning"):
+        assert panel in page
+    assert "lr-warmup-steps=2" in page          # the run's configuration, from the log
+    assert "data:image/png;base64," in page
+    png = str(tmp_path / "report.png")
+    assert subprocess.run([BIN, "report", run_log, "-o", png]).returncode == 0
+    from PIL import Image
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.size == (1500, 800)
+
+
+@pytest.mark.parametrize("content, named", [
+    ("not json\n", "log.jsonl:1: not a JSON line"),
+    ('{"step": 0, "loss": 1.0}\n', "log.jsonl:1: no 'lr'"),
+    ("[1, 2]\n", "log.jsonl:1: expected a JSON object"),
+    ("\n", "log.jsonl: no step records"),
+])
+def test_a_file_that_is_not_a_training_log_is_refused(tmp_path, content, named):
+    log = tmp_path / "log.jsonl"
+    log.write_text(content)
+    out = tmp_path / "report.html"
+    done = subprocess.run([BIN, "report", str(log), "-o", str(out)], capture_output=True,
+                          text=True)
+    assert done.returncode == 2
+    assert named in done.stderr
+    assert not out.exists() and os.listdir(tmp_path) == ["log.jsonl"]
