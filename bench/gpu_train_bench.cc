@@ -10,11 +10,7 @@
 // each one (`rank_of`), so bench/peer_train.py --impl ddp splits them the same way. Rank 0
 // times the step and writes the outputs.
 //
-// FLOPs of a step (the MFU numerator): 6 * N_matmul * T + 6 * layers * hidden * sum(s^2)
-// over the step's documents, where N_matmul counts the weights of every matrix product (the
-// layers' projections and the output head, not the embedding lookup) and T the tokens; the
-// second term is causal attention counted per document (QK^T and PV: 2 * 2 * s^2 * hidden
-// per layer forward, halved by the causal mask, times 3 for forward and backward).
+// FLOPs of a step (the MFU numerator): TrainingFlops (spec/model_flops.h) of its documents.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -33,6 +29,7 @@
 #include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/step/distributed_trainer.h"
 #include "hydraulis/spec/model_config.h"
+#include "hydraulis/spec/model_flops.h"
 #include "launcher.h"
 
 namespace hydraulis {
@@ -100,22 +97,6 @@ std::vector<int> SpreadOverRanks(const std::vector<std::vector<int>>& mbs,
     load[static_cast<std::size_t>(least)] += size[m];
   }
   return rank_of;
-}
-
-double StepFlops(const ModelConfig& c, const std::vector<std::int64_t>& lengths) {
-  const ModelSpec& s = c.shape;
-  const double h = static_cast<double>(s.hidden), dim = static_cast<double>(c.head_dim());
-  const double per_layer = h * static_cast<double>(s.heads) * dim * 2 +
-                           2 * h * static_cast<double>(s.kv_heads) * dim +
-                           3 * h * static_cast<double>(s.ffn);
-  const double matmul =
-      static_cast<double>(s.layers) * per_layer + static_cast<double>(s.vocab) * h;
-  double tokens = 0, squares = 0;
-  for (std::int64_t len : lengths) {
-    tokens += static_cast<double>(len);
-    squares += static_cast<double>(len) * static_cast<double>(len);
-  }
-  return 6 * matmul * tokens + 6 * static_cast<double>(s.layers) * h * squares;
 }
 
 int Run(const Args& a) {
@@ -195,7 +176,7 @@ int Run(const Args& a) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     double tokens = 0;
     for (std::int64_t len : batch.lengths) tokens += static_cast<double>(len);
-    const double flops = StepFlops(config, batch.lengths);
+    const double flops = TrainingFlops(config, batch.lengths);
     steps.push_back({{"step", step},
                      {"warmup", step < a.warmup},
                      {"loss", r.loss},

@@ -50,8 +50,7 @@ Command AddReportCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "report", "Plot a `train --log-json` log: loss, lr, tokens/s, predicted vs measured step");
   auto a = std::make_shared<ReportArgs>();
-  cmd->add_option("log", a->log, "the JSON-lines log of `hydraulis train --log-json`")
-      ->required();
+  cmd->add_option("log", a->log, "the JSON-lines log of `hydraulis train --log-json`")->required();
   cmd->add_option("-o,--output", a->output, "report.html (figure, summary, config) or .png")
       ->required();
   return [a] { return RunReport(*a); };

@@ -227,7 +227,7 @@ int Train(TrainArgs& a) {
       // One complete line per step, flushed, so a log read during or after a failed run
       // never holds half a record.
       if (log.is_open()) {
-        std::string line = StepLogLine(r, run.compute(), run.profile_derived());
+        std::string line = StepLogLine(r, run.compute(), dist.world_size, run.profile_derived());
         if (!config_logged) {
           // The first record this process writes carries the run's configuration.
           nlohmann::json j = nlohmann::json::parse(line);

@@ -1,6 +1,6 @@
 """A training run's report from its `hydraulis train --log-json` file (docs/runtime.md,
-"Reports"): loss, learning rate, tokens/s, predicted against measured step time and the
-planner's time, one panel each, as a PNG or as one self-contained HTML page (the figure, a
+"Reports"): loss, learning rate, tokens/s, predicted against measured step time, the
+planner's time, the gradient norm, model FLOP/s and peak memory, one panel each, as a PNG or as one self-contained HTML page (the figure, a
 summary table and the run's configuration). Needs matplotlib (pinned in
 scripts/requirements.txt); `hydraulis report LOG -o OUT` runs it.
 
@@ -30,6 +30,9 @@ PANELS = [
     ("Planning", "ms", [("planning", lambda r: r["planning_ms"]),
                         ("waited for the plan", lambda r: r["plan_wait_ms"])]),
     ("Gradient norm", "norm", [("grad_norm", lambda r: r["grad_norm"])]),
+    ("Model FLOPs", "TFLOP/s", [("model TFLOP/s", lambda r: r.get("model_tflops_per_s"))]),
+    ("Peak memory (rank 0)", "GiB", [("peak memory", lambda r: (r.get("peak_memory_bytes") or
+                                                               float("nan")) / 2**30)]),
 ]
 REQUIRED = ("step", "loss", "lr", "tokens", "step_ms", "predicted_step_ms", "planning_ms",
             "plan_wait_ms")
@@ -90,6 +93,9 @@ def summarize(records):
         "prediction error, last half": statistics.fmean(errors) if errors else float("nan"),
         "median planning ms": statistics.median(r["planning_ms"] for r in records),
         "tokens cut": sum(r.get("cut_tokens", 0) for r in records),
+        "peak memory GiB (rank 0)": max((r.get("peak_memory_bytes") or 0) for r in records) / 2**30,
+        "MFU (steps 1+)": (statistics.fmean(_finite([r.get("mfu") for r in later]))
+                           if _finite([r.get("mfu") for r in later]) else float("nan")),
         "strategies": len({r.get("strategy") for r in records}),
     }
 
@@ -99,7 +105,7 @@ def _figure(records):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     steps = [r["step"] for r in records]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
+    fig, axes = plt.subplots(2, 4, figsize=(20, 8), constrained_layout=True)
     for ax, (title, ylabel, series) in zip(axes.flat, PANELS):
         for label, value in series:
             ys = [value(r) if r.get("skipped") is not True else float("nan") for r in records]
@@ -118,7 +124,7 @@ def _format(key, value):
     if isinstance(value, float):
         if not math.isfinite(value):
             return "-"
-        return f"{value:.1%}" if "error" in key else f"{value:,.6g}"
+        return f"{value:.1%}" if "error" in key or "MFU" in key else f"{value:,.6g}"
     return f"{value:,}"
 
 

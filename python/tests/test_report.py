@@ -37,7 +37,8 @@ def test_report_holds_the_runs_figures(run_log, tmp_path):
     assert "<tr><th>steps</th><td>4</td></tr>" in page
     assert f"<tr><th>tokens/s (steps 1+)</th><td>{tokens_per_s:,.6g}</td></tr>" in page
     assert f"<td>{records[-1]['loss']:,.6g}</td>" in page
-    for panel in ("Loss", "Learning rate", "Throughput", "Step time", "Planning"):
+    for panel in ("Loss", "Learning rate", "Throughput", "Step time", "Planning",
+                  "Peak memory"):
         assert panel in page
     assert "lr-warmup-steps=2" in page          # the run's configuration, from the log
     assert "data:image/png;base64," in page
@@ -45,7 +46,7 @@ def test_report_holds_the_runs_figures(run_log, tmp_path):
     assert subprocess.run([BIN, "report", run_log, "-o", png]).returncode == 0
     from PIL import Image
     with Image.open(png) as image:
-        assert image.format == "PNG" and image.size == (1500, 800)
+        assert image.format == "PNG" and image.size == (2000, 800)
 
 
 @pytest.mark.parametrize("content, named", [

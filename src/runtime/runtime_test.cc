@@ -102,6 +102,23 @@ TEST(ComputeTest, LocalRankNamesTheGpu) {
 }
 
 // Host index arrays reach the CPU device as the values, in the dtype asked.
+// The peak table matches the most specific name first; the CPU and fp32 have no figure.
+TEST(ComputeTest, PeakTflopsKnowsTheDataSheetsGpus) {
+  EXPECT_EQ(PeakTflopsOfDevice("NVIDIA H100 80GB HBM3"), 989.0);
+  EXPECT_EQ(PeakTflopsOfDevice("NVIDIA H100 PCIe"), 756.0);
+  EXPECT_EQ(PeakTflopsOfDevice("NVIDIA H200 NVL"), 835.0);
+  EXPECT_EQ(PeakTflopsOfDevice("NVIDIA H200"), 989.0);
+  EXPECT_EQ(PeakTflopsOfDevice("NVIDIA A800-SXM4-80GB"), 312.0);
+  EXPECT_EQ(PeakTflopsOfDevice("Tesla V100-SXM2-16GB"), std::nullopt);
+  ComputeOptions cpu;
+  EXPECT_EQ(PeakTflops(cpu), std::nullopt);
+  // The CPU's figure is the process's peak resident set: at least what it holds now.
+  const std::int64_t before = PeakMemoryBytes(cpu);
+  std::vector<char> held(std::size_t{64} << 20, 1);
+  EXPECT_GE(PeakMemoryBytes(cpu), before);
+  EXPECT_GE(PeakMemoryBytes(cpu), static_cast<std::int64_t>(held.size()));
+}
+
 TEST(HostCopyTest, IndicesOnTheCpuHoldTheValues) {
   const at::Tensor longs = IndicesOn(std::vector<std::int64_t>{5, -1, 1LL << 40}, at::kCPU);
   EXPECT_EQ(longs.scalar_type(), at::kLong);

@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hydraulis/base/error.h"
+#include "hydraulis/spec/model_flops.h"
 
 namespace hydraulis {
 namespace {
@@ -72,6 +74,25 @@ TEST(ModelConfigJsonTest, SizesBeyondAnIntNameTheField) {
           << e.what();
     }
   }
+}
+
+// The weights of every matrix product counted by hand: per layer q 4x4, k and v 4x2 each,
+// o 4x4, gate, up and down 4x8 each (144), two layers plus the 10x4 head (328); documents
+// of 3 and 5 tokens (8 tokens, 34 = 9 + 25 squared).
+TEST(ModelFlopsTest, CountsEveryMatrixProductAndCausalAttentionPerDocument) {
+  ModelConfig c;
+  c.shape.layers = 2;
+  c.shape.hidden = 4;
+  c.shape.heads = 2;
+  c.shape.kv_heads = 1;
+  c.shape.ffn = 8;
+  c.shape.vocab = 10;
+  const std::vector<std::int64_t> lengths = {3, 5};
+  EXPECT_DOUBLE_EQ(TrainingFlops(c, lengths), 6.0 * 328 * 8 + 6.0 * 2 * 4 * 34);
+  // Attention is per document: one document of 8 tokens costs more than the two.
+  const std::vector<std::int64_t> one = {8};
+  EXPECT_DOUBLE_EQ(TrainingFlops(c, one) - TrainingFlops(c, lengths), 6.0 * 2 * 4 * (64 - 34));
+  EXPECT_EQ(TrainingFlops(c, {}), 0.0);
 }
 
 }  // namespace

@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/job/checkpoint.h"
+#include "hydraulis/spec/model_flops.h"
 
 namespace hydraulis {
 namespace {
@@ -233,6 +235,7 @@ std::vector<std::vector<std::int64_t>> TrainingJob::FetchDocuments(const PlanAhe
   }
   totals_.cut_documents += static_cast<std::int64_t>(record.cut_documents);
   totals_.cut_tokens += record.cut_tokens;
+  record.model_flops = TrainingFlops(trainer_.config(), plan.lengths);
   return documents;
 }
 
@@ -343,7 +346,7 @@ void TrainingJob::Describe(const Plan& plan, TrainingStepRecord& record) {
   record.planning_ms = plan.planning_ms;
 }
 
-std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compute,
+std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compute, int world_size,
                         bool profile_derived) {
   nlohmann::json j;
   j["step"] = r.step;
@@ -351,6 +354,16 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
       std::isfinite(r.result.loss) ? nlohmann::json(r.result.loss) : nlohmann::json(nullptr);
   j["lr"] = r.lr;
   j["tokens"] = r.tokens;
+  if (r.result.step_ms > 0) {
+    j["tokens_per_s"] = static_cast<double>(r.tokens) / r.result.step_ms * 1000.0;
+    const double flops_per_s = r.model_flops / r.result.step_ms * 1000.0;
+    j["model_tflops_per_s"] = flops_per_s / 1e12;
+    // Over the whole job's devices: the step's work is spread over all of them.
+    if (const std::optional<double> peak = PeakTflops(compute); peak && world_size > 0) {
+      j["mfu"] = flops_per_s / (*peak * 1e12 * world_size);
+    }
+  }
+  j["peak_memory_bytes"] = PeakMemoryBytes(compute);
   j["targets"] = r.result.targets;
   j["documents"] = r.documents;
   j["step_ms"] = r.result.step_ms;

@@ -4,16 +4,19 @@
 
 #ifdef HYDRAULIS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda.h>
 #endif
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
@@ -173,6 +176,52 @@ std::string TorchBuildDescription() {
   text += ", CPU only";
 #endif
   return text;
+}
+
+std::optional<double> PeakTflopsOfDevice(std::string_view name) {
+  struct Peak {
+    std::string_view part;
+    double tflops;
+  };
+  // Most specific names first: "H100 PCIe" before "H100".
+  constexpr Peak kPeaks[] = {{"GH200", 989},     {"H200 NVL", 835}, {"H200", 989},
+                             {"H100 PCIe", 756}, {"H100 NVL", 835}, {"H100", 989},
+                             {"H800 PCIe", 756}, {"H800", 989},     {"A100", 312},
+                             {"A800", 312},      {"B200", 2250}};
+  for (const Peak& p : kPeaks) {
+    if (name.find(p.part) != std::string_view::npos) return p.tflops;
+  }
+  return std::nullopt;
+}
+
+std::optional<double> PeakTflops(const ComputeOptions& o) {
+  if (o.device != DeviceKind::kCuda || o.precision != Precision::kBf16) return std::nullopt;
+#ifdef HYDRAULIS_WITH_CUDA
+  if (o.device_index >= 0 && o.device_index < CudaDeviceCount()) {
+    return PeakTflopsOfDevice(
+        at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(o.device_index))->name);
+  }
+#endif
+  return std::nullopt;
+}
+
+std::int64_t PeakMemoryBytes(const ComputeOptions& o) {
+#ifdef HYDRAULIS_WITH_CUDA
+  if (o.device == DeviceKind::kCuda) {
+    const auto device = static_cast<c10::DeviceIndex>(o.device_index);
+    namespace allocator = c10::cuda::CUDACachingAllocator;
+    const std::int64_t peak =
+        allocator::getDeviceStats(device)
+            .allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+            .peak;
+    allocator::resetPeakStats(device);
+    return peak;
+  }
+#endif
+  (void)o;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // kilobytes on Linux
 }
 
 std::string Describe(const ComputeOptions& o) {

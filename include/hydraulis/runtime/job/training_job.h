@@ -78,6 +78,8 @@ struct TrainingStepRecord {
   // this is 0 unless planning is slower than training (the first step waits for its own).
   double plan_wait_ms = 0;
   std::vector<int> micro_batches;  // per pipeline
+  // The step's model FLOPs (TrainingFlops of the tokens it trained; the MFU numerator).
+  double model_flops = 0;
 };
 
 class TrainingJob {
@@ -157,15 +159,15 @@ class TrainingJob {
 // (VerifyCheckpoint), as a launcher does once before starting ranks.
 void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume, bool verify_shards = false);
 
-// One JSON object (one line, no newline) for the step log: step, loss, tokens, targets,
-// documents, step_ms, strategy, strategy_index, switched, predicted_step_ms, planning_ms,
-// plan_wait_ms,
-// compute_ms, wait_ms, sync_ms, grad_buckets, grad_buckets_overlapped, grad_reduce_wait_ms,
-// param_gather_wait_ms,
+// One JSON object (one line, no newline) for the step log: step, loss, tokens, tokens_per_s,
+// model_tflops_per_s (the step's TrainingFlops over its time), mfu (that over the peak of
+// the job's `world_size` devices, where PeakTflops knows the device), peak_memory_bytes
+// (this process's, PeakMemoryBytes), targets, documents, step_ms, strategy, strategy_index,
+// switched, predicted_step_ms, planning_ms, plan_wait_ms, compute_ms, wait_ms, sync_ms,
+// grad_buckets, grad_buckets_overlapped, grad_reduce_wait_ms, param_gather_wait_ms,
 // micro_batches, truncated, truncated_tokens, cut_documents, cut_tokens, grad_norm, skipped,
-// device,
-// precision; and "profile": "derived" when the planner ran on a derived profile.
+// device, precision; and "profile": "derived" when the planner ran on a derived profile.
 std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute,
-                        bool profile_derived = false);
+                        int world_size, bool profile_derived = false);
 
 }  // namespace hydraulis

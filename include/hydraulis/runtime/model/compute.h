@@ -8,7 +8,9 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace hydraulis {
 
@@ -82,6 +84,19 @@ at::ScalarType ComputeDtype(const ComputeOptions& options);
 // The PyTorch this runtime was built against, e.g. "PyTorch 2.11.0, CUDA 13.0" (for
 // `hydraulis --version` and logs).
 std::string TorchBuildDescription();
+
+// The dense bf16 peak (TFLOPS) of a GPU of this name, from the vendors' data sheets
+// (A100/A800 312; H100/H800/H200/GH200 SXM 989, their PCIe/NVL forms 756 and 835; B200
+// 2250), for MFU; nullopt for a name the table does not know.
+std::optional<double> PeakTflopsOfDevice(std::string_view name);
+// This rank's peak for MFU: PeakTflopsOfDevice of its GPU in bf16; nullopt on the CPU, in
+// fp32 (whose peak the table does not hold) or for a GPU it does not know.
+std::optional<double> PeakTflops(const ComputeOptions& options);
+
+// The most memory this process held: on a GPU the caching allocator's peak of allocated
+// bytes since the previous call (each call resets it, so it is per step when called once
+// per step), on the CPU the peak resident set of the process since it started (getrusage).
+std::int64_t PeakMemoryBytes(const ComputeOptions& options);
 
 // "cuda:0 bf16" and the like, for logs.
 std::string Describe(const ComputeOptions& options);
