@@ -44,6 +44,8 @@ print(f"tokens/s, steps 1-{len(ours) - 1}: ours {tokens_per_s(ours):,.0f}, "
       f"static-fixed {tokens_per_s(fixed):,.0f} ({tokens_per_s(ours) / tokens_per_s(fixed):.2f}x), "
       f"same batches; tokens lost to cuts: {sum(x['cut_tokens'] for x in ours)}")
 PY
+./build/release/tools/hydraulis report "$out/train-ours.jsonl" -o "$out/report.html"
 echo
 echo "Outputs in $out/: plans.jsonl (the 20 plans), train-ours.jsonl and"
-echo "train-static-fixed.jsonl (one record per step), calibrated-profile.json (the fit)."
+echo "train-static-fixed.jsonl (one record per step), calibrated-profile.json (the fit),"
+echo "report.html (the training run's loss, throughput, predicted and measured step time)."
