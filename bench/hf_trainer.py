@@ -7,7 +7,8 @@ sdpa attention) on documents with the lengths of ../shared/data/wikipedia-doc-le
 (cut at --max-len, random token ids), twice on the same documents: `hydraulis.hf.BalancedTrainer`
 with --tokens-per-batch global tokens per step, and `transformers.Trainer` with
 `DataCollatorWithFlattening` and its default (distributed random) sampler, its per-device
-batch sized to the same mean tokens per step; and the latter again with --accumulation
+batch sized to the same mean tokens per step; BalancedTrainer also with calibrate=False (the
+shipped profile as given); and the Trainer again with --accumulation
 gradient-accumulation steps of proportionally smaller batches (packed rows about as long as
 BalancedTrainer's micro-batches, so that what remains is the balance across ranks). Prints
 each run's real tokens per second (Trainer's num_input_tokens_seen over its train_runtime)
@@ -54,19 +55,21 @@ def documents(count, max_len):
 def rank_main(rank, opts, tmp):
     import hydraulis
     from hydraulis.hf import BalancedTrainer
+    # One thread per rank (two ranks on two cores): with OMP_NUM_THREADS unset, accelerate
+    # gives each process two, and the oversubscribed runs varied by up to 2x between runs.
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=opts["port"])
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=opts["port"], OMP_NUM_THREADS="1")
     torch.set_num_threads(1)
     data = documents(opts["documents"], opts["max_len"])
     common = dict(output_dir=f"{tmp}/out", max_steps=opts["steps"], learning_rate=1e-3,
                   logging_steps=1000, save_strategy="no", report_to=[], use_cpu=True, seed=1,
                   disable_tqdm=True, ddp_find_unused_parameters=False,
                   include_num_input_tokens_seen=True)
-    if opts["accumulation"] == 0:
+    if opts["accumulation"] <= 0:
         trainer = BalancedTrainer(
             model=model(), args=transformers.TrainingArguments(**common), train_dataset=data,
             profile=hydraulis.load_profile(PROFILE), tokens_per_batch=opts["tokens_per_batch"],
-            max_len=opts["max_len"])
+            max_len=opts["max_len"], calibrate=opts["accumulation"] == 0)
     else:
         mean = float(np.mean([len(d["input_ids"]) for d in data]))
         accumulation = opts["accumulation"]
@@ -108,7 +111,9 @@ def main():
     a = p.parse_args()
     if not os.path.exists(LENGTHS):
         sys.exit(f"{LENGTHS}: not found (the shared length data)")
-    runs = {"BalancedTrainer": 0, "Trainer + DataCollatorWithFlattening": 1,
+    # 0: BalancedTrainer calibrating its profile (the default), -1: on the profile as given.
+    runs = {"BalancedTrainer": 0, "BalancedTrainer, calibrate=False": -1,
+            "Trainer + DataCollatorWithFlattening": 1,
             f"the same, {a.accumulation} accumulation steps": a.accumulation}
     results = {name: run(acc, a) for name, acc in runs.items()}
     speed = {name: r["tokens"] / r["seconds"] for name, r in results.items()}

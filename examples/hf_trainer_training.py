@@ -68,8 +68,10 @@ class RecordingTrainer(BalancedTrainer):
 
 
 def rank_main(rank, steps, tmp):
+    # One thread per rank: with OMP_NUM_THREADS unset, accelerate gives each process two.
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=open(f"{tmp}/port").read())
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=open(f"{tmp}/port").read(),
+                      OMP_NUM_THREADS="1")
     torch.set_num_threads(1)
     args = transformers.TrainingArguments(
         output_dir=f"{tmp}/out", max_steps=steps, learning_rate=LR, lr_scheduler_type="constant",
