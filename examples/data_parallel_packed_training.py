@@ -36,14 +36,22 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 LOADER = dict(tokens_per_batch=4000, max_len=1024, seed=3)
 
 
-def model_and_optimizer():
+def tiny_llama():
+    """A tiny LlamaForCausalLM (sdpa), the same weights on every call."""
     config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
                                       num_hidden_layers=2, num_attention_heads=2,
                                       num_key_value_heads=1, max_position_embeddings=1024)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
-    return model
+    return transformers.LlamaForCausalLM(config)
+
+
+def token_documents():
+    """300 documents of random token ids with the shape of Wikipedia's lengths."""
+    lengths = np.loadtxt(os.path.join(ROOT, "data", "wikipedia-sample-lengths.txt"),
+                         dtype=np.int64)[:300]
+    rng = np.random.default_rng(7)
+    return [rng.integers(0, 128, size=int(n) // 2 + 2) for n in lengths]
 
 
 def loss_sum(model, mb):
@@ -55,10 +63,7 @@ def loss_sum(model, mb):
 def planner_and_dataset():
     profile = hydraulis.load_profile(os.path.join(ROOT, "configs/profiles/tiny-cpu.json"))
     planner = hydraulis.Planner(profile, hydraulis.data_parallel_candidates(2), max_len=1024)
-    lengths = np.loadtxt(os.path.join(ROOT, "data", "wikipedia-sample-lengths.txt"),
-                         dtype=np.int64)[:300]
-    rng = np.random.default_rng(7)
-    return planner, [rng.integers(0, 128, size=int(n) // 2 + 2) for n in lengths]
+    return planner, token_documents()
 
 
 def rank_main(rank, wrap, steps, tmp):
@@ -66,7 +71,7 @@ def rank_main(rank, wrap, steps, tmp):
     dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank,
                             world_size=2)
     planner, dataset = planner_and_dataset()
-    model = model_and_optimizer()
+    model = tiny_llama()
     if wrap == "ddp":
         wrapped = torch.nn.parallel.DistributedDataParallel(model)
         sync = lambda on: contextlib.nullcontext() if on else wrapped.no_sync()  # noqa: E731
@@ -115,7 +120,7 @@ def main():
         ranks = torch.load(os.path.join(tmp, "ranks.pt"))
     torch.set_num_threads(1)
     planner, dataset = planner_and_dataset()
-    model = model_and_optimizer()
+    model = tiny_llama()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     with PackedStepLoader(dataset, planner, pipeline=0, **LOADER) as loader:
         for _, step in zip(range(a.steps), loader):

@@ -22,7 +22,6 @@ import os
 import sys
 import tempfile
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import transformers
@@ -30,6 +29,9 @@ import transformers
 import hydraulis
 from hydraulis.hf import BalancedTrainer
 from hydraulis.torch_data import PackedStepLoader, step_micro_batches, to_hf_inputs
+
+# The model and documents of the DDP/FSDP2 example beside this one.
+from data_parallel_packed_training import tiny_llama, token_documents
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PROFILE = os.path.join(ROOT, "configs/profiles/tiny-cpu.json")
@@ -39,28 +41,17 @@ TOKENS_PER_BATCH, MAX_LEN, SEED, LR = 4000, 1024, 3, 1e-3
 CLIP = 0.05
 
 
-def tiny_llama():
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
-                                      num_hidden_layers=2, num_attention_heads=2,
-                                      num_key_value_heads=1, max_position_embeddings=1024)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config)
-
-
 def documents():
-    """300 documents with Wikipedia's length shape, as a Trainer dataset of feature dicts."""
-    lengths = np.loadtxt(os.path.join(ROOT, "data", "wikipedia-sample-lengths.txt"),
-                         dtype=np.int64)[:300]
-    rng = np.random.default_rng(7)
-    return [{"input_ids": rng.integers(0, 128, size=int(n) // 2 + 2).tolist()}
-            for n in lengths]
+    """The DDP example's documents as a Trainer dataset of feature dicts."""
+    return [{"input_ids": d.tolist()} for d in token_documents()]
 
 
 class RecordingTrainer(BalancedTrainer):
     """Keeps a digest of each step's plan, to check that the ranks planned the same steps."""
 
-    plans = []
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.plans = []
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         self.plans.append(hashlib.sha256(inputs["plan"].to_json().encode()).hexdigest())
