@@ -84,20 +84,21 @@ class _PlannedSteps(torch.utils.data.IterableDataset):
         self._dataset = dataset
         self._planner = planner
         self._attn = attn_implementation
-        self._switch = None
+        self._switches = []  # (step, planner), in the order adopted: steps ascending
         self._step = 0
 
     def switch(self, planner, step):
-        self._switch = (planner, step)
+        self._switches.append((step, planner))
 
     def __iter__(self):
         loader = PackedStepLoader(self._dataset, self._planner, **self._loader_args)
         try:
             while True:
-                if self._switch is not None and self._switch[1] <= self._step:
+                # Fits adopted one step apart wait here together: each plans from its step.
+                if self._switches and self._switches[0][0] <= self._step:
                     position = tuple(loader.state_dict()["position"])
                     loader.close()
-                    self._planner, self._switch = self._switch[0], None
+                    self._planner = self._switches.pop(0)[1]
                     loader = PackedStepLoader(self._dataset, self._planner, position=position,
                                               **self._loader_args)
                 step = next(loader)
