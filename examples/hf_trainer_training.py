@@ -71,7 +71,8 @@ def rank_main(rank, steps, tmp):
         ddp_find_unused_parameters=False)
     trainer = RecordingTrainer(model=tiny_llama(), args=args, train_dataset=documents(),
                                profile=hydraulis.load_profile(PROFILE),
-                               tokens_per_batch=TOKENS_PER_BATCH, max_len=MAX_LEN)
+                               tokens_per_batch=TOKENS_PER_BATCH, max_len=MAX_LEN,
+                               lookahead=1)
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     torch.save({"losses": losses, "plans": trainer.plans, "step_times": trainer.step_times,

@@ -354,14 +354,15 @@ class SubsetSchedule {
     double key = std::numeric_limits<double>::infinity();  // what the choice minimised
   };
 
-  // The best place for document `d` (not placed) over every width k <= max_width and, for
-  // each k, the k least-loaded ranks with room in each node and in the whole group.
+  // The best place for document `d` (not placed) over every width min_width <= k <=
+  // max_width and, for each k, the k least-loaded ranks with room in each node and in the
+  // whole group.
   // `key(top, t, k, ex)` scores a place whose most loaded rank has `top` before it, time t
   // per rank and exchange ex per rank; the least wins (ties: the first found, narrower
   // widths first). No place scores below `floor`: the search stops at one that does. The
   // key must not fall as any of its arguments rises.
   template <typename Key>
-  bool Best(std::size_t d, int max_width, Key key, double floor, Place& best) {
+  bool Best(std::size_t d, int min_width, int max_width, Key key, double floor, Place& best) {
     const ShardCost& cost = *cost_;
     const std::int64_t s = lengths_[d];
     const double w = cost.whole.DocumentMs(s);
@@ -393,7 +394,7 @@ class SubsetSchedule {
         best.ranks.assign(pick_.begin(), pick_.end());
       }
     };
-    for (int k = 1; k <= max_width && best.key > floor; ++k) {
+    for (int k = min_width; k <= max_width && best.key > floor; ++k) {
       // No place of width k scores below the key of its k-th least loaded rank at the
       // cheapest link (the keys rise with each argument): past the best, it is skipped.
       const double least_exchange =
@@ -472,8 +473,8 @@ class SubsetSchedule {
 // `widest`: the widest place it chose at any point; with a cap at least that, the schedule
 // would make the very same choices.
 bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCost& cost,
-                            const std::vector<std::size_t>& order, int max_width, CpLayout& layout,
-                            int& widest) {
+                            const std::vector<std::size_t>& order, int max_width, bool least_widths,
+                            CpLayout& layout, int& widest) {
   widest = 0;
   const std::size_t n = lengths.size();
   const double cp = cost.cp;
@@ -494,7 +495,16 @@ bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCo
     // No place ends sooner than the slowest rank so far or the mean with no exchange: a
     // short document that fits there whole is placed without trying wider ones.
     const double floor = std::max(slowest, (total + w + remaining) / cp);
-    if (!schedule.Best(d, max_width, projected, floor, place)) return false;
+    if (least_widths) {
+      // Each document over the fewest ranks that hold it (the least exchange), where it
+      // ends soonest: documents tile the ranks as dynamic cp's groups do.
+      const int k = cost.MinWidth(lengths[d]);
+      if (k > cost.cp) return false;
+      const auto ends = [](double top, double t, int, double) { return top + t; };
+      if (!schedule.Best(d, k, k, ends, 0.0, place)) return false;
+    } else if (!schedule.Best(d, 1, max_width, projected, floor, place)) {
+      return false;
+    }
     schedule.Put(d, place);
     widest = std::max(widest, static_cast<int>(place.ranks.size()));
     total += place.time * static_cast<double>(place.ranks.size());
@@ -512,7 +522,7 @@ bool ListScheduleOverWidths(std::span<const std::int64_t> lengths, const ShardCo
       schedule.Take(d, old);
       const double rest = schedule.Slowest();
       const auto peak = [&](double top, double t, int, double) { return std::max(rest, top + t); };
-      if (schedule.Best(d, max_width, peak, rest, place) && place.key < slowest * (1 - 1e-12)) {
+      if (schedule.Best(d, 1, max_width, peak, rest, place) && place.key < slowest * (1 - 1e-12)) {
         schedule.Put(d, place);
         widest = std::max(widest, static_cast<int>(place.ranks.size()));
         moved = true;
@@ -596,7 +606,8 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
     // A cap no narrower than every place the last run chose would repeat that run.
     const bool repeats = max_width < cost.cp && widest <= max_width;
     // The schedule places a document only where every one of its ranks has room for it.
-    if (!repeats && ListScheduleOverWidths(lengths, cost, order, max_width, listed, widest)) {
+    if (!repeats &&
+        ListScheduleOverWidths(lengths, cost, order, max_width, false, listed, widest)) {
       const double ms = LaidOutStageMs(lengths, listed, cost);
       if (ms < best_ms) {
         best_ms = ms;
@@ -604,6 +615,14 @@ CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost
       }
     }
     if (max_width <= 2) break;
+  }
+  if (best_ms > good_enough &&
+      ListScheduleOverWidths(lengths, cost, order, cost.cp, true, listed, widest)) {
+    const double ms = LaidOutStageMs(lengths, listed, cost);
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = listed;
+    }
   }
   return best;
 }

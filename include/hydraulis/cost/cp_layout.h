@@ -229,7 +229,10 @@ ShardCost MakeShardCost(int cp, const TimeModel& whole, std::int64_t capacity_to
 // For kAnySubset, also a list schedule over widths: documents longest first, each on the
 // width k and the k least-loaded ranks with room (within one node, or the group's least
 // loaded) that give the least projected stage time, max(the slowest rank, the ranks' mean
-// with every document still to place); the faster of the two layouts wins (ties: the
+// with every document still to place), run with widths capped at cp, cp/2, ..., 2; and a
+// list schedule that puts each document over the fewest ranks whose memory holds it where it
+// ends soonest (documents tile the ranks, the least exchange); each list schedule is
+// followed by moves of the slowest rank's documents. The fastest layout wins (ties: the
 // first). kEveryRank: every document over every rank.
 CpLayout LayOutMicroBatch(std::span<const std::int64_t> lengths, const ShardCost& cost);
 
