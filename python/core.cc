@@ -24,6 +24,7 @@
 #include "hydraulis/assign/published.h"
 #include "hydraulis/assign/step_calibration.h"
 #include "hydraulis/base/error.h"
+#include "hydraulis/cost/capacity.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/document_length.h"
 #include "hydraulis/data/length_source.h"
@@ -267,7 +268,17 @@ NB_MODULE(_core, m) {
 
   nb::class_<Profile>(m, "Profile")
       .def_prop_ro("model_name", [](const Profile& p) { return p.model.name; })
-      .def("to_json", [](const Profile& p) { return ProfileToJson(p); });
+      .def("to_json", [](const Profile& p) { return ProfileToJson(p); })
+      // The planner's micro-batch capacity of <cp, tp, pp> in tokens (cost/capacity.h), with
+      // the optimizer states laid out as (dp, tp, pp).
+      .def(
+          "capacity_tokens",
+          [](const Profile& p, int cp, int tp, int pp, std::tuple<int, int, int> layout) {
+            const auto [dp, ltp, lpp] = layout;
+            return CapacityTokens(p, Scheme{cp, tp, pp}, OptimizerLayout{dp, ltp, lpp});
+          },
+          nb::kw_only(), nb::arg("cp") = 1, nb::arg("tp") = 1, nb::arg("pp") = 1,
+          nb::arg("optimizer_layout") = std::make_tuple(1, 1, 1));
   m.def("load_profile", [](const std::string& path) { return LoadProfile(path); });
   m.def("parse_profile", [](const std::string& text, const std::string& source) {
     return ParseProfile(text, source);

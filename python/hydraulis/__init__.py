@@ -347,7 +347,9 @@ Pipeline.__doc__ = """One pipeline of a Plan: its scheme, capacity and estimated
 micro-batch in execution order the document indices, kept lengths, cu_seqlens and, for
 cp > 1, each document's cp ranks (docs/python.md, "API")."""
 Profile.__doc__ = """A fitted cost and memory profile (load_profile; docs/spec-format.md);
-to_json() writes it in the profile format."""
+to_json() writes it in the profile format; capacity_tokens(cp=, tp=, pp=, optimizer_layout=
+(dp, tp, pp)) is the planner's micro-batch capacity of a scheme in tokens (the memory model
+of docs/spec-format.md, aligned down to 128; 0 when the model does not fit)."""
 Candidates.__doc__ = """Candidate strategies (load_candidates, data_parallel_candidates,
 propose; docs/spec-format.md); to_json() is their file."""
 HydraulisError.__doc__ = "An error of hydraulis that is not one of the input's (a RuntimeError)."

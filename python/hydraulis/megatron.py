@@ -14,8 +14,11 @@ into micro-batches under the cost model (balanced 1F1B time, memory capacity). C
 among heterogeneous strategies per step needs ranks that can switch layouts: the
 hydraulis runtime, not Megatron-LM.
 """
+import json
+
 import numpy as np
 
+from . import _core
 from ._core import InvalidInputError
 
 
@@ -84,9 +87,8 @@ DEFAULT_MAX_STRATEGIES = 256
 _TOKEN_ALIGNMENT = 128  # the planner's capacity alignment (cost/capacity.h)
 _MAX_GPU_MEMORY_BYTES = 1 << 50  # the profile parser's bound on gpu_memory_bytes
 # The planning profile's model: one layer, hidden 64, 64 heads, one kv head, so that the
-# gathered keys and values weigh 4 bytes per token against 64 * A of activations.
+# gathered keys and values weigh little against a token's 64 * A bytes of activations.
 _PLAN_HIDDEN = 64
-_KV_BYTES_PER_TOKEN = 4.0
 
 
 def hybrid_group_sizes(dp_cp_size):
@@ -203,28 +205,15 @@ class BlockCosts:
 def _planning_profile(costs, sizes, max_tokens_per_rank, dp_cp_size):
     """A hydraulis profile whose <k, 1, 1> schemes carry `costs` (without the per-sample
     constant, which a micro-batch's c would misstate) and whose memory model gives every
-    cp rank room for max_tokens_per_rank tokens: capacity_k >= k * M for every block size
-    k (rounded up to the planner's 128-token alignment; the scheduler enforces M itself
-    afterwards)."""
-    # Tokens of activations per rank R: RawCapacity(k) = k R / (1 + ratio (k - 1)) must
-    # reach k * M rounded up to 128 (CapacityTokens floors to 128).
+    cp rank room for max_tokens_per_rank tokens: the planner's capacity of <k, 1, 1> is at
+    least k * M for every block size k (the scheduler enforces M itself afterwards). The
+    GPU memory is the least that gives this, found by bisection on the planner's own
+    capacity (Profile.capacity_tokens), so the memory model is not restated here."""
     budget = _MAX_GPU_MEMORY_BYTES // 2
     rank_tokens_guess = max_tokens_per_rank + _TOKEN_ALIGNMENT
     activation = 1 << 24
     while activation > 1 and _PLAN_HIDDEN * activation * rank_tokens_guess * 2 > budget:
         activation //= 2
-    per_token = _PLAN_HIDDEN * activation  # layers * hidden / tp * A
-    ratio = _KV_BYTES_PER_TOKEN / per_token
-    need = 0.0
-    for k in sizes:
-        target = -(-k * max_tokens_per_rank // _TOKEN_ALIGNMENT) * _TOKEN_ALIGNMENT
-        need = max(need, target * (1.0 + ratio * (k - 1)) / k)
-    rank_tokens = int(need * (1 + 1e-12)) + 1
-    model_state_bytes = _PLAN_HIDDEN * 1 * 32  # H V E(1), B = 0, optimizer share 0
-    memory = rank_tokens * per_token + model_state_bytes
-    if memory > _MAX_GPU_MEMORY_BYTES:
-        raise InvalidInputError(f"max_seq_len_per_rank: {max_tokens_per_rank} tokens is beyond what "
-                         "the planner's memory model represents")
     # The planner's decisions do not depend on the time unit; keep the coefficients within
     # what the profile parser accepts (a 2^20-token sample under 1e12 ms).
     reference = float(1 << 20)
@@ -239,16 +228,36 @@ def _planning_profile(costs, sizes, max_tokens_per_rank, dp_cp_size):
         if k > 1:
             entry["kv_ms_per_token"] = kv
         schemes.append(entry)
-    return {
-        "format": "hydraulis.profile/1",
-        "model": {"name": "megatron-hybrid-cp", "layers": 1, "hidden": _PLAN_HIDDEN,
-                  "ffn": 1, "heads": _PLAN_HIDDEN, "kv_heads": 1, "vocab": 1},
-        "cluster": {"gpus_per_node": max(1, dp_cp_size), "gpu_memory_bytes": memory},
-        "memory": {"activation_bytes_per_token_hidden_layer": {"1": float(activation)},
-                   "state_bytes_per_h2_layer": 0.0, "optimizer_share": 0.0,
-                   "context_bytes": 0.0, "reserved_bytes": 0.0},
-        "schemes": schemes,
-    }
+
+    def profile(memory):
+        return {
+            "format": "hydraulis.profile/1",
+            "model": {"name": "megatron-hybrid-cp", "layers": 1, "hidden": _PLAN_HIDDEN,
+                      "ffn": 1, "heads": _PLAN_HIDDEN, "kv_heads": 1, "vocab": 1},
+            "cluster": {"gpus_per_node": max(1, dp_cp_size), "gpu_memory_bytes": memory},
+            "memory": {"activation_bytes_per_token_hidden_layer": {"1": float(activation)},
+                       "state_bytes_per_h2_layer": 0.0, "optimizer_share": 0.0,
+                       "context_bytes": 0.0, "reserved_bytes": 0.0},
+            "schemes": schemes,
+        }
+
+    def holds(memory):
+        parsed = _core.parse_profile(json.dumps(profile(memory)), "<megatron planning profile>")
+        return all(parsed.capacity_tokens(cp=k) >= k * max_tokens_per_rank for k in sizes)
+
+    # Beyond the budget the activation bytes were chosen for, M is beyond what the model
+    # represents; below the least memory that holds, nothing does (capacity rises with it).
+    if not holds(budget):
+        raise InvalidInputError(f"max_seq_len_per_rank: {max_tokens_per_rank} tokens is beyond what "
+                                "the planner's memory model represents")
+    low, high = 0, budget  # holds(high), not holds(low)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if holds(middle):
+            high = middle
+        else:
+            low = middle
+    return profile(high)
 
 
 def _positive_int(value, name):

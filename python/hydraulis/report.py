@@ -31,7 +31,7 @@ PANELS = [
                         ("waited for the plan", lambda r: r["plan_wait_ms"])]),
     ("Gradient norm", "norm", [("grad_norm", lambda r: r["grad_norm"])]),
     ("Model FLOPs", "TFLOP/s", [("model TFLOP/s", lambda r: r.get("model_tflops_per_s"))]),
-    ("Peak memory (rank 0)", "GiB", [("peak memory", lambda r: (r.get("peak_memory_bytes") or
+    ("Peak memory (largest rank)", "GiB", [("peak memory", lambda r: (r.get("peak_memory_bytes") or
                                                                float("nan")) / 2**30)]),
 ]
 REQUIRED = ("step", "loss", "lr", "tokens", "step_ms", "predicted_step_ms", "planning_ms",
@@ -93,7 +93,7 @@ def summarize(records):
         "prediction error, last half": statistics.fmean(errors) if errors else float("nan"),
         "median planning ms": statistics.median(r["planning_ms"] for r in records),
         "tokens cut": sum(r.get("cut_tokens", 0) for r in records),
-        "peak memory GiB (rank 0)": max((r.get("peak_memory_bytes") or 0) for r in records) / 2**30,
+        "peak memory GiB (largest rank)": max((r.get("peak_memory_bytes") or 0) for r in records) / 2**30,
         "MFU (steps 1+)": (statistics.fmean(_finite([r.get("mfu") for r in later]))
                            if _finite([r.get("mfu") for r in later]) else float("nan")),
         "strategies": len({r.get("strategy") for r in records}),

@@ -303,3 +303,19 @@ def test_reprs_say_what_an_object_is_and_a_profile_is_no_candidates(planner, len
     with pytest.raises(hydraulis.InvalidInputError,
                        match=r'format: expected "hydraulis.candidates/1", got \'hydraulis.profile/1\''):
         hydraulis.load_candidates(PROFILE)
+
+
+def test_profile_capacity_is_the_planners(planner, lengths):
+    # The capacity a profile reports for a scheme is the one the planner packs to, with the
+    # candidates' optimizer layout; Megatron's scheduler sizes its memory by it.
+    profile = hydraulis.load_profile(PROFILE)
+    layout = json.load(open(CANDIDATES))["optimizer_layout"]
+    pipelines = json.loads(planner.plan(lengths[:400]).to_json())["pipelines"]
+    assert pipelines
+    for pipe in pipelines:
+        assert profile.capacity_tokens(cp=pipe["cp"], tp=pipe["tp"], pp=pipe["pp"],
+                                       optimizer_layout=(layout["dp"], layout["tp"],
+                                                         layout["pp"])) == pipe["capacity_tokens"]
+    # The published worked value (docs/spec-format.md): TP16 under a (4, 16, 1) layout holds
+    # 43,614 tokens before the 128-token alignment.
+    assert profile.capacity_tokens(tp=16, optimizer_layout=(4, 16, 1)) == 43_520

@@ -257,7 +257,12 @@ DistributedStepResult TrainingJob::Train(const Plan& plan,
 // step time, the slowest rank's of each), added to the calibration; a fit it adopts plans
 // the steps after the look-ahead's (PlannerTimeline), on every rank alike.
 void TrainingJob::Calibrate(const Plan& plan, TrainingStepRecord& record) {
+  // This rank's peak of the step (reading it starts the next step's count on a GPU).
+  const auto peak = static_cast<double>(PeakMemoryBytes(trainer_.compute()));
   if (!options_.calibrate) {
+    at::Tensor most = at::full({1}, peak, at::kDouble);
+    trainer_.control().AllReduceMax(most);
+    record.peak_memory_bytes = static_cast<std::int64_t>(most.item<double>());
     timeline_->Publish(record.step);
     return;
   }
@@ -268,7 +273,8 @@ void TrainingJob::Calibrate(const Plan& plan, TrainingStepRecord& record) {
     offset.push_back(slots);
     slots += static_cast<std::size_t>(p.scheme.pp) * p.micro_batches.size();
   }
-  at::Tensor table = at::zeros({static_cast<std::int64_t>(slots) + 1}, at::kDouble);
+  // ... then the step time and the rank's peak memory.
+  at::Tensor table = at::zeros({static_cast<std::int64_t>(slots) + 2}, at::kDouble);
   double* t = table.data_ptr<double>();
   const DistributedStepResult& r = record.result;
   if (r.pipeline >= 0 && r.stage >= 0) {
@@ -283,7 +289,9 @@ void TrainingJob::Calibrate(const Plan& plan, TrainingStepRecord& record) {
     }
   }
   t[slots] = r.step_ms;
+  t[slots + 1] = peak;
   trainer_.control().AllReduceMax(table);
+  record.peak_memory_bytes = static_cast<std::int64_t>(t[slots + 1]);
   MeasuredStep measured;
   measured.plan = plan;
   for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
@@ -363,7 +371,7 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
       j["mfu"] = flops_per_s / (*peak * 1e12 * world_size);
     }
   }
-  j["peak_memory_bytes"] = PeakMemoryBytes(compute);
+  j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["targets"] = r.result.targets;
   j["documents"] = r.documents;
   j["step_ms"] = r.result.step_ms;

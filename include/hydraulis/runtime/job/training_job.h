@@ -80,6 +80,9 @@ struct TrainingStepRecord {
   std::vector<int> micro_batches;  // per pipeline
   // The step's model FLOPs (TrainingFlops of the tokens it trained; the MFU numerator).
   double model_flops = 0;
+  // The most memory any rank held during the step (PeakMemoryBytes, measured on every rank
+  // after its step and the largest taken).
+  std::int64_t peak_memory_bytes = 0;
 };
 
 class TrainingJob {
@@ -162,7 +165,7 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume, bool ver
 // One JSON object (one line, no newline) for the step log: step, loss, tokens, tokens_per_s,
 // model_tflops_per_s (the step's TrainingFlops over its time), mfu (that over the peak of
 // the job's `world_size` devices, where PeakTflops knows the device), peak_memory_bytes
-// (this process's, PeakMemoryBytes), targets, documents, step_ms, strategy, strategy_index,
+// (the step's largest over the ranks), targets, documents, step_ms, strategy, strategy_index,
 // switched, predicted_step_ms, planning_ms, plan_wait_ms, compute_ms, wait_ms, sync_ms,
 // grad_buckets, grad_buckets_overlapped, grad_reduce_wait_ms, param_gather_wait_ms,
 // micro_batches, truncated, truncated_tokens, cut_documents, cut_tokens, grad_norm, skipped,
