@@ -165,7 +165,7 @@ void PrintSummary(const Proposal& p, const ProposeArgs& a) {
              p.strategies.size(), p.candidates.gpus, l.dp, l.tp, l.pp, p.bins, a.resolution,
              p.dp_seconds);
   for (const ProposedStrategy& s : p.strategies) {
-    std::string served = "fallback";
+    std::string served = s.cp_pool ? "cp pool" : "fallback";
     if (!s.longest_tokens.empty()) {
       served = fmt::format("longest {}..{}", s.longest_tokens.front(), s.longest_tokens.back());
       if (s.fallback) served += ", fallback";

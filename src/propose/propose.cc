@@ -275,6 +275,27 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
     }
     if (options.progress) options.progress(k, out.top_documents);
   }
+  // Megatron's shape beside the DP's answers: every GPU in identical pipelines of one cp
+  // scheme that holds the longest document. The DP plans for an expected batch; a batch
+  // that draws many long documents is served best by pools that shard them all, and
+  // these keep that layout among the strategies a selection or a run can choose.
+  const std::int64_t longest_document = histogram.bins.back().longest;
+  for (const DpScheme& s : out.schemes) {
+    if (s.scheme.cp < 2 || gpus % s.scheme.Gpus() != 0 || s.capacity_tokens < longest_document) {
+      continue;
+    }
+    std::vector<Scheme> pipelines(static_cast<std::size_t>(gpus / s.scheme.Gpus()), s.scheme);
+    if (std::any_of(found.begin(), found.end(),
+                    [&](const ProposedStrategy& p) { return p.strategy.pipelines == pipelines; })) {
+      continue;
+    }
+    ProposedStrategy& pool = found.emplace_back();
+    pool.cp_pool = true;
+    pool.strategy.pipelines = std::move(pipelines);
+    pool.strategy.name = "pool-cp" + std::to_string(s.scheme.cp) + "-tp" +
+                         std::to_string(s.scheme.tp) +
+                         (s.scheme.pp > 1 ? "-pp" + std::to_string(s.scheme.pp) : "");
+  }
   out.dp_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.bins = dp.bin_count();
   out.gpu_step = dp.gpu_step();

@@ -480,7 +480,17 @@ void ExpectValidProposal(const Proposal& p, const Profile& profile, int gpus) {
       EXPECT_TRUE(served.insert(longest).second) << "bin served twice: " << longest;
     }
     for (std::int64_t longest : s.shared_top_tokens) EXPECT_GE(widest, longest) << s.strategy.name;
-    if (!s.fallback && !s.longest_tokens.empty()) {
+    if (s.cp_pool) {
+      // Megatron's shape: every GPU in pipelines of one cp scheme that holds every bin.
+      EXPECT_TRUE(s.longest_tokens.empty() && s.shared_top_tokens.empty()) << s.strategy.name;
+      EXPECT_EQ(s.strategy.Gpus(), gpus) << s.strategy.name;
+      const Scheme& first = s.strategy.pipelines.front();
+      EXPECT_GT(first.cp, 1) << s.strategy.name;
+      for (const Scheme& scheme : s.strategy.pipelines) EXPECT_EQ(scheme, first);
+      EXPECT_TRUE(s.strategy.name.starts_with("pool-cp" + std::to_string(first.cp) + "-tp" +
+                                              std::to_string(first.tp)))
+          << s.strategy.name;
+    } else if (!s.fallback && !s.longest_tokens.empty()) {
       EXPECT_EQ(s.strategy.name, "up-to-" + std::to_string(s.longest_tokens.back()));
     } else if (!s.fallback) {
       // Only answers for k >= 2 documents in a bin (ProposeOptions::top_documents), named
@@ -540,6 +550,21 @@ TEST(ProposeTest, CpSchemesOnlyWhenTheLongestDocumentNeedsThem) {
     widest = std::max(widest, CapacityTokens(profile, x, long_context.candidates.optimizer_layout));
   }
   EXPECT_GE(widest, 131'072);
+  // Beside the DP's answers, Megatron's shape: for every cp scheme that holds the longest
+  // document, all 256 GPUs in its pipelines (once, whoever proposed it).
+  int pools = 0;
+  for (const DpScheme& s : long_context.schemes) {
+    if (s.scheme.cp < 2 || 256 % s.scheme.Gpus() != 0 || s.capacity_tokens < 131'072) continue;
+    ++pools;
+    const std::vector<Scheme> pool(static_cast<std::size_t>(256 / s.scheme.Gpus()), s.scheme);
+    EXPECT_EQ(std::count_if(long_context.candidates.strategies.begin(),
+                            long_context.candidates.strategies.end(),
+                            [&](const Strategy& x) { return x.pipelines == pool; }),
+              1)
+        << SchemeName(s.scheme);
+  }
+  EXPECT_GE(pools, 3);
+  for (const ProposedStrategy& p : short_context.strategies) EXPECT_FALSE(p.cp_pool);
   options.cp_schemes = CpSchemes::kNever;
   EXPECT_THROW(ProposeStrategies(profile, RealLengths(), options), InvalidInput);
 }
@@ -559,7 +584,8 @@ TEST(ProposeTest, TopDocumentsTwoAddsStrategiesThatHoldTwoLongestDocuments) {
   const Proposal two = ProposeStrategies(profile, RealLengths(), options);
   ExpectValidProposal(two, profile, 256);
   ASSERT_GT(two.strategies.size(), one.strategies.size());
-  for (std::size_t i = 0; i < one.strategies.size(); ++i) {
+  // The DP's answers for one document first and unchanged (the cp pools follow all of them).
+  for (std::size_t i = 0; i < one.strategies.size() && !one.strategies[i].cp_pool; ++i) {
     EXPECT_EQ(two.candidates.strategies[i].name, one.candidates.strategies[i].name);
     EXPECT_EQ(two.candidates.strategies[i].pipelines, one.candidates.strategies[i].pipelines);
   }
@@ -603,8 +629,8 @@ TEST(ProposeTest, AnyTopDocumentsGivesUniqueNamesOnEveryRealDistribution) {
     options.tokens_per_batch = 2'097'152;
     options.max_len = 131'072;
     options.resolution_tokens = 4096;
-    // Each K's strategies are the first ones of K + 1's (the k loop only appends), so K = 64
-    // holds every smaller K's names; a few K are planned.
+    // Each K's DP strategies are the first ones of K + 1's (the k loop only appends; the cp
+    // pools follow them), so K = 64 holds every smaller K's names; a few K are planned.
     std::vector<Strategy> previous;
     for (int k : {1, 2, 5, 64}) {
       SCOPED_TRACE(path + " --top-documents " + std::to_string(k));
@@ -615,7 +641,10 @@ TEST(ProposeTest, AnyTopDocumentsGivesUniqueNamesOnEveryRealDistribution) {
         EXPECT_EQ(p.candidates.strategies[i].name, previous[i].name);
         EXPECT_EQ(p.candidates.strategies[i].pipelines, previous[i].pipelines);
       }
-      previous = p.candidates.strategies;
+      previous.clear();
+      for (std::size_t i = 0; i < p.strategies.size(); ++i) {
+        if (!p.strategies[i].cp_pool) previous.push_back(p.candidates.strategies[i]);
+      }
       ExpectValidProposal(p, profile, 256);
       EXPECT_LE(p.top_documents, k);
       const CandidateSet candidates =

@@ -73,6 +73,9 @@ struct ProposedStrategy {
   Strategy strategy;
   // The homogeneous optimizer-layout strategy (also when the DP proposed it too).
   bool fallback = false;
+  // Every GPU in identical pipelines of one cp scheme (Megatron's shape), proposed beside
+  // the DP's answers when cp schemes take part (docs/propose.md, "cp pools").
+  bool cp_pool = false;
   // Longest document (tokens) of every bin this strategy was the DP's answer for,
   // ascending; empty for a fallback the DP never proposed.
   std::vector<std::int64_t> longest_tokens;
