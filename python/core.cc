@@ -338,7 +338,18 @@ NB_MODULE(_core, m) {
           [](const PyPlan& p, bool pretty, bool include_timing) {
             return PlanToJson(p.plan, pretty, include_timing) + "\n";
           },
-          nb::arg("pretty") = false, nb::arg("include_timing") = false);
+          nb::arg("pretty") = false, nb::arg("include_timing") = false)
+      // Pickling (DataLoader workers, multiprocessing): the plan format with its timing, and
+      // the lengths it does not hold; read back whole by PlanFromJson.
+      .def("__getstate__",
+           [](const PyPlan& p) {
+             return std::make_tuple(PlanToJson(p.plan, false, true), p.plan.lengths);
+           })
+      .def("__setstate__",
+           [](PyPlan& p, const std::tuple<std::string, std::vector<std::int64_t>>& state) {
+             new (&p) PyPlan{PlanFromJson(std::get<0>(state), std::get<1>(state), "pickled plan"),
+                             nb::object()};
+           });
 
   m.def(
       "read_lengths",

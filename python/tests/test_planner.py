@@ -319,3 +319,21 @@ def test_profile_capacity_is_the_planners(planner, lengths):
     # The published worked value (docs/spec-format.md): TP16 under a (4, 16, 1) layout holds
     # 43,614 tokens before the 128-token alignment.
     assert profile.capacity_tokens(tp=16, optimizer_layout=(4, 16, 1)) == 43_520
+
+
+def test_plans_pickle_whole(planner, lengths):
+    # DataLoader workers and multiprocessing hand plans between processes by pickle: the
+    # copy is the same plan, micro-batches, lengths and timing included.
+    import pickle
+    plan = planner.plan(lengths[:400])
+    copy = pickle.loads(pickle.dumps(plan))
+    assert copy.to_json(include_timing=True) == plan.to_json(include_timing=True)
+    assert np.array_equal(copy.lengths, plan.lengths)
+    assert copy.planning_ms == plan.planning_ms
+    for a, b in zip(copy.pipelines, plan.pipelines):
+        assert [list(m) for m in a.micro_batches] == [list(m) for m in b.micro_batches]
+        assert [list(c) for c in a.cu_seqlens] == [list(c) for c in b.cu_seqlens]
+    with pytest.raises(hydraulis.InvalidInputError, match="pickled plan"):
+        # What pickle does with a state whose lengths are not the plan's.
+        hydraulis.Plan.__new__(hydraulis.Plan).__setstate__(
+            (plan.to_json(), plan.lengths[:-1].tolist()))

@@ -84,6 +84,59 @@ TEST(PlanCheckerTest, CoverageNamesTheFirstDocumentOutOfRangeTwiceOrMissing) {
   EXPECT_EQ(CheckCoverage({{{0}}, {{2}}}, 3), "document 1 is not assigned");
 }
 
+// A plan read back from its JSON (with the lengths the format does not keep) is the same
+// plan: cp layouts of subsets and of every rank, pp > 1 pipelines, truncations, candidate
+// reports, timing; lengths that disagree with the plan are refused.
+TEST(PlanJsonTest, ReadsBackEveryPlanWhole) {
+  const LongContextStudy study;
+  const Planner long_context(study.profile, study.candidates, study.options);
+  const CaseStudy cases;
+  const Planner case_study(cases.profile, cases.candidates, PlannerOptions{});
+  std::vector<Plan> plans;
+  for (const auto& batch : RealBatches(2, 2'097'152, 11, 131'072)) {
+    plans.push_back(long_context.PlanBatch(batch));
+  }
+  std::vector<std::int64_t> batch = RealBatches(1, 200'000, 3).front();
+  batch.push_back(1'000'000);  // longer than every capacity: truncated
+  plans.push_back(case_study.PlanBatch(batch));
+  ASSERT_FALSE(plans.back().truncated.empty());
+  bool subsets = false;
+  for (const Plan& plan : plans) {
+    const std::string text = PlanToJson(plan, false, true);
+    const Plan back = PlanFromJson(text, plan.lengths, "plan");
+    EXPECT_EQ(PlanToJson(back, false, true), text);
+    EXPECT_EQ(back.lengths, plan.lengths);
+    ASSERT_EQ(back.pipelines.size(), plan.pipelines.size());
+    for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+      const auto& layouts = plan.pipelines[p].cp_layouts;
+      ASSERT_EQ(back.pipelines[p].cp_layouts.size(), layouts.size());
+      for (std::size_t m = 0; m < layouts.size(); ++m) {
+        for (std::size_t d = 0; d < layouts[m].size(); ++d) {
+          const auto a = layouts[m].Ranks(d), b = back.pipelines[p].cp_layouts[m].Ranks(d);
+          EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+          const int k = static_cast<int>(a.size());
+          subsets = subsets || (k > 1 && k < plan.pipelines[p].scheme.cp);
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(subsets);
+  const Plan& plan = plans.front();
+  const std::string text = PlanToJson(plan, false, true);
+  std::vector<std::int64_t> fewer(plan.lengths.begin(), plan.lengths.end() - 1);
+  EXPECT_NE(test_support::InvalidInputMessage([&] {
+              PlanFromJson(text, fewer, "pickled");
+            }).find("lengths"),
+            std::string::npos);
+  std::vector<std::int64_t> longer = plan.lengths;
+  ++longer.front();
+  EXPECT_THROW(PlanFromJson(text, longer, "pickled"), InvalidInput);
+  EXPECT_THROW(PlanFromJson(text + text, plan.lengths, "pickled"), InvalidInput);
+  nlohmann::json wrong = nlohmann::json::parse(text);
+  wrong["truncated"] = "none";
+  EXPECT_THROW(PlanFromJson(wrong.dump(), plan.lengths, "pickled"), InvalidInput);
+}
+
 // summarize's reader checks every field of a plan a reader could use, cp fields included,
 // and names the field; a real cp plan reads back.
 TEST(PlanLinesTest, CorruptPipelineAndShardFieldsAreRefusedByFieldPath) {

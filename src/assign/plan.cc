@@ -34,7 +34,15 @@ std::string CandidateStatusName(CandidateStatus s) {
   return std::string(NameOf(s, kCandidateStatusNames));
 }
 
+CandidateStatus ParseCandidateStatus(std::string_view name, std::string_view what) {
+  return ParseName(name, kCandidateStatusNames, what);
+}
+
 std::string SolveStatusName(SolveStatus s) { return std::string(NameOf(s, kSolveStatusNames)); }
+
+SolveStatus ParseSolveStatus(std::string_view name, std::string_view what) {
+  return ParseName(name, kSolveStatusNames, what);
+}
 
 std::optional<double> RelativeGap(double estimated_step_ms, double lower_bound_ms) {
   if (!(lower_bound_ms > 0) || std::isinf(lower_bound_ms)) return std::nullopt;

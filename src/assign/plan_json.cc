@@ -1,9 +1,14 @@
 #include "hydraulis/assign/plan_json.h"
 
+#include <limits>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
+
+#include "hydraulis/assign/plan_lines.h"
+#include "hydraulis/base/error.h"
 
 namespace hydraulis {
 namespace {
@@ -34,6 +39,18 @@ nlohmann::ordered_json CpLayoutJson(const CpLayout& layout, int cp) {
   }
   return j;
 }
+
+// A time the writer gave as a number, or null for one that was not finite.
+double MsFrom(const nlohmann::json& j) {
+  return j.is_null() ? std::numeric_limits<double>::infinity() : j.get<double>();
+}
+
+Scheme SchemeFrom(const nlohmann::json& j) {
+  return {j.at("cp").get<int>(), j.at("tp").get<int>(), j.at("pp").get<int>()};
+}
+
+Plan PlanFromCheckedJson(const nlohmann::json& j, std::vector<std::int64_t> lengths,
+                         const std::string& source);
 
 }  // namespace
 
@@ -92,5 +109,90 @@ std::string PlanToJson(const Plan& plan, bool pretty, bool include_timing) {
   }
   return pretty ? j.dump(2) : j.dump();
 }
+
+Plan PlanFromJson(const std::string& text, std::vector<std::int64_t> lengths,
+                  const std::string& source) {
+  // The reader of `summarize` checks every field, layouts and document indices included.
+  const std::vector<PlanLine> lines = ParsePlanLines(text, source);
+  if (lines.size() != 1) {
+    throw InvalidInput(source + ": expected one plan, got " + std::to_string(lines.size()));
+  }
+  std::int64_t tokens = 0;
+  for (const std::int64_t s : lengths) tokens += s;
+  if (static_cast<std::int64_t>(lengths.size()) != lines[0].num_documents ||
+      tokens != lines[0].num_tokens) {
+    throw InvalidInput(source + ": " + std::to_string(lengths.size()) + " lengths of " +
+                       std::to_string(tokens) + " tokens for a plan of " +
+                       std::to_string(lines[0].num_documents) + " documents and " +
+                       std::to_string(lines[0].num_tokens) + " tokens");
+  }
+  try {
+    return PlanFromCheckedJson(nlohmann::json::parse(text), std::move(lengths), source);
+  } catch (const nlohmann::json::exception& e) {
+    // A field ParsePlanLines does not read, of the wrong type.
+    throw InvalidInput(source + ": " + e.what());
+  }
+}
+
+namespace {
+
+// PlanFromJson's fields, from a plan ParsePlanLines accepted.
+Plan PlanFromCheckedJson(const nlohmann::json& j, std::vector<std::int64_t> lengths,
+                         const std::string& source) {
+  Plan plan;
+  plan.algorithm = ParseAlgorithm(j.at("algorithm").get<std::string>(), source + ": algorithm");
+  const nlohmann::json& strategy = j.at("strategy");
+  plan.strategy_index = strategy.at("index").get<int>();
+  plan.strategy.name = strategy.at("name").get<std::string>();
+  for (const nlohmann::json& s : strategy.at("pipelines")) {
+    plan.strategy.pipelines.push_back(SchemeFrom(s));
+  }
+  plan.estimated_step_ms = MsFrom(j.at("estimated_step_ms"));
+  plan.lower_bound_ms = MsFrom(j.at("lower_bound_ms"));
+  plan.status = ParseSolveStatus(j.at("status").get<std::string>(), source + ": status");
+  plan.time_limited_solves = j.at("time_limited_solves").get<int>();
+  plan.planning_ms = j.value("planning_ms", 0.0);
+  plan.overhead_ms = j.at("overhead_ms").get<double>();
+  plan.lengths = std::move(lengths);
+  for (const nlohmann::json& pj : j.at("pipelines")) {
+    PipelinePlan& p = plan.pipelines.emplace_back();
+    p.scheme = SchemeFrom(pj);
+    p.capacity_tokens = pj.at("capacity_tokens").get<std::int64_t>();
+    p.tokens = pj.at("tokens").get<std::int64_t>();
+    p.estimated_ms = MsFrom(pj.at("estimated_ms"));
+    p.closed_form_ms = MsFrom(pj.at("closed_form_ms"));
+    p.micro_batches = pj.at("micro_batches").get<MicroBatches>();
+    if (!pj.contains("cp_layouts")) continue;
+    for (const nlohmann::json& mb : pj.at("cp_layouts")) {
+      CpLayout& layout = p.cp_layouts.emplace_back();
+      for (const nlohmann::json& place : mb) {
+        if (place.is_array()) {
+          layout.Add(place.get<std::vector<int>>());
+        } else if (place.get<int>() == kSharded) {
+          layout.AddEvery(p.scheme.cp);
+        } else {
+          layout.AddWhole(place.get<int>());
+        }
+      }
+    }
+  }
+  for (const nlohmann::json& t : j.at("truncated")) {
+    plan.truncated.push_back({t.at("index").get<int>(), t.at("original").get<std::int64_t>(),
+                              t.at("kept").get<std::int64_t>()});
+  }
+  for (const nlohmann::json& c : j.at("candidates")) {
+    CandidateReport& r = plan.candidates.emplace_back();
+    r.index = c.at("index").get<int>();
+    r.name = c.at("name").get<std::string>();
+    r.status =
+        ParseCandidateStatus(c.at("status").get<std::string>(), source + ": candidates status");
+    r.estimated_step_ms =
+        c.at("estimated_step_ms").is_null() ? 0.0 : c.at("estimated_step_ms").get<double>();
+    r.lower_bound_ms = MsFrom(c.at("lower_bound_ms"));
+  }
+  return plan;
+}
+
+}  // namespace
 
 }  // namespace hydraulis

@@ -38,6 +38,8 @@ enum class CandidateStatus {
   kNotUsed,     // the algorithm does not consider it (static baselines)
 };
 std::string CandidateStatusName(CandidateStatus status);
+// The status named `name`; InvalidInput naming `what` and the value when unknown.
+CandidateStatus ParseCandidateStatus(std::string_view name, std::string_view what);
 
 // How a plan stands, as HiGHS' and OR-tools' results say it. The gap is the plan's
 // estimated_step_ms over the batch's lower bound, minus 1.
@@ -49,6 +51,8 @@ enum class SolveStatus {
 };
 // "optimal", "within-gap", "time-limit".
 std::string SolveStatusName(SolveStatus status);
+// The status named `name`; InvalidInput naming `what` and the value when unknown.
+SolveStatus ParseSolveStatus(std::string_view name, std::string_view what);
 
 struct CandidateReport {
   int index = 0;
