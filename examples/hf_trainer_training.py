@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A transformers.Trainer on hydraulis' balanced steps: `BalancedTrainer` in place of `Trainer`.
 
-    .venv/bin/python examples/hf_trainer_training.py [--steps 10]
+    .venv/bin/python examples/hf_trainer_training.py [--steps 10] [--profile-scale 1]
 
 Two gloo ranks on the CPU train a tiny LlamaForCausalLM (sdpa attention) with
 `hydraulis.hf.BalancedTrainer` under DDP: each step hydraulis draws a global batch of
@@ -10,7 +10,8 @@ micro-batches, as many on both ranks (steps whose plan gives the ranks unequal c
 are padded with empty micro-batches), and the cost model is calibrated from the measured
 steps (the shipped tiny-cpu profile is another model's, so the first refit is adopted within
 a few steps and plans the later ones: the ranks must still plan the same steps, which the
-script checks). One process then trains the same global batches with
+script checks; `--profile-scale 3` starts from the profile's times made 3x too slow, a model
+so far off that the first refit replaces it however noisy the machine). One process then trains the same global batches with
 plain PyTorch (AdamW, gradients clipped to a global norm below theirs), and the per-step losses and
 the final parameters must agree within 1e-5: the script prints the steps that split
 unevenly and the worst differences, and exits 1 when they differ.
@@ -18,6 +19,7 @@ unevenly and the worst differences, and exits 1 when they differ.
 import argparse
 import gc
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -58,7 +60,17 @@ class RecordingTrainer(BalancedTrainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
-def rank_main(rank, steps, tmp):
+def load_profile(scale):
+    """The shipped tiny-cpu profile, its time terms multiplied by `scale`."""
+    with open(PROFILE) as f:
+        profile = json.load(f)
+    for scheme in profile["schemes"]:
+        for term in ("a_ms_per_token2", "b_ms_per_token", "c_ms"):
+            scheme[term] *= scale
+    return hydraulis.load_profile(profile)
+
+
+def rank_main(rank, steps, scale, tmp):
     # One thread per rank: with OMP_NUM_THREADS unset, accelerate gives each process two.
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=open(f"{tmp}/port").read(),
@@ -70,7 +82,7 @@ def rank_main(rank, steps, tmp):
         save_strategy="no", report_to=[], use_cpu=True, seed=SEED, disable_tqdm=True,
         ddp_find_unused_parameters=False)
     trainer = RecordingTrainer(model=tiny_llama(), args=args, train_dataset=documents(),
-                               profile=hydraulis.load_profile(PROFILE),
+                               profile=load_profile(scale),
                                tokens_per_batch=TOKENS_PER_BATCH, max_len=MAX_LEN,
                                lookahead=1)
     trainer.train()
@@ -126,11 +138,12 @@ def free_port():
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--profile-scale", type=float, default=1.0)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         with open(f"{tmp}/port", "w") as f:
             f.write(free_port())
-        torch.multiprocessing.spawn(rank_main, args=(a.steps, tmp), nprocs=2, join=True)
+        torch.multiprocessing.spawn(rank_main, args=(a.steps, a.profile_scale, tmp), nprocs=2, join=True)
         ranks, other = (torch.load(f"{tmp}/rank{r}.pt") for r in (0, 1))
     losses, params, uneven = one_process(a.steps)
     if ranks["plans"] != other["plans"]:

@@ -377,13 +377,15 @@ grep -q "model.json: the checkpoint is of another model than this run's (hidden:
   "$TMP/wrong-model.err" || fail "stderr: $(tail -c 600 "$TMP/wrong-model.err")"
 
 check "calibration: ranks adopt fits from measured steps together, the log and summary say so, the fit saves as a profile plan reads"
+# 16 steps: a fit is adopted only when it predicts the newest 4 steps better than the one in
+# use, and on a loaded machine (ctest -j2) the first adoption came after step 10 at times.
 CAL=(--model "$MODEL" --profile "$PROFILE" --data "$TMP/corpus" --tokens-per-batch 3000 --max-len 700
      --seed 5 --timeout-s 20 --candidates "$CANDS2" --nproc 2)
-"$BIN" train "${CAL[@]}" --steps 12 --log-json "$TMP/cal.jsonl" --save-profile "$TMP/cal-profile.json" \
+"$BIN" train "${CAL[@]}" --steps 16 --log-json "$TMP/cal.jsonl" --save-profile "$TMP/cal-profile.json" \
   >"$TMP/cal.out" 2>"$TMP/cal.err" || fail "exit status $?: $(tail -c 600 "$TMP/cal.err")"
 # The ranks check every step's plan against each other (the trainer's plan hash): a fit
 # adopted by one rank only would have stopped the run.
-grep -q '"fit_adopted":true' "$TMP/cal.jsonl" || fail "no fit adopted in 12 steps"
+grep -q '"fit_adopted":true' "$TMP/cal.jsonl" || fail "no fit adopted in 16 steps"
 tail -1 "$TMP/cal.jsonl" | grep -q '"fit":[1-9]' || fail "the last step was not planned on a fit"
 head -1 "$TMP/cal.jsonl" | grep -q '"fit":0' || fail "the first step was not planned on the profile"
 grep -q "prediction: step time predicted within [0-9.]* % of measured over the last 5 step(s) (fit [1-9]" \
@@ -392,11 +394,11 @@ grep -q "prediction: step time predicted within [0-9.]* % of measured over the l
   --dataset "$SRC/data/wikipedia-sample-lengths.txt" --steps 2 --tokens-per-batch 8000 --max-len 700 >/dev/null \
   2>"$TMP/cal-plan.err" || fail "plan on the saved profile: $(cat "$TMP/cal-plan.err")"
 # The fit goes with the checkpoint: the resumed run plans on it from its first step.
-"$BIN" train "${CAL[@]}" --steps 10 --checkpoint-dir "$TMP/cal-ckpt" --log-json "$TMP/cal-first.jsonl" \
+"$BIN" train "${CAL[@]}" --steps 14 --checkpoint-dir "$TMP/cal-ckpt" --log-json "$TMP/cal-first.jsonl" \
   >/dev/null 2>"$TMP/cal-first.err" || fail "first half: $(tail -c 600 "$TMP/cal-first.err")"
-saved_fit=$(sed -E 's/.*"version": ?([0-9]+).*/\1/;t;d' "$TMP/cal-ckpt/step-00000010/calibration.json" | head -1)
-[[ ${saved_fit:-0} -ge 1 ]] || fail "no fit in the checkpoint: $(ls "$TMP/cal-ckpt/step-00000010")"
-"$BIN" train "${CAL[@]}" --steps 12 --checkpoint-dir "$TMP/cal-ckpt" --resume \
+saved_fit=$(sed -E 's/.*"version": ?([0-9]+).*/\1/;t;d' "$TMP/cal-ckpt/step-00000014/calibration.json" | head -1)
+[[ ${saved_fit:-0} -ge 1 ]] || fail "no fit in the checkpoint: $(ls "$TMP/cal-ckpt/step-00000014")"
+"$BIN" train "${CAL[@]}" --steps 16 --checkpoint-dir "$TMP/cal-ckpt" --resume \
   --log-json "$TMP/cal-resumed.jsonl" >/dev/null 2>"$TMP/cal-resumed.err" ||
   fail "resume: $(tail -c 600 "$TMP/cal-resumed.err")"
 head -1 "$TMP/cal-resumed.jsonl" | grep -q "\"fit\":$saved_fit," ||
