@@ -16,6 +16,7 @@ Command AddImportProfileCommand(CLI::App& app) {
     ModelShape shape;
     std::vector<int> cp;
     KvExchangeLinks links;
+    std::string recompute = "none";
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("--a800", args->input, "published profile (shared/reference/a800-profiles)")
@@ -39,11 +40,17 @@ Command AddImportProfileCommand(CLI::App& app) {
   cmd->add_option("--network-gbits-per-s-per-node", args->links.network_gbits_per_s_per_node,
                   "network bandwidth per node for the derived cp schemes, Gb/s")
       ->check(PositiveNumber());
+  cmd->add_option("--recompute-granularity", args->recompute,
+                  "the activation recomputation the published profile was measured under: "
+                  "none, selective or full (recorded in the profile; train must match it)")
+      ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "output file (stdout when absent)")
       ->check(NonEmptyPath());
   return [args] {
     RefuseOutputOverInput({"-o/--output", args->output}, {{"--a800", args->input}});
+    const Recompute recompute = ParseRecompute(args->recompute, "--recompute-granularity");
     Profile p = ImportA800Profile(args->input, args->shape);
+    p.recompute = recompute;
     AddDerivedContextParallelSchemes(p, args->cp, args->links);
     const std::string text = ProfileToJson(p);
     if (args->output.empty()) {

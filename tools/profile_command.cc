@@ -46,6 +46,7 @@ struct ProfileArgs {
   bool verbose = false;  // --nproc: every rank's lines, not one per failure
   std::string device;    // empty: cuda when a GPU is visible, else cpu (as train)
   std::string precision;
+  std::string recompute = "none";  // --recompute-granularity
 };
 
 // What the profile is measured under, set before the process starts because OpenBLAS and
@@ -165,8 +166,10 @@ int RunProfileCommand(const ProfileArgs& a) {
   }
   // Checked before ranks start; each rank then takes the GPU its LOCAL_RANK names.
   (void)ResolveComputeOptions(a.device, a.precision, 0, "--device", "--precision");
+  ProfileOptions checked = a.options;
+  checked.compute.recompute = ParseRecompute(a.recompute, "--recompute-granularity");
   const char* env_world = std::getenv("WORLD_SIZE");
-  CheckProfileOptions(a.options,
+  CheckProfileOptions(checked,
                       a.nproc > 0 ? a.nproc : (env_world != nullptr ? std::atoi(env_world) : 1));
   if (a.nproc > 0 && !IsLaunchedRank()) {
     // The ranks inherit it.
@@ -188,6 +191,7 @@ int RunProfileCommand(const ProfileArgs& a) {
   ProfileOptions options = a.options;
   options.compute = ResolveComputeOptions(
       a.device, a.precision, ParseLocalRank(std::getenv("LOCAL_RANK")), "--device", "--precision");
+  options.compute.recompute = checked.compute.recompute;
   const ProfileRun run =
       RunProfile(options, distributed ? &*distributed : nullptr,
                  [](const Scheme& scheme, std::size_t micro_batches, double seconds) {
@@ -252,6 +256,10 @@ Command AddProfileCommand(CLI::App& app) {
                   "cpu or cuda (one GPU per rank: LOCAL_RANK); default: cuda when a GPU is "
                   "visible, else cpu");
   cmd->add_option("--precision", a->precision, "fp32 or bf16; default: bf16 on cuda, fp32 on cpu");
+  cmd->add_option("--recompute-granularity", a->recompute,
+                  "activation recomputation the profile is for: none, selective or full (the "
+                  "stages are timed under it; train --recompute-granularity must match)")
+      ->capture_default_str();
   cmd->add_option("--master-port", a->master_port, "rendezvous port with --nproc (0: a free one)")
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--timeout-s", a->timeout_s,

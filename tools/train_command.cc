@@ -178,9 +178,9 @@ int Train(TrainArgs& a) {
   }
   if (chief && run.profile_derived()) {
     fmt::print(
-        "profile: derived from {} for this model's shape (no --profile; step times are "
-        "estimates until `hydraulis profile` fits one)\n",
-        kEngineProfile);
+        "profile: derived from {} for this model's shape and recompute {} (no --profile; step "
+        "times are estimates until `hydraulis profile` fits one)\n",
+        kEngineProfile, ToString(run.compute().recompute));
   }
   if (chief && !run.derived_cp_scheme().empty()) {
     fmt::print(
@@ -338,6 +338,11 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_option("--precision", a->run.precision,
                   "fp32 or bf16 (bf16 compute, fp32 master weights and optimizer state); "
                   "default: bf16 on cuda, fp32 on cpu");
+  cmd->add_option("--recompute-granularity", a->run.recompute,
+                  "activation recomputation: none (keep every activation), selective (the "
+                  "attention core and the MLP activation run again in the backward) or full "
+                  "(each layer keeps its input only); the profile must be for it")
+      ->capture_default_str();
   cmd->add_option("--comm-backend", a->run.comm_backend,
                   "gloo or nccl; default: nccl on cuda (one GPU per rank), gloo on cpu (gloo "
                   "also runs several ranks on one GPU, through host memory)");

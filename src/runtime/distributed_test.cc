@@ -577,7 +577,10 @@ void TrainerWorker(const std::string& scenario, Outcome& o) {
   Rendezvous rendezvous(options);
   const ModelConfig c = Tiny();
   const bool clip = flag == "clip";
-  DistributedTrainer trainer(c, 11, Adam(std::stod(parts.at(2)), clip), rendezvous, candidates);
+  ComputeOptions compute;
+  if (parts.size() > 4) compute.recompute = ParseRecompute(parts[4], "recompute");
+  DistributedTrainer trainer(c, 11, Adam(std::stod(parts.at(2)), clip), rendezvous, candidates,
+                             compute);
   for (int step = 0; step < kSteps; ++step) {
     if (clip) trainer.optimizer().set_lr(ScheduledLr(step));
     const Documents docs =
@@ -639,14 +642,16 @@ int WorldSize(const std::vector<Strategy>& candidates) {
 // same global batches (Adam eps 1e-4, parameters within 1e-5), and all ranks to hold the
 // same parameters. `flag`: TrainerWorker's. Returns the worst parameter error.
 double ExpectTrainerMatchesOneProcess(const std::string& candidates, const std::string& schedule,
-                                      const std::string& flag = "") {
+                                      const std::string& flag = "",
+                                      Recompute recompute = Recompute::kNone) {
   const double eps = 1e-4;
   const Outcome reference = Reference(eps, flag == "clip");
   const int world = WorldSize(ParseCandidates(candidates));
+  std::string scenario = candidates + "/" + schedule + "/" + EpsText(eps);
+  if (!flag.empty() || recompute != Recompute::kNone) scenario += "/" + flag;
+  if (recompute != Recompute::kNone) scenario += "/" + ToString(recompute);
   std::vector<RankRun> runs =
-      RunRanks(world, "--trainer-worker",
-               candidates + "/" + schedule + "/" + EpsText(eps) + (flag.empty() ? "" : "/" + flag),
-               std::chrono::seconds(90));
+      RunRanks(world, "--trainer-worker", scenario, std::chrono::seconds(90));
   double worst = 0.0;
   for (int rank = 0; rank < world; ++rank) {
     const RankRun& run = runs[static_cast<std::size_t>(rank)];
@@ -802,6 +807,25 @@ TEST(ContextParallelTrainerTest, SubsetsTimesTpTrainLikeOneProcess) {
 TEST(ContextParallelTrainerTest, SubsetsInAHeterogeneousStrategyTrainLikeOneProcess) {
   ExpectTrainerMatchesOneProcess("t1p1c3,t1p1|t2p1,t1p1,t1p1", "0,1,0", "subsets");
 }
+
+// Activation recomputation on every layout, against one process that keeps every
+// activation: the same parameters (1e-5) after three steps. Full recomputation runs each
+// layer's forward again in the backward, its tp all-reduces and cp exchanges included;
+// selective runs the attention core (cp exchange included) and the SwiGLU again.
+class RecomputationTest : public ::testing::TestWithParam<Recompute> {};
+
+TEST_P(RecomputationTest, EveryLayoutTrainsLikeOneProcess) {
+  const Recompute mode = GetParam();
+  ExpectTrainerMatchesOneProcess("t1p1", "0,0,0", "", mode);
+  ExpectTrainerMatchesOneProcess("t2p2", "0,0,0", "", mode);
+  ExpectTrainerMatchesOneProcess("t2p1c2", "0,0,0", "", mode);
+  ExpectTrainerMatchesOneProcess("t1p2c2", "0,0,0", "", mode);
+  ExpectTrainerMatchesOneProcess("t1p1c3,t1p1|t2p1,t1p1,t1p1", "0,1,0", "subsets", mode);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, RecomputationTest,
+                         ::testing::Values(Recompute::kSelective, Recompute::kFull),
+                         [](const auto& mode) { return ToString(mode.param); });
 
 // cp ranks that disagree on a layout would gather mismatched keys: the plan-hash check
 // stops the step first.

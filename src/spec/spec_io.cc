@@ -108,6 +108,12 @@ Profile ParseProfile(const std::string& json_text, const std::string& source) {
     u.RejectUnknown();
   }
 
+  const std::string recompute = root.StringOr("recompute", "none");
+  if (recompute != "none" && recompute != "selective" && recompute != "full") {
+    root.Fail("recompute", "expected none, selective or full, got '" + recompute + "'");
+  }
+  p.recompute = ParseRecompute(recompute, "recompute");
+
   const auto& schemes = root.Array("schemes");
   if (schemes.empty()) root.Fail("schemes", "must list at least one scheme");
   for (std::size_t i = 0; i < schemes.size(); ++i) {
@@ -246,6 +252,8 @@ std::string ProfileToJson(const Profile& p) {
     for (const auto& [tp, v] : p.utilization_tokens_by_tp) u[std::to_string(tp)] = v;
     j["utilization_tokens"] = u;
   }
+  // Absent means none, so profiles written before the field read as they were.
+  if (p.recompute != Recompute::kNone) j["recompute"] = ToString(p.recompute);
   j["schemes"] = nlohmann::ordered_json::array();
   for (const auto& s : p.schemes) {
     nlohmann::ordered_json e = {{"cp", s.scheme.cp},

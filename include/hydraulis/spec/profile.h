@@ -8,6 +8,7 @@
 
 #include "hydraulis/spec/cluster.h"
 #include "hydraulis/spec/model.h"
+#include "hydraulis/spec/recompute.h"
 #include "hydraulis/spec/scheme.h"
 
 namespace hydraulis {
@@ -49,6 +50,9 @@ struct Profile {
   ClusterSpec cluster;
   MemoryModel memory;
   std::vector<SchemeProfile> schemes;
+  // The activation recomputation the activation bytes and the times are for (measured or
+  // derived under it): a run trains with this mode, or plans on the wrong capacities.
+  Recompute recompute = Recompute::kNone;
   // Smallest packed micro-batch (tokens) that keeps a GPU busy, by tp; informational.
   std::map<int, int> utilization_tokens_by_tp;
 

@@ -34,9 +34,37 @@ double LinearWork(const ModelSpec& m, const Scheme& s) {
   return StageLayers(m, s.pp) * per_layer / s.tp + static_cast<double>(m.vocab) * m.hidden;
 }
 
+// A stage's time under `mode` from its time keeping every activation, with the backward
+// twice the forward (the calibration's ratio too): full recomputation runs the whole
+// forward again (4/3 of every term, and the cp exchange's forward half again: 3/2);
+// selective runs the attention core again (its quadratic term, and the cp exchange inside
+// it) and the SwiGLU's elementwise activation, whose time the linear term does not resolve.
+SchemeProfile Recomputed(SchemeProfile s, Recompute mode) {
+  constexpr double kForwardAgain = 4.0 / 3.0, kExchangeAgain = 3.0 / 2.0;
+  if (mode == Recompute::kFull) {
+    s.a_ms_per_token2 *= kForwardAgain;
+    s.b_ms_per_token *= kForwardAgain;
+    s.c_ms *= kForwardAgain;
+    s.kv_ms_per_token *= kExchangeAgain;
+  } else if (mode == Recompute::kSelective) {
+    s.a_ms_per_token2 *= kForwardAgain;
+    s.kv_ms_per_token *= kExchangeAgain;
+  }
+  return s;
+}
+
 }  // namespace
 
 Profile DeriveProfile(const Profile& fitted, const ModelConfig& model) {
+  return DeriveProfile(fitted, model, fitted.recompute);
+}
+
+Profile DeriveProfile(const Profile& fitted, const ModelConfig& model, Recompute mode) {
+  if (fitted.recompute != mode && fitted.recompute != Recompute::kNone) {
+    throw InvalidInput("derived profile: the fitted profile is for recompute " +
+                       ToString(fitted.recompute) + "; a profile for " + ToString(mode) +
+                       " is derived only from one that keeps every activation (none)");
+  }
   if (fitted.schemes.empty())
     throw InvalidInput("derived profile: the fitted profile has no scheme");
   const ModelSpec& from = fitted.model;
@@ -53,12 +81,14 @@ Profile DeriveProfile(const Profile& fitted, const ModelConfig& model) {
     d.a_ms_per_token2 *= AttentionWork(to, f.scheme) / AttentionWork(from, f.scheme);
     d.b_ms_per_token *= LinearWork(to, f.scheme) / LinearWork(from, f.scheme);
     d.c_ms *= StageLayers(to, f.scheme.pp) / StageLayers(from, f.scheme.pp);
-    out.schemes.push_back(d);
+    out.schemes.push_back(fitted.recompute == mode ? d : Recomputed(d, mode));
     tps.insert(f.scheme.tp);
   }
-  out.memory = EngineMemoryModel(model, std::vector<int>(tps.begin(), tps.end()));
+  const std::vector<int> tp_list(tps.begin(), tps.end());
+  out.memory = EngineMemoryModel(model, tp_list, fitted.recompute);
   // The same capacity in tokens as the fitted profile's first scheme: the budget is the
-  // derived model's state plus that many tokens of its activations.
+  // derived model's state plus that many tokens of its activations (under the fitted
+  // profile's recomputation: recomputing then frees memory in the same budget).
   const Scheme& first = fitted.schemes.front().scheme;
   const OptimizerLayout layout{std::max(1, fitted.cluster.gpus_per_node), 1, 1};
   const double tokens = std::max(0.0, RawCapacityTokens(fitted, first, layout));
@@ -69,6 +99,8 @@ Profile DeriveProfile(const Profile& fitted, const ModelConfig& model) {
   out.cluster.gpu_memory_bytes =
       static_cast<std::int64_t>(std::ceil(state + tokens / first.cp * per_token +
                                           out.memory.context_bytes + out.memory.reserved_bytes));
+  out.memory = EngineMemoryModel(model, tp_list, mode);
+  out.recompute = mode;
   return out;
 }
 

@@ -208,7 +208,8 @@ std::vector<TimeSample> ProfileShardedStage(
   });
 }
 
-double ActivationBytesPerTokenHiddenLayer(const ModelConfig& config, int tp) {
+double ActivationBytesPerTokenHiddenLayer(const ModelConfig& config, int tp, Recompute mode,
+                                          bool flash_attention) {
   ValidateTensorParallel(config, tp);
   const ModelSpec& s = config.shape;
   const double hidden = s.hidden;
@@ -221,11 +222,30 @@ double ActivationBytesPerTokenHiddenLayer(const ModelConfig& config, int tp) {
   // This rank's shard: q and k after rotary (the rotation keeps neither its input nor a
   // rotated copy), v, the attention output, and the SwiGLU gate, silu(gate), up and their
   // product.
-  const double sharded = (2 * hidden + 2 * kv_width + 4.0 * s.ffn) / tp;
-  return kFp32Bytes * (replicated + sharded) / (hidden / tp);
+  double attention = 2 * hidden + 2 * kv_width;
+  // Off the flash path the attention core keeps, besides, each document's output before
+  // they are concatenated and one log-sum-exp per head (attention.h, SdpaVarlenCausalAttention).
+  const double core = flash_attention ? 0.0 : hidden + s.heads;
+  attention += core;
+  const double swiglu = 4.0 * s.ffn;
+  const double kept = replicated + (attention + swiglu) / tp;  // per token, one layer
+  double per_layer = kept;
+  if (mode == Recompute::kSelective) {
+    // The SwiGLU's silu(gate) goes, and what the attention core keeps beyond its inputs and
+    // output (nothing on the flash path); one layer's comes back while it runs backward.
+    const double again = s.ffn / static_cast<double>(tp) + core / tp;
+    per_layer = kept - again + again / s.layers;
+  } else if (mode == Recompute::kFull) {
+    // Each layer keeps its input (replicated over tp); one layer's whole set comes back
+    // while that layer runs backward. Counted per layer so that layers times this is the
+    // total, as the capacity formula reads it.
+    per_layer = hidden + kept / s.layers;
+  }
+  return kFp32Bytes * per_layer / (hidden / tp);
 }
 
-MemoryModel EngineMemoryModel(const ModelConfig& config, std::span<const int> tps) {
+MemoryModel EngineMemoryModel(const ModelConfig& config, std::span<const int> tps, Recompute mode,
+                              bool flash_attention) {
   const ModelSpec& s = config.shape;
   const double hidden = s.hidden;
   const double kv_width = static_cast<double>(s.kv_heads) * config.head_dim();
@@ -234,7 +254,8 @@ MemoryModel EngineMemoryModel(const ModelConfig& config, std::span<const int> tp
       2 * hidden * hidden + 2 * kv_width * hidden + 3.0 * s.ffn * hidden + 2 * hidden;
   MemoryModel m;
   for (const int tp : tps) {
-    m.activation_bytes_by_tp[tp] = ActivationBytesPerTokenHiddenLayer(config, tp);
+    m.activation_bytes_by_tp[tp] =
+        ActivationBytesPerTokenHiddenLayer(config, tp, mode, flash_attention);
   }
   m.state_bytes_per_h2_layer =
       (kComputeStateBytes + kOptimizerStateBytes) * params_per_layer / (hidden * hidden);

@@ -162,12 +162,20 @@ struct TrainingInputs {
     if (o.profile.empty()) {
       // The engine's bundled profile when it is this model's, else one derived from it.
       profile = LoadProfile(o.engine_profile);
-      if (!ProfiledFor(profile, model)) {
-        profile = DeriveProfile(profile, model);
+      if (!ProfiledFor(profile, model) || profile.recompute != compute.recompute) {
+        profile = DeriveProfile(profile, model, compute.recompute);
         profile_derived = true;
       }
     } else {
       profile = LoadProfile(o.profile);
+      if (profile.recompute != compute.recompute) {
+        throw InvalidInput(
+            o.profile + ": recompute: the profile is for " + ToString(profile.recompute) +
+            ", the run asks " + "--recompute-granularity " + ToString(compute.recompute) +
+            ": its capacities and times are another run's (fit one with "
+            "`hydraulis profile --recompute-granularity " +
+            ToString(compute.recompute) + "`, or leave --profile out to derive one)");
+      }
       if (!ProfiledFor(profile, model)) {
         throw InvalidInput(o.profile + ": model: profiled for " +
                            std::to_string(profile.model.layers) + " layers of hidden " +
@@ -241,7 +249,10 @@ void CheckTrainingRun(const TrainingRunOptions& options, int world_size) {
 }
 
 ComputeOptions ResolveCompute(const TrainingRunOptions& o, int local_rank) {
-  return ResolveComputeOptions(o.device, o.precision, local_rank, "--device", "--precision");
+  ComputeOptions compute =
+      ResolveComputeOptions(o.device, o.precision, local_rank, "--device", "--precision");
+  compute.recompute = ParseRecompute(o.recompute, "--recompute-granularity");
+  return compute;
 }
 
 CommBackend ResolveCommBackend(const TrainingRunOptions& o, const ComputeOptions& compute) {

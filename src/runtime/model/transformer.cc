@@ -4,11 +4,13 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/attention.h"
+#include "hydraulis/runtime/model/recomputed.h"
 #include "hydraulis/runtime/model/rms_norm.h"
 
 namespace hydraulis {
@@ -323,10 +325,13 @@ at::Tensor Transformer::ForwardStage(const PackedBatch& batch, const at::Tensor&
               UsesFlashAttention(TorchDevice(compute_), ComputeDtype(compute_), config_.head_dim())
           ? CuSeqlensOnDevice(batch.cu_seqlens, TorchDevice(compute_))
           : at::Tensor();
+  // By value: under recomputation the attention runs again in the backward, after this
+  // call has returned.
   return RunStage(
       batch.tokens, positions, batch.num_tokens(),
-      [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-        return PackedCausalAttention(q, k, v, batch.cu_seqlens, cu_seqlens);
+      [offsets = batch.cu_seqlens, cu_seqlens](const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v) {
+        return PackedCausalAttention(q, k, v, offsets, cu_seqlens);
       },
       hidden);
 }
@@ -342,10 +347,12 @@ at::Tensor Transformer::ForwardStageContextParallel(const LocalTokens& tokens,
                        std::to_string(storage) +
                        "] (the storage rows of the attention rows' layout)");
   }
+  // By value, as in ForwardStage (the group outlives the backward, as the model does).
   return RunStage(
       tokens.tokens, tokens.positions, storage,
-      [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-        return ContextParallelAttention(q, k, v, rows, cp_group);
+      [held = std::make_shared<const ContextParallelRows>(rows), group = &cp_group](
+          const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return ContextParallelAttention(q, k, v, *held, *group);
       },
       hidden);
 }
@@ -378,22 +385,54 @@ at::Tensor Transformer::RunStage(const at::Tensor& token_ids, const at::Tensor& 
   const RotaryTable rotary =
       layers_.empty() ? RotaryTable{}
                       : MakeRotaryTable(positions, dim, config_.rope_theta, ComputeDtype(compute_));
-  auto f = [&](const at::Tensor& t) {
-    return group == nullptr ? t : CopyToTensorParallel::apply(t, group);
+  const Recompute mode = compute_.recompute;
+  const double eps = config_.norm_eps;
+  // One layer from its input. Everything is captured by value: under full recomputation
+  // the layer runs again in the backward, after this call has returned.
+  auto layer = [=](const Layer& l, const at::Tensor& input) {
+    auto f = [group](const at::Tensor& t) {
+      return group == nullptr ? t : CopyToTensorParallel::apply(t, group);
+    };
+    at::Tensor h = f(RmsNorm(input, l.attn_norm, eps));
+    at::Tensor q = ApplyRotary(Linear(h, l.wq).view({tokens, heads, dim}), rotary);
+    at::Tensor k = ApplyRotary(Linear(h, l.wk).view({tokens, kv_heads, dim}), rotary);
+    at::Tensor v = Linear(h, l.wv).view({tokens, kv_heads, dim});
+    at::Tensor attn;
+    if (mode == Recompute::kSelective) {
+      attn = Recomputed(
+          [attend](const std::vector<at::Tensor>& in) {
+            return std::vector<at::Tensor>{attend(in[0], in[1], in[2])};
+          },
+          {q, k, v})[0];
+    } else {
+      attn = attend(q, k, v);
+    }
+    const at::Tensor mid = Residual(input, attn.reshape({tokens, heads * dim}), l.wo, group);
+    h = f(RmsNorm(mid, l.mlp_norm, eps));
+    const at::Tensor gate = Linear(h, l.w_gate), up = Linear(h, l.w_up);
+    at::Tensor act;
+    if (mode == Recompute::kSelective) {
+      act = Recomputed(
+          [](const std::vector<at::Tensor>& in) {
+            return std::vector<at::Tensor>{at::silu(in[0]) * in[1]};
+          },
+          {gate, up})[0];
+    } else {
+      act = at::silu(gate) * up;
+    }
+    return Residual(mid, act, l.w_down, group);
   };
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
     fetch(layer_ends_[i]);
-    at::Tensor h = f(RmsNorm(x, l.attn_norm, config_.norm_eps));
-    at::Tensor q = Linear(h, l.wq).view({tokens, heads, dim});
-    at::Tensor k = Linear(h, l.wk).view({tokens, kv_heads, dim});
-    at::Tensor v = Linear(h, l.wv).view({tokens, kv_heads, dim});
-    q = ApplyRotary(q, rotary);
-    k = ApplyRotary(k, rotary);
-    at::Tensor attn = attend(q, k, v);
-    x = Residual(x, attn.reshape({tokens, heads * dim}), l.wo, group);
-    h = f(RmsNorm(x, l.mlp_norm, config_.norm_eps));
-    x = Residual(x, at::silu(Linear(h, l.w_gate)) * Linear(h, l.w_up), l.w_down, group);
+    if (mode == Recompute::kFull) {
+      x = Recomputed(
+          [layer, l = layers_[i]](const std::vector<at::Tensor>& in) {
+            return std::vector<at::Tensor>{layer(l, in[0])};
+          },
+          {x})[0];
+    } else {
+      x = layer(layers_[i], x);
+    }
   }
   if (!part_.has_head) return x;
   fetch(parameters_.size());

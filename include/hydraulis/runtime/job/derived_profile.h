@@ -18,6 +18,14 @@ namespace hydraulis {
 // The planner then weighs attention against the rest in the right proportion; absolute
 // times are estimates, and a run on a derived profile says so. InvalidInput when `model`
 // does not split over a fitted scheme's tp or pp.
+// The profile keeps `fitted`'s recomputation.
 Profile DeriveProfile(const Profile& fitted, const ModelConfig& model);
+
+// The same for a run under `mode` from a profile fitted keeping every activation (or
+// already under `mode`): the budget as above under `fitted`'s mode, then the memory model of
+// `mode` (so capacities grow as recomputation frees activations) and each scheme's times with
+// the forward work run again (docs/design.md, "Activation recomputation"). InvalidInput when
+// `fitted` is under another recomputation than none or `mode`.
+Profile DeriveProfile(const Profile& fitted, const ModelConfig& model, Recompute mode);
 
 }  // namespace hydraulis

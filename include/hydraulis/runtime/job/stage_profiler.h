@@ -94,14 +94,23 @@ std::vector<TimeSample> ProfileShardedStage(
 // rotary cos/sin tables), with attention counted as a GPU build's variable-length flash
 // attention keeps it (q, k, v, output: linear in tokens). The CPU's dense per-document
 // attention also keeps heads x s^2 scores, which is left out: the profile describes the
-// engine the planner plans for. InvalidInput when tp does not split the model.
-double ActivationBytesPerTokenHiddenLayer(const ModelConfig& config, int tp);
+// engine the planner plans for; with `flash_attention` false, the attention core of the
+// other path (the CPU's) keeps each document's output and log-sum-exp besides. Under
+// recomputation (`mode`) what the layers keep shrinks and one layer's share comes back
+// during its backward: selective drops the SwiGLU's silu and what the attention core keeps
+// beyond its inputs and output, full keeps each layer's input only (docs/design.md,
+// "Activation recomputation"). InvalidInput when tp does not split the model.
+double ActivationBytesPerTokenHiddenLayer(const ModelConfig& config, int tp,
+                                          Recompute mode = Recompute::kNone,
+                                          bool flash_attention = true);
 
 // The profile's memory model for this engine at the given tp degrees: A_tp as above; model
 // states of fp32 weights and gradients in the compute layout (8 bytes per parameter) and
 // fp32 master weights and AdamW moments in the optimizer layout (12 bytes per parameter), so
 // the optimizer share is 12 / 20; no CUDA context and no reserve (the budget is the
-// --memory-bytes the caller models, nothing else lives in it).
-MemoryModel EngineMemoryModel(const ModelConfig& config, std::span<const int> tps);
+// --memory-bytes the caller models, nothing else lives in it). `mode`: the recomputation
+// the activation bytes are for.
+MemoryModel EngineMemoryModel(const ModelConfig& config, std::span<const int> tps,
+                              Recompute mode = Recompute::kNone, bool flash_attention = true);
 
 }  // namespace hydraulis

@@ -48,12 +48,15 @@ struct TrainingRunOptions {
   // <1, tp, 1> fit (AddDerivedContextParallelSchemes); cp > 1 with pp > 1 needs the scheme
   // in the profile.
   int cp = 1;
-  int tp = 1;                            // >= 1, without candidates
-  int pp = 1;                            // >= 1, without candidates
-  std::string plan_algorithm = "ours";   // ours or static-fixed
-  std::string device;                    // cpu or cuda; empty: cuda when a GPU is visible
-  std::string precision;                 // fp32 or bf16; empty: bf16 on cuda, fp32 on cpu
-  std::string comm_backend;              // gloo or nccl; empty: nccl on cuda, gloo on cpu
+  int tp = 1;                           // >= 1, without candidates
+  int pp = 1;                           // >= 1, without candidates
+  std::string plan_algorithm = "ours";  // ours or static-fixed
+  std::string device;                   // cpu or cuda; empty: cuda when a GPU is visible
+  std::string precision;                // fp32 or bf16; empty: bf16 on cuda, fp32 on cpu
+  std::string comm_backend;             // gloo or nccl; empty: nccl on cuda, gloo on cpu
+  // Activation recomputation: none, selective or full (--recompute-granularity). The
+  // profile must be for the same mode; without --profile one is derived for it.
+  std::string recompute = "none";
   std::int64_t tokens_per_batch = 8192;  // tokens per global batch, >= 1
   std::int64_t max_len = 1024;           // context length: tokens per document, >= 2
   // What a document longer than max_len becomes: split, truncate or reject
@@ -88,7 +91,7 @@ void CheckTrainingStateFits(const ModelConfig& model, int world_size,
                             const ComputeOptions& compute);
 
 // --device and --precision with their defaults (local_rank: this rank's GPU), checked
-// against this machine.
+// against this machine, and --recompute-granularity.
 ComputeOptions ResolveCompute(const TrainingRunOptions& options, int local_rank);
 
 // --comm-backend with its default (NCCL on cuda, Gloo on cpu), checked against the device.

@@ -1,8 +1,8 @@
-// Where a rank computes and in which precision. fp32 everywhere is the reference the
-// equivalence tests hold; bf16 is the mixed precision Megatron users expect: bf16 weights
-// and activations for compute, fp32 master weights and AdamW moments in the optimizer's
-// shards, gradients accumulated over micro-batches and reduced in fp32, loss in fp32
-// (docs/runtime.md, "Device and precision").
+// Where a rank computes, in which precision, and what its forward keeps for the backward. fp32
+// everywhere is the reference the equivalence tests hold; bf16 is the mixed precision Megatron
+// users expect: bf16 weights and activations for compute, fp32 master weights and AdamW moments in
+// the optimizer's shards, gradients accumulated over micro-batches and reduced in fp32, loss in
+// fp32 (docs/runtime.md, "Device and precision").
 #pragma once
 
 #include <ATen/ATen.h>
@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "hydraulis/spec/recompute.h"
 
 namespace hydraulis {
 
@@ -22,6 +24,8 @@ struct ComputeOptions {
   // The CUDA device of this rank (torchrun's LOCAL_RANK); ignored on the CPU. >= 0.
   int device_index = 0;
   Precision precision = Precision::kFp32;
+  // What a stage's forward keeps for its backward and what it runs again instead.
+  Recompute recompute = Recompute::kNone;
 };
 
 // "cpu" / "cuda", "fp32" / "bf16"; the parsers throw InvalidInput naming `what` (the flag
