@@ -469,6 +469,8 @@ def add_train_cases(b, src, profile):
     for extra in (["--lr", "nan"], ["--steps", "0"], ["--tp", "0"], ["--keep-checkpoints", "-1"],
                   ["--checkpoint-every", "-1"], ["--resume"], ["--device", "tpu"],
                   ["--precision", "fp8"], ["--timeout-s", "inf"], ["--max-len", ""],
+                  ["--recompute-granularity", "partial"],
+                  ["--recompute-granularity", "full"],
                   ["--data", os.path.join(b.tmp, "no-such-corpus")],
                   ["--plan-algorithm", "kk"], ["--comm-backend", "nc\ncl"],
                   ["--comm-backend", "x" * 2000]):

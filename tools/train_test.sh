@@ -559,6 +559,25 @@ RC=$?
 [[ $RC -eq 2 ]] || fail "mismatch: exit status $RC, expected 2"
 grep -q "hydraulis profile --model" "$TMP/mismatch.out" || fail "mismatch: no way forward: $(cat "$TMP/mismatch.out")"
 
+check "recomputation trains like keeping every activation, on a profile derived for it; a profile of another mode is refused"
+# COMMON without --profile: the run derives one for the mode from the bundled profile.
+NO_PROFILE=(--model "$MODEL" --data "$TMP/corpus" --tokens-per-batch 3000 --max-len 700 --seed 5
+            --timeout-s 20 --calibrate off)
+for mode in selective full; do
+  "$BIN" train "${NO_PROFILE[@]}" --nproc 2 --tp 2 --steps 3 --recompute-granularity $mode \
+    --log-json "$TMP/recompute-$mode.jsonl" >"$TMP/recompute-$mode.out" 2>&1 ||
+    fail "$mode: exit status $?: $(tail -c 600 "$TMP/recompute-$mode.out")"
+  grep -q "profile: derived from .* recompute $mode" "$TMP/recompute-$mode.out" ||
+    fail "$mode: no start-up line: $(head -c 300 "$TMP/recompute-$mode.out")"
+  same_losses one "recompute-$mode"
+done
+"$BIN" train "${NO_PROFILE[@]}" --nproc 1 --steps 1 --profile "$PROFILE" --recompute-granularity full \
+  >"$TMP/recompute-mismatch.out" 2>&1
+RC=$?
+[[ $RC -eq 2 ]] || fail "mismatch: exit status $RC, expected 2"
+grep -q "recompute: the profile is for none, the run asks --recompute-granularity full" \
+  "$TMP/recompute-mismatch.out" || fail "mismatch: $(cat "$TMP/recompute-mismatch.out")"
+
 if [[ $FAILED -gt 0 ]]; then
   echo "$FAILED check(s) failed" >&2
   exit 1

@@ -157,6 +157,28 @@ TEST(SpecIoTest, DuplicateKeysAndDeepNestingAreErrors) {
   EXPECT_THROW(ParseProfile(std::string(100'000, '['), "p.json"), InvalidInput);
 }
 
+// The recomputation a profile is for: absent reads as none (and is written only when not
+// none, so older profiles read and write back unchanged); a value out of the three is an
+// error naming the file and the field.
+TEST(SpecIoTest, RecomputeRoundTripsAndNamesBadValues) {
+  EXPECT_EQ(Profile32b().recompute, Recompute::kNone);
+  for (const Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
+    Profile p = Profile32b();
+    p.recompute = mode;
+    const std::string text = ProfileToJson(p);
+    EXPECT_NE(text.find("\"recompute\": \"" + ToString(mode) + "\""), std::string::npos);
+    EXPECT_EQ(ParseProfile(text, "p.json").recompute, mode);
+  }
+  Json doc = Json::parse(ReadFileText(ProfilePath("32b")));
+  doc["recompute"] = "partial";
+  EXPECT_EQ(InvalidInputMessage([&] { ParseProfile(doc.dump(), "p.json"); }),
+            "p.json: recompute: expected none, selective or full, got 'partial'");
+  doc["recompute"] = 1;
+  EXPECT_NE(InvalidInputMessage([&] { ParseProfile(doc.dump(), "p.json"); }).find("recompute"),
+            std::string::npos);
+  EXPECT_THROW(ParseRecompute("Full", "--recompute-granularity"), InvalidInput);
+}
+
 // Found by fuzz/profile: a key holding a newline was echoed raw, breaking the one-line
 // message. Keys with control bytes, and long keys, are quoted, escaped and cut.
 TEST(SpecIoTest, KeysAreEchoedAsOneBoundedLine) {

@@ -57,6 +57,37 @@ TEST(DerivedProfileTest, TermsScaleWithTheWorkAndCapacityIsKept) {
   EXPECT_GT(plan.estimated_step_ms, 0);
 }
 
+// A run under recomputation without a profile fitted for it: the times carry the forward
+// run again (full: every term 4/3; selective: the attention's quadratic term), the memory
+// model is the mode's, and capacities grow from the fitted one by what recomputation frees.
+// A profile fitted under one mode is not turned into another.
+TEST(DerivedProfileTest, RecomputationChargesTheForwardAgainAndFreesMemory) {
+  const Profile fitted = LoadProfile(kRoot + "/configs/profiles/tiny-cpu.json");
+  const ModelConfig tiny = LoadModelConfig(kRoot + "/configs/models/tiny.json");
+  const Profile none = DeriveProfile(fitted, tiny, Recompute::kNone);
+  const Profile selective = DeriveProfile(fitted, tiny, Recompute::kSelective);
+  const Profile full = DeriveProfile(fitted, tiny, Recompute::kFull);
+  EXPECT_EQ(full.recompute, Recompute::kFull);
+  const Scheme one{};
+  const SchemeProfile& f = *none.Find(one);
+  EXPECT_DOUBLE_EQ(full.Find(one)->a_ms_per_token2, f.a_ms_per_token2 * 4 / 3);
+  EXPECT_DOUBLE_EQ(full.Find(one)->b_ms_per_token, f.b_ms_per_token * 4 / 3);
+  EXPECT_DOUBLE_EQ(full.Find(one)->c_ms, f.c_ms * 4 / 3);
+  EXPECT_DOUBLE_EQ(selective.Find(one)->a_ms_per_token2, f.a_ms_per_token2 * 4 / 3);
+  EXPECT_DOUBLE_EQ(selective.Find(one)->b_ms_per_token, f.b_ms_per_token);
+  const OptimizerLayout layout{fitted.cluster.gpus_per_node, 1, 1};
+  const double kept = RawCapacityTokens(none, one, layout);
+  const double a = none.memory.activation_bytes_by_tp.at(1);
+  EXPECT_NEAR(RawCapacityTokens(selective, one, layout),
+              kept * a / selective.memory.activation_bytes_by_tp.at(1), 1.0);
+  EXPECT_NEAR(RawCapacityTokens(full, one, layout),
+              kept * a / full.memory.activation_bytes_by_tp.at(1), 1.0);
+  EXPECT_GT(RawCapacityTokens(full, one, layout), RawCapacityTokens(selective, one, layout));
+  EXPECT_GT(RawCapacityTokens(selective, one, layout), kept);
+  EXPECT_THROW(DeriveProfile(selective, tiny, Recompute::kFull), InvalidInput);
+  EXPECT_EQ(DeriveProfile(selective, tiny, Recompute::kSelective).recompute, Recompute::kSelective);
+}
+
 // The small model's fitted profile against the one derived for it from the tiny model's:
 // the derivation cannot know that larger matrices run faster per FLOP, so it is too slow,
 // but by a factor the schemes roughly share (docs/runtime.md records the ratios printed).

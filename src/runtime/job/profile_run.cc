@@ -15,7 +15,6 @@
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/runtime/job/profile_ranks.h"
 #include "hydraulis/runtime/job/stage_profiler.h"
-#include "hydraulis/runtime/model/attention.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/spec/model_config.h"
 #include "hydraulis/spec/spec_io.h"
@@ -69,13 +68,6 @@ void RequireGrowingFit(const Scheme& scheme, const TimeModel& fit, const Profile
 
 namespace {
 
-// Whether the ranks' attention takes the flash path, whose core keeps less (the memory
-// model counts the path the profile is measured on).
-bool FlashAttentionFor(const ModelConfig& model, const ProfileOptions& options) {
-  return UsesFlashAttention(TorchDevice(options.compute), ComputeDtype(options.compute),
-                            model.head_dim());
-}
-
 // The profile of `fits` (one per scheme) on `world_size` ranks. InvalidInput when a fit does
 // not grow with tokens (RequireGrowingFit).
 Profile ProfileOf(const ModelConfig& model, const ProfileOptions& options, int world_size,
@@ -84,8 +76,8 @@ Profile ProfileOf(const ModelConfig& model, const ProfileOptions& options, int w
   profile.model = model.shape;
   profile.cluster.gpus_per_node = world_size;
   profile.cluster.gpu_memory_bytes = options.memory_bytes;
-  profile.memory = EngineMemoryModel(model, TensorParallelDegrees(options.schemes),
-                                     options.compute.recompute, FlashAttentionFor(model, options));
+  profile.memory =
+      EngineMemoryModel(model, TensorParallelDegrees(options.schemes), options.compute.recompute);
   profile.recompute = options.compute.recompute;
   for (std::size_t i = 0; i < options.schemes.size(); ++i) {
     const Scheme& scheme = options.schemes[i];
@@ -144,8 +136,8 @@ void CheckProfileOptions(const ProfileOptions& options, int ranks) {
   probe.model = model.shape;
   probe.cluster.gpus_per_node = std::max(1, ranks);
   probe.cluster.gpu_memory_bytes = options.memory_bytes;
-  probe.memory = EngineMemoryModel(model, TensorParallelDegrees(options.schemes),
-                                   options.compute.recompute, FlashAttentionFor(model, options));
+  probe.memory =
+      EngineMemoryModel(model, TensorParallelDegrees(options.schemes), options.compute.recompute);
   for (const Scheme& s : options.schemes) {
     if (CapacityTokens(probe, s, OptimizerLayout{std::max(1, ranks), 1, 1}) <= 0) {
       throw InvalidInput("--memory-bytes " + std::to_string(options.memory_bytes) + ": scheme " +

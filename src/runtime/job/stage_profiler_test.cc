@@ -176,6 +176,32 @@ TEST(StageProfilerTest, AnalyticActivationBytes) {
   EXPECT_DOUBLE_EQ(m.optimizer_share, 0.6);
 }
 
+// Under recomputation: selective drops the SwiGLU's silu (172 / tp per token and layer) and
+// one layer's comes back while it runs backward; full keeps each layer's 64-wide input and
+// one layer's whole set. Off the flash path the attention core keeps 64 + 4 more (its
+// per-document outputs and log-sum-exps), which selective drops too.
+TEST(StageProfilerTest, AnalyticActivationBytesUnderRecomputation) {
+  const ModelConfig c = Tiny();  // 2 layers
+  const double kept = 322 + 880, layers = 2;
+  EXPECT_DOUBLE_EQ(ActivationBytesPerTokenHiddenLayer(c, 1, Recompute::kSelective),
+                   4.0 * (kept - 172 + 172 / layers) / 64);
+  EXPECT_DOUBLE_EQ(ActivationBytesPerTokenHiddenLayer(c, 1, Recompute::kFull),
+                   4.0 * (64 + kept / layers) / 64);
+  EXPECT_DOUBLE_EQ(ActivationBytesPerTokenHiddenLayer(c, 2, Recompute::kFull),
+                   4.0 * (64 + (322 + 440) / layers) / 32);
+  const double cpu = kept + 68;
+  EXPECT_DOUBLE_EQ(ActivationBytesPerTokenHiddenLayer(c, 1, Recompute::kNone, false),
+                   4.0 * cpu / 64);
+  EXPECT_DOUBLE_EQ(ActivationBytesPerTokenHiddenLayer(c, 1, Recompute::kSelective, false),
+                   4.0 * (cpu - 240 + 240 / layers) / 64);
+  for (const bool flash : {true, false}) {
+    EXPECT_LT(ActivationBytesPerTokenHiddenLayer(c, 1, Recompute::kFull, flash),
+              ActivationBytesPerTokenHiddenLayer(c, 1, Recompute::kSelective, flash));
+    EXPECT_LT(ActivationBytesPerTokenHiddenLayer(c, 1, Recompute::kSelective, flash),
+              ActivationBytesPerTokenHiddenLayer(c, 1, Recompute::kNone, flash));
+  }
+}
+
 // The analytic count against what autograd really keeps: the bytes still allocated after a
 // forward pass (the graph alive) grow per token by at least the analytic layers' share and
 // by no more than that plus the CPU attention's extras. Short documents keep the CPU's
