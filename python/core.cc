@@ -25,6 +25,7 @@
 #include "hydraulis/assign/step_calibration.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/capacity.h"
+#include "hydraulis/cost/recomputed_profile.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/document_length.h"
 #include "hydraulis/data/length_source.h"
@@ -269,6 +270,15 @@ NB_MODULE(_core, m) {
   nb::class_<Profile>(m, "Profile")
       .def_prop_ro("model_name", [](const Profile& p) { return p.model.name; })
       .def("to_json", [](const Profile& p) { return ProfileToJson(p); })
+      // The activation recomputation the profile is for: "none", "selective" or "full".
+      .def_prop_ro("recompute", [](const Profile& p) { return ToString(p.recompute); })
+      // The profile for a run under `mode` (cost/recomputed_profile.h).
+      .def(
+          "recomputed",
+          [](const Profile& p, const std::string& mode) {
+            return RecomputedProfile(p, ParseRecompute(mode, "mode"));
+          },
+          nb::arg("mode"))
       // The planner's micro-batch capacity of <cp, tp, pp> in tokens (cost/capacity.h), with
       // the optimizer states laid out as (dp, tp, pp).
       .def(

@@ -14,6 +14,7 @@
 #include "length_flags.h"
 #include "number_flags.h"
 #include "output_paths.h"
+#include "recompute_flag.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -32,6 +33,7 @@ struct PlanArgs {
   double prune_tolerance = 0.0;
   std::string cp_layouts = "subsets";
   LengthFlags source;
+  RecomputeFlag recompute;
 };
 
 void WarnTruncation(const Plan& plan, int step) {
@@ -54,7 +56,7 @@ int RunPlan(const PlanArgs& a) {
                                                     {"--candidates", a.candidates},
                                                     {"--lengths", a.lengths},
                                                     {"--dataset", a.dataset}});
-  Profile profile = LoadProfile(a.profile);
+  Profile profile = a.recompute.Apply(LoadProfile(a.profile), a.profile);
   CandidateSet candidates = LoadCandidates(a.candidates, profile);
   PlannerOptions options;
   options.algorithm = ParseAlgorithm(a.algorithm, "--algorithm");
@@ -100,6 +102,7 @@ Command AddPlanCommand(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   cmd->add_option("--profile", a->profile, "profile JSON (docs/spec-format.md)")->required();
   cmd->add_option("--candidates", a->candidates, "candidate strategies JSON")->required();
+  a->recompute.AddTo(cmd);
   cmd->add_option(
       "--lengths", a->lengths,
       "one batch's document lengths: one integer per line or a JSON array; - for stdin");

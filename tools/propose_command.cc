@@ -23,6 +23,7 @@
 #include "output_paths.h"
 #include "parsed_option.h"
 #include "progress_bar.h"
+#include "recompute_flag.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -49,6 +50,7 @@ struct ProposeArgs {
   CpSchemes cp_schemes = CpSchemes::kWhenNeeded;
   bool quiet = false;
   LengthFlags source;
+  RecomputeFlag recompute;
 };
 
 // "DP,TP,PP", three integers >= 1.
@@ -247,7 +249,7 @@ int RunPropose(ProposeArgs a) {
     }
     options.max_strategies = 0;
   }
-  const Profile profile = LoadProfile(a.profile);
+  const Profile profile = a.recompute.Apply(LoadProfile(a.profile), a.profile);
   const std::vector<std::int64_t> lengths = LoadLengths(a.lengths, a.source.ToOptions());
   ApplyLongContextDefaults(profile, lengths, options, a);
   options.top_documents = a.top_documents;
@@ -280,6 +282,7 @@ Command AddProposeCommand(CLI::App& app) {
       "(writes a candidates file for plan and simulate)");
   auto a = std::make_shared<ProposeArgs>();
   cmd->add_option("--profile", a->profile, "profile JSON (docs/spec-format.md)")->required();
+  a->recompute.AddTo(cmd);
   a->source.AddTo(cmd);
   cmd->add_option("--lengths", a->lengths,
                   "dataset document lengths: text, JSON array, .jsonl or .idx; - for stdin")

@@ -18,6 +18,7 @@
 #include "number_flags.h"
 #include "output_paths.h"
 #include "progress_bar.h"
+#include "recompute_flag.h"
 
 namespace hydraulis::tools {
 namespace {
@@ -31,6 +32,7 @@ struct SimulateArgs {
   bool no_overlap = false;
   SimOptions options;
   LengthFlags source;
+  RecomputeFlag recompute;
 };
 
 // More steps than anyone waits for (a step plans a batch: milliseconds to a second), and
@@ -63,7 +65,7 @@ int RunSimulate(SimulateArgs a) {
                          std::to_string(a.options.steps - 1) + ")");
     }
   }
-  const Profile profile = LoadProfile(a.profile);
+  const Profile profile = a.recompute.Apply(LoadProfile(a.profile), a.profile);
   const CandidateSet candidates = LoadCandidates(a.candidates, profile);
   const std::vector<std::int64_t> dataset = LoadLengths(a.lengths, a.source.ToOptions());
   SimResult result;
@@ -108,6 +110,7 @@ Command AddSimulateCommand(CLI::App& app) {
   SimOptions& o = a->options;
   cmd->add_option("--profile", a->profile, "profile JSON (docs/spec-format.md)")->required();
   cmd->add_option("--candidates", a->candidates, "candidate strategies JSON")->required();
+  a->recompute.AddTo(cmd);
   a->source.AddTo(cmd);
   cmd->add_option("--lengths", a->lengths, "length dataset to sample the global batches from")
       ->required();

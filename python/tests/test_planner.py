@@ -321,6 +321,26 @@ def test_profile_capacity_is_the_planners(planner, lengths):
     assert profile.capacity_tokens(tp=16, optimizer_layout=(4, 16, 1)) == 43_520
 
 
+def test_recomputed_profiles_hold_more_tokens_as_the_cli_plans_them():
+    # A profile measured keeping every activation, for a run under recomputation: the same
+    # conversion `plan --recompute-granularity` makes; capacities grow, a mode is refused
+    # on a profile of another one.
+    profile = hydraulis.load_profile(PROFILE)
+    assert profile.recompute == "none"
+    full, selective = profile.recomputed("full"), profile.recomputed("selective")
+    assert (full.recompute, selective.recompute) == ("full", "selective")
+    layout = (4, 16, 1)
+    kept = profile.capacity_tokens(tp=16, optimizer_layout=layout)
+    # At tp 16 a quarter of a layer's activations are replicated, so full holds 4.6x.
+    assert full.capacity_tokens(tp=16, optimizer_layout=layout) > 4 * kept
+    assert kept < selective.capacity_tokens(tp=16, optimizer_layout=layout) < 2 * kept
+    assert json.loads(full.to_json())["recompute"] == "full"
+    with pytest.raises(hydraulis.InvalidInputError, match="made only from one that keeps"):
+        selective.recomputed("full")
+    with pytest.raises(hydraulis.InvalidInputError, match="expected none, selective or full"):
+        profile.recomputed("partial")
+
+
 def test_plans_pickle_whole(planner, lengths):
     # DataLoader workers and multiprocessing hand plans between processes by pickle: the
     # copy is the same plan, micro-batches, lengths and timing included.

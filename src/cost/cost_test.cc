@@ -11,6 +11,7 @@
 #include "hydraulis/cost/capacity.h"
 #include "hydraulis/cost/kv_exchange.h"
 #include "hydraulis/cost/pipeline_time.h"
+#include "hydraulis/cost/recomputed_profile.h"
 #include "hydraulis/cost/time_model.h"
 #include "hydraulis/spec/spec_io.h"
 
@@ -186,6 +187,57 @@ TEST(OneFOneBTest, EmptyPipelineTakesNoTime) {
   std::vector<double> none;
   EXPECT_EQ(OneFOneBMs(none, 4), 0.0);
   EXPECT_EQ(OneFOneBUpperBoundMs(none, 4), 0.0);
+}
+
+}  // namespace
+}  // namespace hydraulis
+
+namespace hydraulis {
+namespace {
+
+// A published profile (measured keeping every activation) for a run under recomputation:
+// the activation bytes shrink by the engine's count, so capacities grow by its inverse;
+// times carry the forward run again; a profile already under a mode stays as it is and is
+// not turned into another.
+TEST(RecomputedProfileTest, CapacitiesGrowAndTimesCarryTheForwardAgain) {
+  const Profile kept = LoadProfile(kConfigs + "profiles/llama-32b-a800.json");
+  ASSERT_EQ(kept.recompute, Recompute::kNone);
+  const Profile selective = RecomputedProfile(kept, Recompute::kSelective);
+  const Profile full = RecomputedProfile(kept, Recompute::kFull);
+  EXPECT_EQ(full.recompute, Recompute::kFull);
+  const OptimizerLayout layout{8, 1, 1};
+  for (const SchemeProfile& s : kept.schemes) {
+    SCOPED_TRACE(SchemeName(s.scheme));
+    const int tp = s.scheme.tp;
+    const double none = ActivationElementsPerTokenLayer(kept.model, tp, Recompute::kNone);
+    for (const Profile* p : {&selective, &full}) {
+      const double ratio = none / ActivationElementsPerTokenLayer(kept.model, tp, p->recompute);
+      EXPECT_GT(ratio, 1.0);
+      // Capacity is free memory over bytes per token (cp > 1 also over the exchange's
+      // buffers, which the ratio of bytes moves too): within the 128-token rounding.
+      if (s.scheme.cp == 1 && CapacityTokens(kept, s.scheme, layout) > 0) {
+        EXPECT_NEAR(RawCapacityTokens(*p, s.scheme, layout),
+                    RawCapacityTokens(kept, s.scheme, layout) * ratio, 1.0);
+      }
+    }
+    const SchemeProfile& f = *full.Find(s.scheme);
+    EXPECT_DOUBLE_EQ(f.a_ms_per_token2, s.a_ms_per_token2 * 4 / 3);
+    EXPECT_DOUBLE_EQ(f.b_ms_per_token, s.b_ms_per_token * 4 / 3);
+    EXPECT_DOUBLE_EQ(f.c_ms, s.c_ms * 4 / 3);
+    EXPECT_DOUBLE_EQ(f.kv_ms_per_token, s.kv_ms_per_token * 3 / 2);
+    const SchemeProfile& g = *selective.Find(s.scheme);
+    EXPECT_DOUBLE_EQ(g.a_ms_per_token2, s.a_ms_per_token2 * 4 / 3);
+    EXPECT_DOUBLE_EQ(g.b_ms_per_token, s.b_ms_per_token);
+    EXPECT_DOUBLE_EQ(g.c_ms, s.c_ms);
+  }
+  // LLaMA-32B's shape (60 layers, hidden 6,656, ffn 17,920): full keeps 7.0 % of the
+  // activations, selective 86 % (silu(gate) is 14 % of a layer's).
+  EXPECT_NEAR(ActivationElementsPerTokenLayer(kept.model, 1, Recompute::kFull) /
+                  ActivationElementsPerTokenLayer(kept.model, 1, Recompute::kNone),
+              0.07, 0.03);
+  EXPECT_EQ(RecomputedProfile(full, Recompute::kFull).memory.activation_bytes_by_tp,
+            full.memory.activation_bytes_by_tp);
+  EXPECT_THROW(RecomputedProfile(selective, Recompute::kFull), InvalidInput);
 }
 
 }  // namespace

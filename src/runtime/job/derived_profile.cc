@@ -7,6 +7,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/capacity.h"
+#include "hydraulis/cost/recomputed_profile.h"
 #include "hydraulis/runtime/job/stage_profiler.h"
 #include "hydraulis/runtime/model/transformer.h"
 
@@ -32,25 +33,6 @@ double LinearWork(const ModelSpec& m, const Scheme& s) {
                            2.0 * m.hidden * m.kv_heads * head_dim +      // wk, wv
                            3.0 * m.hidden * static_cast<double>(m.ffn);  // gate, up, down
   return StageLayers(m, s.pp) * per_layer / s.tp + static_cast<double>(m.vocab) * m.hidden;
-}
-
-// A stage's time under `mode` from its time keeping every activation, with the backward
-// twice the forward (the calibration's ratio too): full recomputation runs the whole
-// forward again (4/3 of every term, and the cp exchange's forward half again: 3/2);
-// selective runs the attention core again (its quadratic term, and the cp exchange inside
-// it) and the SwiGLU's elementwise activation, whose time the linear term does not resolve.
-SchemeProfile Recomputed(SchemeProfile s, Recompute mode) {
-  constexpr double kForwardAgain = 4.0 / 3.0, kExchangeAgain = 3.0 / 2.0;
-  if (mode == Recompute::kFull) {
-    s.a_ms_per_token2 *= kForwardAgain;
-    s.b_ms_per_token *= kForwardAgain;
-    s.c_ms *= kForwardAgain;
-    s.kv_ms_per_token *= kExchangeAgain;
-  } else if (mode == Recompute::kSelective) {
-    s.a_ms_per_token2 *= kForwardAgain;
-    s.kv_ms_per_token *= kExchangeAgain;
-  }
-  return s;
 }
 
 }  // namespace
@@ -81,7 +63,7 @@ Profile DeriveProfile(const Profile& fitted, const ModelConfig& model, Recompute
     d.a_ms_per_token2 *= AttentionWork(to, f.scheme) / AttentionWork(from, f.scheme);
     d.b_ms_per_token *= LinearWork(to, f.scheme) / LinearWork(from, f.scheme);
     d.c_ms *= StageLayers(to, f.scheme.pp) / StageLayers(from, f.scheme.pp);
-    out.schemes.push_back(fitted.recompute == mode ? d : Recomputed(d, mode));
+    out.schemes.push_back(fitted.recompute == mode ? d : RecomputedTimes(d, mode));
     tps.insert(f.scheme.tp);
   }
   const std::vector<int> tp_list(tps.begin(), tps.end());

@@ -10,6 +10,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/median.h"
 #include "hydraulis/base/rng.h"
+#include "hydraulis/cost/recomputed_profile.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/context_parallel_attention.h"
 #include "hydraulis/runtime/model/gradients.h"
@@ -211,37 +212,8 @@ std::vector<TimeSample> ProfileShardedStage(
 double ActivationBytesPerTokenHiddenLayer(const ModelConfig& config, int tp, Recompute mode,
                                           bool flash_attention) {
   ValidateTensorParallel(config, tp);
-  const ModelSpec& s = config.shape;
-  const double hidden = s.hidden;
-  const double kv_width = static_cast<double>(s.kv_heads) * config.head_dim();
-  const double head_dim = config.head_dim();
-  // Every tp rank: the attention and MLP RMSNorms' input and output (2 each; rms_norm.h keeps
-  // no normalised copy), their two per-token rsqrt values, and the rotary cos and sin tables
-  // of q and k.
-  const double replicated = 4 * hidden + 2 + 4 * head_dim;
-  // This rank's shard: q and k after rotary (the rotation keeps neither its input nor a
-  // rotated copy), v, the attention output, and the SwiGLU gate, silu(gate), up and their
-  // product.
-  double attention = 2 * hidden + 2 * kv_width;
-  // Off the flash path the attention core keeps, besides, each document's output before
-  // they are concatenated and one log-sum-exp per head (attention.h, SdpaVarlenCausalAttention).
-  const double core = flash_attention ? 0.0 : hidden + s.heads;
-  attention += core;
-  const double swiglu = 4.0 * s.ffn;
-  const double kept = replicated + (attention + swiglu) / tp;  // per token, one layer
-  double per_layer = kept;
-  if (mode == Recompute::kSelective) {
-    // The SwiGLU's silu(gate) goes, and what the attention core keeps beyond its inputs and
-    // output (nothing on the flash path); one layer's comes back while it runs backward.
-    const double again = s.ffn / static_cast<double>(tp) + core / tp;
-    per_layer = kept - again + again / s.layers;
-  } else if (mode == Recompute::kFull) {
-    // Each layer keeps its input (replicated over tp); one layer's whole set comes back
-    // while that layer runs backward. Counted per layer so that layers times this is the
-    // total, as the capacity formula reads it.
-    per_layer = hidden + kept / s.layers;
-  }
-  return kFp32Bytes * per_layer / (hidden / tp);
+  return kFp32Bytes * ActivationElementsPerTokenLayer(config.shape, tp, mode, flash_attention) /
+         (static_cast<double>(config.shape.hidden) / tp);
 }
 
 MemoryModel EngineMemoryModel(const ModelConfig& config, std::span<const int> tps, Recompute mode,
