@@ -61,19 +61,25 @@ def main():
     p.add_argument("--only", help="one distribution name")
     p.add_argument("--reuse", action="store_true",
                    help="keep outputs already under --out instead of running them again")
+    p.add_argument("--recompute-granularity", default="",
+                   help="plan, propose and simulate every system under activation recomputation "
+                        "(none, selective, full; default: the profile's own)")
     p.add_argument("--propose-args", default="",
                    help="extra flags for propose (default none: the no-flag proposal)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     h = a.hydraulis
+    recompute = (["--recompute-granularity", a.recompute_granularity]
+                 if a.recompute_granularity else [])
     common = ["--profile", a.profile, "--max-len", str(a.max_len),
-              "--tokens-per-batch", str(a.tokens_per_batch), "--seed", str(a.seed)]
+              "--tokens-per-batch", str(a.tokens_per_batch), "--seed", str(a.seed), *recompute]
     static = os.path.join(a.out, f"static-cp4-tp16-{a.gpus}.json")
     dynamic = os.path.join(a.out, f"dynamic-cp-tp8-{a.gpus}.json")
     candidates(static, a.gpus, "static-cp4-tp16", 4, 16)
     candidates(dynamic, a.gpus, "dynamic-cp-tp8", 1, 8)
     print(f"{a.gpus} GPUs, {a.tokens_per_batch} tokens per batch, {a.steps} steps, seed {a.seed}, "
-          f"propose flags: {a.propose_args or 'none'}")
+          f"propose flags: {a.propose_args or 'none'}, recompute: "
+          f"{a.recompute_granularity or 'the profile'}")
     print("| data | propose s | ours ms | whole-or-every ms | dynamic-cp ms | static-cp ms "
           "| x dynamic-cp: mean, worst step, slower steps | x static-cp | x whole-or-every "
           "| plan over bound | planning median / p90 ms |")
@@ -87,7 +93,7 @@ def main():
             _, propose_s = run([h, "propose", "--profile", a.profile, "--lengths", lengths,
                                 "--gpus", str(a.gpus), "--max-len", str(a.max_len),
                                 "--tokens-per-batch", str(a.tokens_per_batch), "--quiet",
-                                *a.propose_args.split(), "-o", proposed], "propose")
+                                *recompute, *a.propose_args.split(), "-o", proposed], "propose")
         times = {}
         for system, cands, extra in [("ours", proposed, []),
                                      ("whole-or-every", proposed,

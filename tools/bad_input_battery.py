@@ -368,6 +368,9 @@ def build(b):
     # 8. Flags themselves: unknown, missing values, conflicting.
     for argv in (["plan"], ["plan", "--profile"], plan, plan + ["--lengths", lengths, "--bogus"],
                  plan + ["--lengths", lengths, "--algorithm", "best"],
+                 plan + ["--lengths", lengths, "--recompute-granularity", "partial"],
+                 ["simulate", "--profile", profile, "--candidates", cands, "--lengths", dataset,
+                  "--recompute-granularity", "Full"],
                  plan + ["--lengths", lengths, "--dataset", dataset],
                  ["stats"], ["summarize"], ["simulate", "--profile", profile],
                  ["propose", "--profile", profile, "--lengths", dataset],
