@@ -241,6 +241,14 @@ int Train(TrainArgs& a) {
                         std::to_string(r.step) + ")");
       }
     });
+    if (const std::optional<EvaluationRecord> e = job.EvaluateIfDue(); e && chief) {
+      fmt::print("eval   step {:4d}  loss {:.4f}  ppl {:.2f}  ({} tokens, {:.0f} ms)\n", e->step,
+                 e->loss, std::exp(e->loss), e->tokens, e->eval_ms);
+      if (log.is_open()) {
+        log << EvaluationLogLine(*e) << '\n' << std::flush;
+        if (!log) throw IoError("--log-json " + a.log_json + ": write failed (evaluation)");
+      }
+    }
   }
   run.trainer().control().Barrier();  // rank 0 hosts the store: no rank may still need it
   if (chief) {
@@ -338,6 +346,16 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_option("--precision", a->run.precision,
                   "fp32 or bf16 (bf16 compute, fp32 master weights and optimizer state); "
                   "default: bf16 on cuda, fp32 on cpu");
+  cmd->add_option("--eval-every", a->run.job.eval_every,
+                  "evaluate the held-out documents every N steps and after the last (0: never): "
+                  "their mean loss and perplexity, forward only on the run's layout")
+      ->capture_default_str();
+  cmd->add_option("--eval-data", a->run.eval_data,
+                  "Megatron dataset prefix of the held-out documents (its first --eval-tokens "
+                  "tokens); default: the last pieces of --data, left out of training");
+  cmd->add_option("--eval-tokens", a->run.eval_tokens,
+                  "tokens evaluated: whole documents (cut to --max-len) until this many")
+      ->capture_default_str();
   cmd->add_option("--recompute-granularity", a->run.recompute,
                   "activation recomputation: none (keep every activation), selective (the "
                   "attention core and the MLP activation run again in the backward) or full "

@@ -578,6 +578,41 @@ RC=$?
 grep -q "recompute: the profile is for none, the run asks --recompute-granularity full" \
   "$TMP/recompute-mismatch.out" || fail "mismatch: $(cat "$TMP/recompute-mismatch.out")"
 
+check "evaluation during training on a pp = 2 layout equals hydraulis eval on the exported checkpoint"
+"$BIN" train "${COMMON[@]}" --nproc 2 --pp 2 --steps 4 --eval-every 2 --eval-data "$TMP/corpus" \
+  --eval-tokens 1500 --long-documents truncate --checkpoint-dir "$TMP/eval-ckpt" \
+  --log-json "$TMP/eval.jsonl" >"$TMP/eval.out" 2>&1 || fail "exit status $?: $(tail -c 600 "$TMP/eval.out")"
+[[ $(grep -c '"eval_loss"' "$TMP/eval.jsonl") -eq 2 ]] || fail "expected evaluations after steps 2 and 4"
+grep '"eval_loss"' "$TMP/eval.jsonl" | grep -q '"loss"' && fail "an evaluation record carries a training loss"
+grep -q "eval   step    3  loss" "$TMP/eval.out" || fail "no evaluation line: $(tail -c 300 "$TMP/eval.out")"
+"$BIN" export --checkpoint-dir "$TMP/eval-ckpt" -o "$TMP/eval-hf" >/dev/null 2>"$TMP/eval-export.err" ||
+  fail "export: $(tail -c 600 "$TMP/eval-export.err")"
+documents=$(tail -1 "$TMP/eval.jsonl" | sed -E 's/.*"eval_documents":([0-9]+).*/\1/')
+"$BIN" eval --init-from "$TMP/eval-hf" --data "$TMP/corpus" --max-documents "$documents" --max-len 700 \
+  >"$TMP/eval-docs.jsonl" 2>"$TMP/eval-docs.err" || fail "eval: $(tail -c 600 "$TMP/eval-docs.err")"
+python3 - "$TMP/eval.jsonl" "$TMP/eval-docs.jsonl" <<'PY' || fail "the losses differ"
+import json, sys
+trained = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+docs = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
+targets = sum(d["tokens"] - 1 for d in docs)
+mean = sum(d["loss"] * (d["tokens"] - 1) for d in docs) / targets
+print(f"train's evaluation {trained['eval_loss']:.6f} over {trained['eval_targets']} targets, "
+      f"eval's {mean:.6f} over {targets}")
+sys.exit(0 if targets == trained["eval_targets"] and abs(mean - trained["eval_loss"]) < 1e-5 * mean else 1)
+PY
+
+check "without --eval-data the last documents are held out, and a resume holding out others is refused"
+"$BIN" train "${COMMON[@]}" --nproc 1 --steps 2 --eval-every 1 --eval-tokens 3000 \
+  --checkpoint-dir "$TMP/held-ckpt" --log-json "$TMP/held.jsonl" >"$TMP/held.out" 2>&1 ||
+  fail "exit status $?: $(tail -c 600 "$TMP/held.out")"
+[[ $(grep -c '"eval_loss"' "$TMP/held.jsonl") -eq 2 ]] || fail "expected an evaluation after each step"
+"$BIN" train "${COMMON[@]}" --nproc 1 --steps 3 --eval-every 1 --eval-tokens 1000 \
+  --checkpoint-dir "$TMP/held-ckpt" --resume >"$TMP/held-resume.out" 2>&1
+RC=$?
+[[ $RC -eq 2 ]] || fail "resume holding out another number: exit status $RC, expected 2"
+grep -q "resume with the same --eval-every, --eval-data and --eval-tokens" "$TMP/held-resume.out" ||
+  fail "resume: $(tail -c 600 "$TMP/held-resume.out")"
+
 if [[ $FAILED -gt 0 ]]; then
   echo "$FAILED check(s) failed" >&2
   exit 1

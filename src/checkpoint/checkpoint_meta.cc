@@ -69,6 +69,7 @@ std::string CheckpointMetaToJson(const CheckpointMeta& meta,
   j["bucket_elements"] = meta.bucket_elements;
   if (!meta.long_documents.empty()) {
     j["data"] = {{"long_documents", meta.long_documents}, {"max_len", meta.max_len}};
+    if (meta.held_out_pieces > 0) j["data"]["held_out_pieces"] = meta.held_out_pieces;
   }
   j["shards"] = nlohmann::json::array();
   for (const ShardRecord& shard : shards) {
@@ -116,6 +117,7 @@ CheckpointMetaFile ParseCheckpointMeta(const std::string& text, const std::strin
     JsonObjectReader data = r.Object("data");
     meta.long_documents = data.String("long_documents");
     meta.max_len = data.Int("max_len", 1, kInt64Max);
+    meta.held_out_pieces = data.IntOr("held_out_pieces", 0, 0, kInt64Max);
   }
   if (verified) {
     const nlohmann::json& shards = r.Array("shards");

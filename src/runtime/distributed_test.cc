@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -31,6 +32,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "hydraulis/base/error.h"
@@ -137,17 +139,34 @@ std::vector<float> ForwardOutput(const Transformer& model) {
   return out;
 }
 
-// One process training on the whole global batches (`clip`: clipped, on ScheduledLr).
-Outcome Reference(double eps, bool clip = false) {
+// The mean next-token loss of step 0's global batch on `model`, with its target count.
+std::pair<double, std::int64_t> EvalLoss(const Transformer& model) {
+  at::NoGradGuard no_grad;
+  const Documents docs =
+      RandomDocuments(kGlobalBatchLengths, 100, static_cast<int>(model.config().shape.vocab));
+  const PackedBatch batch = PackDocuments(docs, model.config().shape.vocab);
+  const TokenLoss loss = SummedTokenLoss(model.Forward(batch), batch);
+  return {loss.sum.item<double>() / static_cast<double>(loss.tokens), loss.tokens};
+}
+
+// One process training on the whole global batches (`clip`: clipped, on ScheduledLr). With
+// `eval`, the losses are followed by step 0's batch's loss after each step (EvalLoss).
+Outcome Reference(double eps, bool clip = false, bool eval = false) {
   const ModelConfig c = Tiny();
   Transformer model(c, 11);
   ReferenceTrainer trainer(model, Adam(eps, clip));
   Outcome o;
+  std::vector<std::pair<double, std::int64_t>> evals;
   for (int step = 0; step < kSteps; ++step) {
     if (clip) trainer.SetLearningRate(ScheduledLr(step));
     ReferenceStepResult r = trainer.Step(MicroBatches(c, step, "", -1, 1));
     o.losses.push_back(r.loss);
     o.targets.push_back(r.targets);
+    if (eval) evals.push_back(EvalLoss(model));
+  }
+  for (const auto& [loss, targets] : evals) {
+    o.losses.push_back(loss);
+    o.targets.push_back(targets);
   }
   o.parameters = Flatten(model);
   return o;
@@ -581,6 +600,7 @@ void TrainerWorker(const std::string& scenario, Outcome& o) {
   if (parts.size() > 4) compute.recompute = ParseRecompute(parts[4], "recompute");
   DistributedTrainer trainer(c, 11, Adam(std::stod(parts.at(2)), clip), rendezvous, candidates,
                              compute);
+  std::vector<std::pair<double, std::int64_t>> evals;
   for (int step = 0; step < kSteps; ++step) {
     if (clip) trainer.optimizer().set_lr(ScheduledLr(step));
     const Documents docs =
@@ -612,6 +632,18 @@ void TrainerWorker(const std::string& scenario, Outcome& o) {
     }
     o.losses.push_back(r.loss);
     o.targets.push_back(r.targets);
+    if (flag == "eval") {
+      // Step 0's batch again, forward only, on the strategy of step 0.
+      const Documents first =
+          RandomDocuments(kGlobalBatchLengths, 100, static_cast<int>(c.shape.vocab));
+      const DistributedTrainer::EvalResult e =
+          trainer.Evaluate(PlanFor(0, 0, candidates, ""), first);
+      evals.emplace_back(e.loss, e.targets);
+    }
+  }
+  for (const auto& [loss, targets] : evals) {
+    o.losses.push_back(loss);
+    o.targets.push_back(targets);
   }
   Append(trainer.optimizer().full_parameters(), o.parameters);
   trainer.world().Barrier();
@@ -645,7 +677,7 @@ double ExpectTrainerMatchesOneProcess(const std::string& candidates, const std::
                                       const std::string& flag = "",
                                       Recompute recompute = Recompute::kNone) {
   const double eps = 1e-4;
-  const Outcome reference = Reference(eps, flag == "clip");
+  const Outcome reference = Reference(eps, flag == "clip", flag == "eval");
   const int world = WorldSize(ParseCandidates(candidates));
   std::string scenario = candidates + "/" + schedule + "/" + EpsText(eps);
   if (!flag.empty() || recompute != Recompute::kNone) scenario += "/" + flag;
@@ -806,6 +838,17 @@ TEST(ContextParallelTrainerTest, SubsetsTimesTpTrainLikeOneProcess) {
 // A subset-sharded cp = 3 pipeline beside a cp = 1 one, switching with a cp = 1 strategy.
 TEST(ContextParallelTrainerTest, SubsetsInAHeterogeneousStrategyTrainLikeOneProcess) {
   ExpectTrainerMatchesOneProcess("t1p1c3,t1p1|t2p1,t1p1,t1p1", "0,1,0", "subsets");
+}
+
+// Evaluation between steps (DistributedTrainer::Evaluate, forward only) on every layout:
+// step 0's batch after each step has one process's loss on the same parameters (1e-5), and
+// the training it interleaves with is untouched (the parameters after three steps).
+TEST(EvaluationTrainerTest, ForwardOnlyLossEqualsOneProcessOnEveryLayout) {
+  for (const char* candidates :
+       {"t1p1", "t1p1,t1p1", "t2p2", "t1p2,t1p1,t1p1", "t2p1c2", "t1p2c2", "t1p1c3,t1p1"}) {
+    SCOPED_TRACE(candidates);
+    ExpectTrainerMatchesOneProcess(candidates, "0,0,0", "eval");
+  }
 }
 
 // Activation recomputation on every layout, against one process that keeps every

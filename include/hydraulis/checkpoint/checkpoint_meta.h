@@ -27,6 +27,9 @@ struct CheckpointMeta {
   // 0 in checkpoints written before pieces existed, which sampled as "truncate" does.
   std::string long_documents;
   std::int64_t max_len = 0;
+  // Pieces at the end of the data held out of training for evaluation (train --eval-every
+  // without --eval-data): the sampler draws from the others. 0 when none (or not recorded).
+  std::int64_t held_out_pieces = 0;
 };
 
 // One rank's shard file as meta.json records it.

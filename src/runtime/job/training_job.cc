@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -50,6 +52,10 @@ TrainingJob::TrainingJob(const Planner& planner, const Profile& profile, BatchSa
   if (options_.keep_checkpoints < 0) {
     throw InvalidInput("training job: keep_checkpoints must be >= 0, got " +
                        std::to_string(options_.keep_checkpoints));
+  }
+  if (options_.eval_every < 0) {
+    throw InvalidInput("--eval-every: must be >= 0 (0: never), got " +
+                       std::to_string(options_.eval_every));
   }
   if (options_.max_len < 1) {
     throw InvalidInput("training job: max_len must be >= 1, got " +
@@ -108,6 +114,14 @@ void TrainingJob::CheckSameDocuments(const CheckpointMeta& meta, const std::stri
                        "/meta.json: data: the checkpoint was written with --long-documents " +
                        recorded + ", this run has " + rule +
                        " (the data order would differ); resume with --long-documents " + recorded);
+  }
+  if (meta.held_out_pieces != options_.held_out_pieces) {
+    throw InvalidInput(path + "/meta.json: data: the checkpoint was written holding out " +
+                       std::to_string(meta.held_out_pieces) +
+                       " piece(s) of --data for evaluation, this run holds out " +
+                       std::to_string(options_.held_out_pieces) +
+                       " (the training data would differ); resume with the same --eval-every, "
+                       "--eval-data and --eval-tokens");
   }
   if (split && meta.max_len != options_.max_len) {
     throw InvalidInput(path + "/meta.json: data: the checkpoint was written with --max-len " +
@@ -168,6 +182,7 @@ void TrainingJob::Save(int steps_done) {
   meta.seed = options_.seed;
   meta.long_documents = NameOf(options_.long_documents, kLongDocumentsNames);
   meta.max_len = options_.max_len;
+  meta.held_out_pieces = options_.held_out_pieces;
   // A fit from measured steps goes with the checkpoint: the resumed run plans on it.
   std::vector<std::pair<std::string, std::string>> extra;
   if (options_.calibrate && calibration_.fit().version > 0) {
@@ -410,6 +425,56 @@ std::string StepLogLine(const TrainingStepRecord& r, const ComputeOptions& compu
   j["device"] = ToString(compute.device);
   j["precision"] = ToString(compute.precision);
   if (profile_derived) j["profile"] = "derived";
+  return j.dump();
+}
+
+}  // namespace hydraulis
+
+namespace hydraulis {
+
+void TrainingJob::SetEvaluation(std::vector<std::vector<std::int64_t>> documents) {
+  std::vector<std::int64_t> lengths;
+  std::int64_t targets = 0;
+  for (const auto& d : documents) {
+    lengths.push_back(static_cast<std::int64_t>(d.size()));
+    targets += std::max<std::int64_t>(0, static_cast<std::int64_t>(d.size()) - 1);
+  }
+  if (targets <= 0) {
+    throw InvalidInput("evaluation: the held-out documents have no next-token target");
+  }
+  // Planned once: the batch never changes, and the planner's look-ahead thread has not
+  // started (PlanBatch here runs before the first RunStep).
+  eval_plan_ = planner_.PlanBatch(lengths);
+  eval_documents_ = std::move(documents);
+}
+
+std::optional<EvaluationRecord> TrainingJob::EvaluateIfDue() {
+  if (options_.eval_every <= 0 || eval_documents_.empty() || next_step_ == 0) return std::nullopt;
+  if (next_step_ % options_.eval_every != 0 && !done()) return std::nullopt;
+  const auto start = std::chrono::steady_clock::now();
+  const DistributedTrainer::EvalResult e = trainer_.Evaluate(eval_plan_, eval_documents_);
+  EvaluationRecord record;
+  record.step = next_step_ - 1;
+  record.loss = e.loss;
+  record.targets = e.targets;
+  record.tokens = e.tokens;
+  record.documents = static_cast<std::int64_t>(eval_documents_.size());
+  record.eval_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return record;
+}
+
+std::string EvaluationLogLine(const EvaluationRecord& r) {
+  nlohmann::json j;
+  j["step"] = r.step;
+  const bool finite = std::isfinite(r.loss);
+  j["eval_loss"] = finite ? nlohmann::json(r.loss) : nlohmann::json(nullptr);
+  j["eval_ppl"] = finite && std::isfinite(std::exp(r.loss)) ? nlohmann::json(std::exp(r.loss))
+                                                            : nlohmann::json(nullptr);
+  j["eval_targets"] = r.targets;
+  j["eval_tokens"] = r.tokens;
+  j["eval_documents"] = r.documents;
+  j["eval_ms"] = r.eval_ms;
   return j.dump();
 }
 

@@ -125,8 +125,12 @@ struct TrainingInputs {
   LongDocuments long_documents = LongDocuments::kSplit;
   PlannerOptions planner;
   std::unique_ptr<HfCheckpoint> init;  // --init-from, opened and validated
-  bool profile_derived = false;        // no --profile: DeriveProfile from kEngineProfile
-  std::string derived_cp_scheme;       // --cp's scheme, derived from <1, tp, 1>; else ""
+  // --eval-every: the documents each evaluation runs, and the pieces of --data held out of
+  // the sampler's for them (0 with --eval-data).
+  std::vector<std::vector<std::int64_t>> eval_documents;
+  std::int64_t held_out_pieces = 0;
+  bool profile_derived = false;   // no --profile: DeriveProfile from kEngineProfile
+  std::string derived_cp_scheme;  // --cp's scheme, derived from <1, tp, 1>; else ""
 
   // `in_launcher`: checked once before ranks start, so the checkpoint's shards too.
   // `compute`: the device the training state must fit (CheckTrainingStateFits).
@@ -204,11 +208,67 @@ struct TrainingInputs {
       document_lengths.push_back(dataset->DocumentLength(i));
     }
     pieces = MakeDocumentPieces(document_lengths, o.max_len, long_documents, "--data " + o.data);
+    if (o.job.eval_every > 0) HoldOutEvaluation(o, model, model_source);
     lengths.reserve(pieces.size());
     for (const DocumentPiece& p : pieces) lengths.push_back(p.length);
     planner.algorithm = ParseName(o.plan_algorithm, kTrainingAlgorithms, "--plan-algorithm");
     planner.context_tokens = o.max_len;
     planner.seed = o.job.seed;
+  }
+
+  // --eval-every's documents: from --eval-data, or the last pieces of --data, which leave
+  // the sampler's data.
+  void HoldOutEvaluation(const TrainingRunOptions& o, const ModelConfig& config,
+                         const std::string& model_source) {
+    if (o.eval_tokens < 2) {
+      throw InvalidInput("--eval-tokens " + std::to_string(o.eval_tokens) +
+                         ": must be >= 2 (a next-token target needs two tokens)");
+    }
+    auto cut = [&](std::vector<std::int64_t> doc) {
+      if (static_cast<std::int64_t>(doc.size()) > o.max_len)
+        doc.resize(static_cast<std::size_t>(o.max_len));
+      return doc;
+    };
+    std::int64_t total = 0;
+    if (!o.eval_data.empty()) {
+      const MegatronDataset eval(o.eval_data);
+      eval.RequireIdsInVocabulary(config.shape.vocab, model_source);
+      std::vector<std::int64_t> eval_lengths;
+      for (std::size_t i = 0; i < eval.num_documents(); ++i) {
+        eval_lengths.push_back(eval.DocumentLength(i));
+      }
+      for (const DocumentPiece& p : MakeDocumentPieces(eval_lengths, o.max_len, long_documents,
+                                                       "--eval-data " + o.eval_data)) {
+        if (total >= o.eval_tokens) break;
+        std::vector<std::int64_t> doc =
+            cut(PieceTokens(eval.Document(static_cast<std::size_t>(p.document)), p));
+        if (doc.size() < 2) continue;
+        total += static_cast<std::int64_t>(doc.size());
+        eval_documents.push_back(std::move(doc));
+      }
+      if (eval_documents.empty()) {
+        throw InvalidInput("--eval-data " + o.eval_data + ": no document of 2 tokens or more");
+      }
+      return;
+    }
+    std::size_t held = 0;
+    while (held < pieces.size() && total < o.eval_tokens) {
+      total += std::min(pieces[pieces.size() - 1 - held].length, o.max_len);
+      ++held;
+    }
+    if (held >= pieces.size()) {
+      throw InvalidInput("--eval-tokens " + std::to_string(o.eval_tokens) +
+                         ": holding that many tokens of --data " + o.data +
+                         " out for evaluation leaves none to train on; give fewer, or "
+                         "--eval-data");
+    }
+    for (std::size_t i = pieces.size() - held; i < pieces.size(); ++i) {
+      std::vector<std::int64_t> doc = cut(
+          PieceTokens(dataset->Document(static_cast<std::size_t>(pieces[i].document)), pieces[i]));
+      if (doc.size() >= 2) eval_documents.push_back(std::move(doc));
+    }
+    pieces.resize(pieces.size() - held);
+    held_out_pieces = static_cast<std::int64_t>(held);
   }
 };
 
@@ -289,8 +349,10 @@ TrainingRun::TrainingRun(const TrainingRunOptions& options, const DistributedOpt
   TrainingJobOptions job = options.job;
   job.long_documents = inputs_->long_documents;
   job.max_len = options.max_len;
+  job.held_out_pieces = inputs_->held_out_pieces;
   job_ = std::make_unique<TrainingJob>(*planner_, inputs_->profile, *sampler_, *inputs_->dataset,
                                        inputs_->pieces, *trainer_, job);
+  if (options.job.eval_every > 0) job_->SetEvaluation(std::move(inputs_->eval_documents));
 }
 
 TrainingRun::~TrainingRun() = default;

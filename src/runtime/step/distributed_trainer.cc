@@ -1,6 +1,7 @@
 #include "hydraulis/runtime/step/distributed_trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -287,6 +288,54 @@ void DistributedTrainer::AgreeOnStep(const Plan& plan,
   }
 }
 
+std::vector<PackedBatch> DistributedTrainer::PackMicroBatches(
+    const std::vector<MicroBatchLayout>& layouts,
+    const std::vector<std::vector<std::int64_t>>& documents) const {
+  std::vector<PackedBatch> micro_batches;
+  for (const MicroBatchLayout& layout : layouts) {
+    std::vector<std::vector<std::int64_t>> docs;
+    for (std::size_t i = 0; i < layout.documents.size(); ++i) {
+      const auto& doc = documents[static_cast<std::size_t>(layout.documents[i])];
+      docs.emplace_back(doc.begin(), doc.begin() + layout.lengths[i]);
+    }
+    micro_batches.push_back(PackDocuments(docs, config_.shape.vocab, TorchDevice(compute_)));
+    if (micro_batches.back().cu_seqlens != layout.cu_seqlens) {
+      throw InternalError("step: a packed micro-batch differs from its layout");
+    }
+  }
+  return micro_batches;
+}
+
+StageResult DistributedTrainer::RunStage(Compute& compute, const Plan& plan,
+                                         const std::vector<MicroBatchLayout>& layouts,
+                                         const std::vector<PackedBatch>& micro_batches,
+                                         std::int64_t global_targets) {
+  if (compute.cp_group == nullptr) {
+    return RunPipelineStage(*compute.model, micro_batches, compute.links, global_targets);
+  }
+  return RunPipelineStage(
+      *compute.model,
+      ContextParallelShares(micro_batches, layouts,
+                            plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)],
+                            compute.cp, compute.role.cp_rank, TorchDevice(compute_)),
+      *compute.cp_group, compute.links, global_targets);
+}
+
+std::array<double, 3> DistributedTrainer::SumOverPipelines(const Compute& compute,
+                                                           const StageResult& stage) {
+  // Loss from the last stages and tokens from the first stages, each counted on tp rank 0
+  // only, so every pipeline contributes once (each cp rank its own tokens and targets, which
+  // add up to the pipeline's).
+  const bool tp0 = compute.model != nullptr && compute.model->tp_rank() == 0;
+  const bool first = tp0 && compute.links.stage == 0;
+  const bool last = tp0 && compute.links.stage == compute.links.pp - 1;
+  at::Tensor sums = at::tensor({last ? stage.loss_sum : 0.0, last ? double(stage.targets) : 0.0,
+                                first ? double(stage.tokens) : 0.0},
+                               at::kDouble);
+  control_->AllReduceSum(sums);
+  return {sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
+}
+
 // Phase 3: this rank's pipeline stage runs its micro-batches (an idle rank only joins the
 // optimizer's step), its gradients flowing into the optimizer's buffers during backward.
 StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
@@ -307,31 +356,10 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
   // reduction starts as soon as it is final.
   optimizer_->BeginStep(&model, static_cast<int>(layouts.size()));
   const auto pack_start = Clock::now();
-  std::vector<PackedBatch> micro_batches;
-  for (const MicroBatchLayout& layout : layouts) {
-    std::vector<std::vector<std::int64_t>> docs;
-    for (std::size_t i = 0; i < layout.documents.size(); ++i) {
-      const auto& doc = documents[static_cast<std::size_t>(layout.documents[i])];
-      docs.emplace_back(doc.begin(), doc.begin() + layout.lengths[i]);
-    }
-    micro_batches.push_back(PackDocuments(docs, config_.shape.vocab, TorchDevice(compute_)));
-    if (micro_batches.back().cu_seqlens != layout.cu_seqlens) {
-      throw InternalError("step: a packed micro-batch differs from its layout");
-    }
-  }
+  const std::vector<PackedBatch> micro_batches = PackMicroBatches(layouts, documents);
   result.pack_ms = MsSince(pack_start);
-  StageResult stage;
   compute.links.time_on_device = time_on_device_;
-  if (compute.cp_group == nullptr) {
-    stage = RunPipelineStage(model, micro_batches, compute.links, global_targets);
-  } else {
-    stage = RunPipelineStage(
-        model,
-        ContextParallelShares(micro_batches, layouts,
-                              plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)],
-                              compute.cp, compute.role.cp_rank, TorchDevice(compute_)),
-        *compute.cp_group, compute.links, global_targets);
-  }
+  const StageResult stage = RunStage(compute, plan, layouts, micro_batches, global_targets);
   const auto finish_start = Clock::now();
   optimizer_->FinishMaterialise(model);
   const double finish_ms = MsSince(finish_start);
@@ -360,24 +388,15 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
 void DistributedTrainer::ReduceAndUpdate(Compute& compute, const StageResult& stage,
                                          std::int64_t global_targets, std::int64_t batch_tokens,
                                          DistributedStepResult& result) {
-  // Loss from the last stages and tokens from the first stages, each counted on tp rank 0
-  // only, so every pipeline contributes once (each cp rank its own tokens and targets, which
-  // add up to the pipeline's). Summed before the update, so a non-finite
-  // loss stops it on every rank alike.
-  const bool tp0 = compute.model != nullptr && compute.model->tp_rank() == 0;
-  const bool first = tp0 && compute.links.stage == 0;
-  const bool last = tp0 && compute.links.stage == compute.links.pp - 1;
-  at::Tensor sums = at::tensor({last ? stage.loss_sum : 0.0, last ? double(stage.targets) : 0.0,
-                                first ? double(stage.tokens) : 0.0},
-                               at::kDouble);
-  control_->AllReduceSum(sums);
-  result.targets = static_cast<std::int64_t>(sums[1].item<double>());
+  // Summed before the update, so a non-finite loss stops it on every rank alike.
+  const std::array<double, 3> sums = SumOverPipelines(compute, stage);
+  result.targets = static_cast<std::int64_t>(sums[1]);
   if (result.targets != global_targets) {
     throw InternalError("step: the pipelines' last stages covered " +
                         std::to_string(result.targets) + " targets, the batch has " +
                         std::to_string(global_targets));
   }
-  result.loss = sums[0].item<double>() / static_cast<double>(global_targets);
+  result.loss = sums[0] / static_cast<double>(global_targets);
   const ShardedAdamW::StepOutcome outcome =
       optimizer_->Step(compute.model.get(), std::isfinite(result.loss));
   result.grad_norm = outcome.grad_norm;
@@ -386,7 +405,7 @@ void DistributedTrainer::ReduceAndUpdate(Compute& compute, const StageResult& st
   result.grad_buckets_overlapped = optimizer_->overlap_stats().buckets_started_in_backward;
   result.grad_reduce_wait_ms = optimizer_->overlap_stats().reduce_wait_ms;
   result.param_gather_wait_ms = optimizer_->overlap_stats().param_gather_wait_ms;
-  result.tokens_run = static_cast<std::int64_t>(sums[2].item<double>());
+  result.tokens_run = static_cast<std::int64_t>(sums[2]);
   if (result.tokens_run != batch_tokens) {
     throw InternalError("step: the pipelines' first stages ran " +
                         std::to_string(result.tokens_run) + " tokens, the batch has " +
@@ -416,6 +435,43 @@ DistributedStepResult DistributedTrainer::Step(
   result.step_ms = MsSince(start);
   result.check_ms = check_ms;
   result.update_ms = optimizer_->overlap_stats().update_ms;
+  return result;
+}
+
+DistributedTrainer::EvalResult DistributedTrainer::Evaluate(
+    const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents) {
+  const StepCounts counts = CheckStep(plan, documents);
+  AgreeOnStep(plan, documents);
+  Compute& compute = ComputeFor(plan.strategy_index);
+  StageResult stage;
+  if (compute.model != nullptr) {
+    Transformer& model = *compute.model;
+    // The last update's parameters (this candidate's model may hold another step's).
+    optimizer_->BeginMaterialise(model);
+    const std::vector<MicroBatchLayout> layouts =
+        PipelineLayouts(plan, compute.role.pipeline, TokenCounts(documents));
+    const std::vector<PackedBatch> micro_batches = PackMicroBatches(layouts, documents);
+    compute.links.forward_only = true;
+    try {
+      stage = RunStage(compute, plan, layouts, micro_batches, counts.targets);
+    } catch (...) {
+      compute.links.forward_only = false;
+      throw;
+    }
+    compute.links.forward_only = false;
+    optimizer_->FinishMaterialise(model);
+  }
+  const std::array<double, 3> sums = SumOverPipelines(compute, stage);
+  EvalResult result;
+  result.targets = static_cast<std::int64_t>(sums[1]);
+  result.tokens = static_cast<std::int64_t>(sums[2]);
+  if (result.targets != counts.targets || result.tokens != counts.tokens) {
+    throw InternalError("evaluation: the pipelines covered " + std::to_string(result.targets) +
+                        " targets and " + std::to_string(result.tokens) +
+                        " tokens, the batch has " + std::to_string(counts.targets) + " and " +
+                        std::to_string(counts.tokens));
+  }
+  result.loss = sums[0] / static_cast<double>(counts.targets);
   return result;
 }
 

@@ -1,5 +1,7 @@
 #include "hydraulis/runtime/step/pipeline_stage.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -139,6 +141,42 @@ struct StageWork {
 // The two sides of every boundary therefore issue identical sequences, which neither
 // deadlocks under NCCL's in-order matching nor depends on Gloo's tags; the fake
 // communicator checks it on every pipeline test.
+// Forward only: each stage takes micro-batch j's activations, runs its forward without
+// autograd and sends it on, j = 0 .. v-1. Both sides of a boundary post and send in that one
+// order (all receives posted first, as the activations are all a stage waits for).
+StageResult RunForwards(const StageWork& work, const StageLinks& links, StageIo& io) {
+  const bool first = links.stage == 0;
+  const bool last = links.stage == links.pp - 1;
+  const int v = work.micro_batches;
+  at::NoGradGuard no_grad;
+  if (!first) {
+    for (int j = 0; j < v; ++j) io.Post(links.prev, j, true, work.rows(j));
+  }
+  StageResult result;
+  at::Tensor loss_total;
+  for (int j = 0; j < v; ++j) {
+    const at::Tensor input = first ? at::Tensor() : io.Take(j, true);
+    const auto start = std::chrono::steady_clock::now();
+    const at::Tensor out = work.forward(j, input);
+    result.tokens += work.tokens(j);
+    if (last) {
+      const TokenLoss loss = work.loss(j, out);
+      const at::Tensor sum = loss.sum.to(at::kDouble);
+      loss_total = loss_total.defined() ? loss_total + sum : sum;
+      result.targets += loss.tokens;
+      result.forward_ms += MsSince(start);
+    } else {
+      result.forward_ms += MsSince(start);
+      io.Send(out, links.next, j, true);
+    }
+  }
+  if (links.pipeline != nullptr) links.pipeline->WaitSends();
+  if (loss_total.defined()) result.loss_sum = loss_total.item<double>();
+  result.micro_batch_ms.assign(static_cast<std::size_t>(v), 0.0);
+  result.wait_ms = io.wait_ms();
+  return result;
+}
+
 StageResult RunSchedule(const Transformer& model, const StageWork& work, const StageLinks& links,
                         std::int64_t global_targets) {
   const bool first = links.stage == 0;
@@ -153,6 +191,7 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
   const int v = work.micro_batches;
   StageIo io(links, model.config().shape.hidden, model.activation_options(), v);
   const auto& tokens_of = work.rows;
+  if (links.forward_only) return RunForwards(work, links, io);
   // Warm-ups of the previous stage and of this one.
   const int warmup_prev = std::min(links.pp - links.stage, v);
   const int warmup = std::min(links.pp - 1 - links.stage, v);

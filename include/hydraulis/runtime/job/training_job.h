@@ -47,6 +47,22 @@ struct TrainingJobOptions {
   // false keeps the profile as given.
   bool calibrate = true;
   CalibrationOptions calibration;
+  // Evaluate the held-out documents (TrainingJob::SetEvaluation) every this many steps and
+  // after the last one; 0: never.
+  int eval_every = 0;
+  // Pieces held out of the sampler's data for evaluation: recorded in checkpoints, and a
+  // resume that holds out another number (another --eval-tokens or --eval-data) is refused.
+  std::int64_t held_out_pieces = 0;
+};
+
+// One evaluation: the held-out documents' mean next-token loss after step `step`'s update.
+struct EvaluationRecord {
+  int step = 0;
+  double loss = 0;
+  std::int64_t targets = 0;
+  std::int64_t tokens = 0;
+  std::int64_t documents = 0;
+  double eval_ms = 0;
 };
 
 // What one step did, for the console line and the JSON log.
@@ -120,6 +136,15 @@ class TrainingJob {
   };
   const Totals& totals() const { return totals_; }
 
+  // The documents every evaluation runs (whole; the planner's long-document rule applies),
+  // planned once here on the job's first planner. Call before the first RunStep.
+  // InvalidInput when there is no document or no target.
+  void SetEvaluation(std::vector<std::vector<std::int64_t>> documents);
+  // After RunStep: when options.eval_every says so (every eval_every steps, and after the
+  // last), the evaluation documents' loss on the parameters now, forward only on every
+  // rank (a collective); else nullopt.
+  std::optional<EvaluationRecord> EvaluateIfDue();
+
   // The cost model the job plans on now: the profile as given, or the calibration's fit.
   const CalibratedFit& fit() const { return calibration_.fit(); }
 
@@ -152,6 +177,8 @@ class TrainingJob {
   std::unique_ptr<PlannerTimeline> timeline_;  // with plans_
   std::unique_ptr<PlanAhead> plans_;           // started at the first RunStep, after any Resume
   Totals totals_;
+  std::vector<std::vector<std::int64_t>> eval_documents_;
+  Plan eval_plan_;
 };
 
 // Checks `checkpoint_dir` (may be empty: no checkpoints) before training starts, creating
@@ -172,5 +199,9 @@ void CheckCheckpointDir(const std::string& checkpoint_dir, bool resume, bool ver
 // device, precision; and "profile": "derived" when the planner ran on a derived profile.
 std::string StepLogLine(const TrainingStepRecord& record, const ComputeOptions& compute,
                         int world_size, bool profile_derived = false);
+
+// The step log's evaluation record (no training loss): step, eval_loss, eval_ppl (its
+// exponential), eval_targets, eval_tokens, eval_documents, eval_ms.
+std::string EvaluationLogLine(const EvaluationRecord& record);
 
 }  // namespace hydraulis

@@ -57,6 +57,11 @@ struct TrainingRunOptions {
   // Activation recomputation: none, selective or full (--recompute-granularity). The
   // profile must be for the same mode; without --profile one is derived for it.
   std::string recompute = "none";
+  // Evaluation every job.eval_every steps: the first documents of this Megatron dataset
+  // (pieces under the long-document rule, each cut to max_len) holding eval_tokens tokens;
+  // empty: the last pieces of `data` holding eval_tokens, held out of training.
+  std::string eval_data;
+  std::int64_t eval_tokens = 8192;       // >= 2
   std::int64_t tokens_per_batch = 8192;  // tokens per global batch, >= 1
   std::int64_t max_len = 1024;           // context length: tokens per document, >= 2
   // What a document longer than max_len becomes: split, truncate or reject

@@ -14,11 +14,13 @@
 // and its gradients join the optimizer's reduction like a data-parallel replica's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <vector>
 
+#include "hydraulis/assign/micro_batch_layout.h"
 #include "hydraulis/assign/plan.h"
 #include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/model/transformer.h"
@@ -118,6 +120,17 @@ class DistributedTrainer {
   DistributedStepResult Step(const Plan& plan,
                              const std::vector<std::vector<std::int64_t>>& documents);
 
+  // The global batch's mean next-token loss without training it (evaluation): every
+  // pipeline of the plan's strategy runs its micro-batches forward only, on the parameters
+  // of the last step's update; no gradient, no optimizer state changes. A collective, with
+  // Step's checks and errors.
+  struct EvalResult {
+    double loss = 0;           // summed token loss over the batch's targets
+    std::int64_t targets = 0;  // next-token targets of the kept tokens
+    std::int64_t tokens = 0;   // tokens the first stages ran
+  };
+  EvalResult Evaluate(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents);
+
   const ShardedAdamW& optimizer() const { return *optimizer_; }
   ShardedAdamW& optimizer() { return *optimizer_; }
   const ModelConfig& config() const { return config_; }
@@ -148,6 +161,17 @@ class DistributedTrainer {
                        const std::vector<std::vector<std::int64_t>>& documents) const;
   void AgreeOnStep(const Plan& plan, const std::vector<std::vector<std::int64_t>>& documents);
   // Also fills result's compute phases (pack, materialise, forward, backward, hooks).
+  // This rank's pipeline's micro-batches of the plan, packed on its device.
+  std::vector<PackedBatch> PackMicroBatches(
+      const std::vector<MicroBatchLayout>& layouts,
+      const std::vector<std::vector<std::int64_t>>& documents) const;
+  // The pipeline stage over `micro_batches` (its cp shares under cp > 1).
+  StageResult RunStage(Compute& compute, const Plan& plan,
+                       const std::vector<MicroBatchLayout>& layouts,
+                       const std::vector<PackedBatch>& micro_batches, std::int64_t global_targets);
+  // Summed over the pipelines, each counted once (tp rank 0; the loss from last stages,
+  // the tokens from first ones): loss sum, targets, tokens.
+  std::array<double, 3> SumOverPipelines(const Compute& compute, const StageResult& stage);
   StageResult ComputeStep(Compute& compute, const Plan& plan,
                           const std::vector<std::vector<std::int64_t>>& documents,
                           std::int64_t global_targets, DistributedStepResult& result);

@@ -42,6 +42,10 @@ struct StageLinks {
   // clock times it for free; on a GPU it records CUDA events and waits for them at the
   // end, so it is off unless someone reads the times (the calibration).
   bool time_on_device = false;
+  // Forward only, without autograd (evaluation): every stage runs its micro-batches'
+  // forwards in order, sending each one's activations on; nothing is kept for a backward
+  // and no gradient is computed.
+  bool forward_only = false;
 };
 
 struct StageResult {
