@@ -613,6 +613,17 @@ RC=$?
 grep -q "resume with the same --eval-every, --eval-data and --eval-tokens" "$TMP/held-resume.out" ||
   fail "resume: $(tail -c 600 "$TMP/held-resume.out")"
 
+check "the shipped GPU run configs parse: every key is a flag (they stop at the GPU this machine lacks)"
+if ! command -v nvidia-smi >/dev/null; then
+  for config in "$SRC"/configs/runs/llama-*.toml; do
+    (cd "$SRC" && "$BIN" train --config "$config" --data "$TMP/corpus") >"$TMP/config-gpu.out" 2>&1
+    RC=$?
+    [[ $RC -eq 2 ]] || fail "$config: exit status $RC, expected 2"
+    grep -q "device cuda: no CUDA GPU is visible" "$TMP/config-gpu.out" ||
+      fail "$config: $(tail -c 400 "$TMP/config-gpu.out")"
+  done
+fi
+
 if [[ $FAILED -gt 0 ]]; then
   echo "$FAILED check(s) failed" >&2
   exit 1
