@@ -18,7 +18,7 @@ import sys
 
 from . import InvalidInputError
 
-__all__ = ["read_log", "summarize", "write_report"]
+__all__ = ["read_log", "read_evaluations", "summarize", "write_report"]
 
 # The panels: (title, y label, one or two series of (label, value of a step record)).
 PANELS = [
@@ -71,6 +71,20 @@ def read_log(path):
     return [steps[k] for k in sorted(steps)], config
 
 
+def read_evaluations(path):
+    """The evaluation records of a --log-json file (`train --eval-every`), in step order, a
+    resumed run's replacing the steps they repeat; [] when the run evaluated nothing. Read
+    after read_log, which checks the file."""
+    evals = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                if "eval_loss" in record and "loss" not in record:
+                    evals[int(record["step"])] = record
+    return [evals[k] for k in sorted(evals)]
+
+
 def _finite(values):
     return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
 
@@ -100,7 +114,7 @@ def summarize(records):
     }
 
 
-def _figure(records):
+def _figure(records, evaluations=()):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -111,6 +125,11 @@ def _figure(records):
             ys = [value(r) if r.get("skipped") is not True else float("nan") for r in records]
             ys = [float(y) if y is not None else float("nan") for y in ys]
             ax.plot(steps, ys, marker="." if len(steps) < 60 else None, label=label)
+        if title == "Loss" and evaluations:
+            ys = [float(e["eval_loss"]) if e["eval_loss"] is not None else float("nan")
+                  for e in evaluations]
+            ax.plot([e["step"] for e in evaluations], ys, marker="o", label="held-out")
+            ax.legend()
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
@@ -133,9 +152,15 @@ def write_report(log, out):
     figure embedded, the summary and the configuration). Written to a temporary file and
     renamed. Returns the summary."""
     records, config = read_log(log)
+    evaluations = read_evaluations(log)
     summary = summarize(records)
+    if evaluations:
+        summary["last held-out loss"] = (evaluations[-1]["eval_loss"]
+                                         if evaluations[-1]["eval_loss"] is not None
+                                         else float("nan"))
+        summary["held-out evaluations"] = len(evaluations)
     kind = "png" if out.lower().endswith(".png") else "html"
-    fig, plt = _figure(records)
+    fig, plt = _figure(records, evaluations)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)

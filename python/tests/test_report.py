@@ -20,14 +20,18 @@ def run_log(tmp_path_factory):
     done = subprocess.run([BIN, "train", "--nproc", "2", "--candidates",
                            os.path.join(ROOT, "configs/candidates/cpu-2rank.json"),
                            "--steps", "4", "--tokens-per-batch", "4096", "--lr-warmup-steps", "2",
-                           "--log-json", log], capture_output=True, text=True, cwd=ROOT,
+                           "--eval-every", "2", "--eval-tokens", "2048", "--log-json", log], capture_output=True, text=True, cwd=ROOT,
                           timeout=300)
     assert done.returncode == 0, done.stderr
     return log
 
 
 def test_report_holds_the_runs_figures(run_log, tmp_path):
-    records = [json.loads(line) for line in open(run_log)]
+    lines = [json.loads(line) for line in open(run_log)]
+    records = [r for r in lines if "loss" in r]
+    evaluations = [r for r in lines if "eval_loss" in r]
+    assert [e["step"] for e in evaluations] == [1, 3]
+    assert all("loss" not in e for e in evaluations)
     out = str(tmp_path / "report.html")
     done = subprocess.run([BIN, "report", run_log, "-o", out], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -40,6 +44,8 @@ def test_report_holds_the_runs_figures(run_log, tmp_path):
     for panel in ("Loss", "Learning rate", "Throughput", "Step time", "Planning",
                   "Peak memory"):
         assert panel in page
+    assert f"<tr><th>last held-out loss</th><td>{evaluations[-1]['eval_loss']:,.6g}</td></tr>" in page
+    assert "<tr><th>held-out evaluations</th><td>2</td></tr>" in page
     assert "lr-warmup-steps=2" in page          # the run's configuration, from the log
     assert "data:image/png;base64," in page
     png = str(tmp_path / "report.png")
