@@ -42,6 +42,11 @@ inline constexpr RuntimeCommand kRuntimeCommands[] = {
 // The summary of runtime command `name` (InternalError when it is not one).
 std::string RuntimeCommandSummary(std::string_view name);
 
+// The interpreter that has the hydraulis package and its plotting and TensorBoard peers:
+// HYDRAULIS_PYTHON when set, else the one this build was configured with (the project's
+// .venv).
+std::string PackagePython();
+
 // The process's command line as main received it (the launcher re-runs it in each rank).
 const std::vector<std::string>& CommandLine();
 

@@ -12,6 +12,14 @@
 #include "hydraulis/base/error.h"
 
 namespace hydraulis::tools {
+
+std::string PackagePython() {
+  if (const char* python = std::getenv("HYDRAULIS_PYTHON"); python != nullptr && *python) {
+    return python;
+  }
+  return HYDRAULIS_REPORT_PYTHON;
+}
+
 namespace {
 
 struct ReportArgs {
@@ -19,19 +27,10 @@ struct ReportArgs {
   std::string output;
 };
 
-// The interpreter that has the hydraulis package and matplotlib: HYDRAULIS_PYTHON when set,
-// else the one this build was configured with (the project's .venv).
-std::string ReportPython() {
-  if (const char* python = std::getenv("HYDRAULIS_PYTHON"); python != nullptr && *python) {
-    return python;
-  }
-  return HYDRAULIS_REPORT_PYTHON;
-}
-
 // The plotting lives in Python (hydraulis.report, on matplotlib); this command hands over to
 // it, so `hydraulis report` and `python -m hydraulis.report` are one implementation.
 int RunReport(const ReportArgs& a) {
-  const std::string python = ReportPython();
+  const std::string python = PackagePython();
   std::vector<std::string> args = {python, "-m", "hydraulis.report", a.log, "-o", a.output};
   std::vector<char*> argv;
   for (std::string& s : args) argv.push_back(s.data());

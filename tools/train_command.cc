@@ -7,8 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -33,6 +37,50 @@
 namespace hydraulis::tools {
 namespace {
 
+// `python -m hydraulis.tensorboard DIR` fed the log's lines on a pipe: TensorBoard's format
+// comes from a maintained writer (tensorboardX), not from this program.
+class EventWriter {
+ public:
+  explicit EventWriter(const std::string& dir) : dir_(dir) {
+    std::string quoted = "'";
+    for (const char c : dir) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    quoted += "'";
+    // A writer that died must fail the write, not kill this rank.
+    std::signal(SIGPIPE, SIG_IGN);
+    pipe_ = popen((PackagePython() + " -m hydraulis.tensorboard " + quoted).c_str(), "w");
+    if (pipe_ == nullptr) {
+      throw IoError("--tensorboard " + dir + ": cannot start the event writer (" +
+                    std::strerror(errno) + ")");
+    }
+  }
+  EventWriter(const EventWriter&) = delete;
+  EventWriter& operator=(const EventWriter&) = delete;
+  ~EventWriter() {
+    if (pipe_ != nullptr) pclose(pipe_);
+  }
+
+  void Write(const std::string& line) {
+    if (std::fputs((line + "\n").c_str(), pipe_) == EOF || std::fflush(pipe_) != 0) {
+      throw IoError("--tensorboard " + dir_ +
+                    ": the event writer stopped (its message is above; scripts/requirements.txt "
+                    "pins tensorboardX for .venv)");
+    }
+  }
+  // Waits for the writer to write and close its files; IoError when it failed.
+  void Close() {
+    const int status = pclose(pipe_);
+    pipe_ = nullptr;
+    if (status != 0) {
+      throw IoError("--tensorboard " + dir_ + ": the event writer failed (status " +
+                    std::to_string(status) + "; its message is above)");
+    }
+  }
+
+ private:
+  std::string dir_;
+  std::FILE* pipe_ = nullptr;
+};
+
 // The flags that are not the run's: how ranks start, where the log goes, fault injection.
 struct TrainArgs {
   TrainingRunOptions run;
@@ -45,6 +93,7 @@ struct TrainArgs {
   bool verbose = false;      // --nproc: every rank's lines and the launcher's, not one per failure
   std::string calibrate;     // on or off (TrainingJobOptions::calibrate); "": on on the CPU
   std::string save_profile;  // where rank 0 writes the calibrated profile at the end
+  std::string tensorboard;   // TensorBoard log directory (rank 0 streams its records there)
   const CLI::App* command = nullptr;  // to write the effective configuration
 };
 
@@ -208,6 +257,8 @@ int Train(TrainArgs& a) {
     log.open(a.log_json, job.next_step() > 0 ? std::ios::app : std::ios::trunc);
     if (!log) throw InvalidInput("--log-json: cannot write " + a.log_json);
   }
+  std::unique_ptr<EventWriter> events;
+  if (chief && !a.tensorboard.empty()) events = std::make_unique<EventWriter>(a.tensorboard);
   PredictionError prediction;
   while (!job.done()) {
     if (run.rank() == a.fail_rank && job.next_step() == a.fail_step) {
@@ -240,6 +291,9 @@ int Train(TrainArgs& a) {
           throw IoError("--log-json " + a.log_json + ": write failed (step " +
                         std::to_string(r.step) + ")");
       }
+      if (events) {
+        events->Write(StepLogLine(r, run.compute(), dist.world_size, run.profile_derived()));
+      }
     });
     if (const std::optional<EvaluationRecord> e = job.EvaluateIfDue(); e && chief) {
       fmt::print("eval   step {:4d}  loss {:.4f}  ppl {:.2f}  ({} tokens, {:.0f} ms)\n", e->step,
@@ -248,8 +302,10 @@ int Train(TrainArgs& a) {
         log << EvaluationLogLine(*e) << '\n' << std::flush;
         if (!log) throw IoError("--log-json " + a.log_json + ": write failed (evaluation)");
       }
+      if (events) events->Write(EvaluationLogLine(*e));
     }
   }
+  if (events) events->Close();
   run.trainer().control().Barrier();  // rank 0 hosts the store: no rank may still need it
   if (chief) {
     const TrainingJob::Totals& t = job.totals();
@@ -402,6 +458,9 @@ Command AddTrainCommand(CLI::App& app) {
   cmd->add_option("--plan-algorithm", a->run.plan_algorithm, "ours or static-fixed")
       ->capture_default_str();
   cmd->add_option("--log-json", a->log_json, "one JSON object per step (rank 0)");
+  cmd->add_option("--tensorboard", a->tensorboard,
+                  "also write the step and evaluation records as TensorBoard scalars into this "
+                  "directory, as they come (python -m hydraulis.tensorboard, tensorboardX)");
   cmd->add_option("--calibrate", a->calibrate,
                   "on: refit the cost model from the steps' measured times and plan on it; off: "
                   "keep the profile as given (default: on on the CPU, off on cuda)");

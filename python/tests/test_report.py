@@ -16,8 +16,10 @@ BIN = os.environ.get("HYDRAULIS_BIN", os.path.join(ROOT, "build", "release", "to
 def run_log(tmp_path_factory):
     if not os.path.exists(os.path.join(os.path.dirname(BIN), "hydraulis-runtime")):
         pytest.skip("built without the runtime")
-    log = str(tmp_path_factory.mktemp("run") / "log.jsonl")
-    done = subprocess.run([BIN, "train", "--nproc", "2", "--candidates",
+    run = tmp_path_factory.mktemp("run")
+    log = str(run / "log.jsonl")
+    done = subprocess.run([BIN, "train", "--nproc", "2", "--tensorboard", str(run / "tb"),
+                           "--candidates",
                            os.path.join(ROOT, "configs/candidates/cpu-2rank.json"),
                            "--steps", "4", "--tokens-per-batch", "4096", "--lr-warmup-steps", "2",
                            "--eval-every", "2", "--eval-tokens", "2048", "--log-json", log], capture_output=True, text=True, cwd=ROOT,
@@ -70,3 +72,40 @@ def test_a_file_that_is_not_a_training_log_is_refused(tmp_path, content, named):
     assert done.returncode == 2
     assert named in done.stderr
     assert not out.exists() and os.listdir(tmp_path) == ["log.jsonl"]
+
+
+def _events(directory):
+    """Every scalar of the TensorBoard event files in `directory`: {tag: [(step, value)]},
+    read as TFRecords of Event protos (tensorboardX's own proto classes)."""
+    import glob
+    import struct
+    from tensorboardX.proto import event_pb2
+    scalars = {}
+    for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+        data = open(path, "rb").read()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack_from("<Q", data, at)
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_tensorboard_events_hold_the_logs_scalars(run_log):
+    pytest.importorskip("tensorboardX")
+    lines = [json.loads(line) for line in open(run_log)]
+    steps = [r for r in lines if "loss" in r]
+    evaluations = [r for r in lines if "eval_loss" in r]
+    scalars = _events(os.path.join(os.path.dirname(run_log), "tb"))
+    assert [s for s, _ in scalars["train/loss"]] == [r["step"] for r in steps]
+    for (_, value), r in zip(scalars["train/loss"], steps):
+        assert value == pytest.approx(r["loss"], rel=1e-6)
+    for (_, value), r in zip(scalars["time/step_ms"], steps):
+        assert value == pytest.approx(r["step_ms"], rel=1e-6)
+    assert [s for s, _ in scalars["eval/loss"]] == [e["step"] for e in evaluations] == [1, 3]
+    for (_, value), e in zip(scalars["eval/ppl"], evaluations):
+        assert value == pytest.approx(e["eval_ppl"], rel=1e-6)
+    assert {"train/lr", "train/grad_norm", "train/tokens_per_s", "time/predicted_step_ms",
+            "time/planning_ms"} <= set(scalars)
