@@ -32,7 +32,7 @@ import tempfile
 
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 TOLERANCE = 1e-5
 TRAIN_TOLERANCE = 1e-4
@@ -172,10 +172,10 @@ def export_forms(binary, run_dir, ckpt):
     return failures
 
 
-def export_parity(binary, tmp, run_dir, ids):
-    """transformers loads hydraulis' export and reproduces hydraulis' logits."""
-    exported = LlamaForCausalLM.from_pretrained(os.path.join(run_dir, "hf"),
-                                                attn_implementation="eager").float().eval()
+def export_parity(binary, tmp, run_dir, ids, cls=LlamaForCausalLM):
+    """transformers loads hydraulis' export (as `cls`) and reproduces hydraulis' logits."""
+    exported = cls.from_pretrained(os.path.join(run_dir, "hf"),
+                                   attn_implementation="eager").float().eval()
     logits_path = os.path.join(tmp, "trained-logits.safetensors")
     run = subprocess.run([binary, "eval", "--init-from", os.path.join(run_dir, "hf"), "--data",
                           os.path.join(tmp, "corpus"), "--max-documents", str(len(ids)),
@@ -193,6 +193,95 @@ def export_parity(binary, tmp, run_dir, ids):
         worst = max(worst, ((mine - theirs).abs().max() / theirs.abs().max()).item())
     print(f"export: transformers reproduces hydraulis' logits, worst error {worst:.2e} (relative)")
     return [] if worst <= TOLERANCE else [f"export: logits differ by {worst:.2e}"]
+
+
+def logit_parity(binary, tmp, ckpt, model, ids, label):
+    """`hydraulis eval --init-from ckpt` on the packed documents against `model` on each
+    alone: failure messages (empty when every logit and loss agrees)."""
+    logits_path = os.path.join(tmp, "logits.safetensors")
+    run = subprocess.run([binary, "eval", "--init-from", ckpt, "--data",
+                          os.path.join(tmp, "corpus"), "--max-documents", str(len(ids)),
+                          "--max-len", str(MAX_LEN), "--logits", logits_path],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        return [f"{label}: eval failed: {run.stderr.strip()}"]
+    losses = [json.loads(line)["loss"] for line in run.stdout.splitlines()]
+    ours = load_file(logits_path)
+    cu = ours["cu_seqlens"].tolist()
+    failures, worst_logit, worst_loss = [], 0.0, 0.0
+    for d, doc in enumerate(ids):
+        with torch.no_grad():
+            out = model(torch.tensor([doc]), labels=torch.tensor([doc]))
+        theirs = out.logits[0]
+        mine = ours["logits"][cu[d]:cu[d + 1]]
+        rel = ((mine - theirs).abs().max() / theirs.abs().max()).item()
+        loss_rel = abs(losses[d] - out.loss.item()) / abs(out.loss.item())
+        worst_logit, worst_loss = max(worst_logit, rel), max(worst_loss, loss_rel)
+        if rel > TOLERANCE or loss_rel > TOLERANCE:
+            failures.append(f"{label} document {d} ({len(doc)} tokens): logits "
+                            f"{rel:.2e}, loss {losses[d]} vs {out.loss.item()}")
+    print(f"{label}: {len(ids)} documents ({sum(map(len, ids))} tokens) packed; worst "
+          f"logit error {worst_logit:.2e}, worst loss error {worst_loss:.2e} (relative)")
+    return failures
+
+
+def mistral_parity(binary, src, tmp, ids):
+    """A tiny MistralForCausalLM whose window holds every document (sliding_window 512 >
+    MAX_LEN): eval's logits; three steps on 1 rank and tp = 2 against the same PyTorch loop;
+    the export is a Mistral checkpoint transformers loads and agrees with; and a window
+    shorter than --max-len is refused by name (windowed attention is not implemented)."""
+    torch.manual_seed(7)
+    config = MistralConfig(vocab_size=256, hidden_size=64, intermediate_size=172,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=16, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                           rope_theta=10000.0, max_position_embeddings=2048, sliding_window=512,
+                           attn_implementation="eager")
+    model = MistralForCausalLM(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    ckpt = os.path.join(tmp, "ckpt-mistral")
+    model.save_pretrained(ckpt, safe_serialization=True)
+    failures = logit_parity(binary, tmp, ckpt, model, ids, "mistral")
+    reference = reference_training(model, ids)
+    tokens = sum(len(doc) for doc in ids)
+    for label, extra in {"1 rank": ["--nproc", "1"], "tp=2": ["--nproc", "2", "--tp", "2"]}.items():
+        run_dir = os.path.join(tmp, "mistral-" + label.replace(" ", "-").replace("=", ""))
+        failure = train_and_export(binary, src, tmp, ckpt, tokens, run_dir, LR, extra)
+        if failure:
+            failures.append(f"mistral {label}: {failure}")
+            continue
+        ours = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
+        errors = {n: ((ours[n] - w).abs().max() / w.abs().max()).item()
+                  for n, w in reference.items()}
+        worst = max(errors.values())
+        print(f"mistral train {label}: worst parameter error {worst:.2e} (relative, "
+              f"{max(errors, key=errors.get)})")
+        if worst > TRAIN_TOLERANCE:
+            failures.append(f"mistral train {label}: parameters differ by {worst:.2e}")
+        if label == "1 rank":
+            exported = json.load(open(os.path.join(run_dir, "hf", "config.json")))
+            if (exported.get("model_type"), exported.get("architectures"),
+                    exported.get("sliding_window")) != ("mistral", ["MistralForCausalLM"], 512):
+                failures.append(f"mistral export config: {exported}")
+            failures += export_parity(binary, tmp, run_dir, ids, MistralForCausalLM)
+    narrow = os.path.join(tmp, "ckpt-mistral-narrow")
+    shutil.copytree(ckpt, narrow)
+    with open(os.path.join(narrow, "config.json")) as f:
+        narrow_config = json.load(f)
+    narrow_config["sliding_window"] = 128
+    with open(os.path.join(narrow, "config.json"), "w") as f:
+        json.dump(narrow_config, f)
+    run = subprocess.run([binary, "train", "--init-from", narrow, "--data",
+                          os.path.join(tmp, "corpus"), "--max-len", str(MAX_LEN), "--nproc", "1",
+                          "--steps", "1"], capture_output=True, text=True)
+    if run.returncode != 2 or "has sliding_window 128" not in run.stderr:
+        failures.append(f"mistral window 128 < --max-len {MAX_LEN}: exit {run.returncode}, "
+                        f"{run.stderr.strip()[-300:]}")
+    else:
+        print(f"mistral sliding_window 128 < --max-len {MAX_LEN}: refused ({run.stderr.strip()})")
+    return failures
 
 
 def main():
@@ -252,6 +341,7 @@ def main():
                   f"logit error {worst_logit:.2e}, worst loss error {worst_loss:.2e} (relative)")
             if not variant["tie"]:
                 failures += train_parity(binary, src, tmp, ckpt, model, ids)
+        failures += mistral_parity(binary, src, tmp, ids)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:

@@ -13,12 +13,20 @@ ModelConfig ParseHfConfig(const std::string& json_text, const std::string& sourc
   const nlohmann::json doc = ParseJson(json_text, source_name);
   JsonObjectReader r(doc, source_name, "");
   const std::string model_type = r.String("model_type");
-  if (model_type != "llama") {
-    r.Fail("model_type", QuoteForMessage(model_type) +
-                             " is not supported (only \"llama\": LLaMA-architecture models)");
+  if (model_type != "llama" && model_type != "mistral") {
+    std::string architectures;
+    if (r.Has("architectures"))
+      architectures = " (architectures " + JsonForMessage(r.Value("architectures")) + ")";
+    r.Fail("model_type", QuoteForMessage(model_type) + architectures +
+                             " is not supported (\"llama\": LlamaForCausalLM, \"mistral\": "
+                             "MistralForCausalLM)");
   }
   ModelConfig c;
-  c.shape.name = "hf-llama";
+  c.architecture = model_type;
+  c.shape.name = "hf-" + model_type;
+  if (model_type == "mistral" && r.Has("sliding_window") && !r.Value("sliding_window").is_null()) {
+    c.sliding_window = r.Int("sliding_window", 1, JsonObjectReader::kIntMax);
+  }
   if (r.Has("_name_or_path") && r.Value("_name_or_path").is_string() &&
       !r.Value("_name_or_path").get<std::string>().empty()) {
     c.shape.name = r.String("_name_or_path");
@@ -72,8 +80,9 @@ ModelConfig LoadHfConfig(const std::string& path) {
 
 std::string HfConfigJson(const ModelConfig& config, const std::string& torch_dtype) {
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  const bool mistral = config.architecture == "mistral";
+  j["architectures"] = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = mistral ? "mistral" : "llama";
   j["hidden_act"] = "silu";
   j["hidden_size"] = config.shape.hidden;
   j["intermediate_size"] = config.shape.ffn;
@@ -84,8 +93,13 @@ std::string HfConfigJson(const ModelConfig& config, const std::string& torch_dty
   j["rope_theta"] = config.rope_theta;
   j["rms_norm_eps"] = config.norm_eps;
   j["tie_word_embeddings"] = config.tie_embeddings;
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (mistral) {
+    j["sliding_window"] = config.sliding_window > 0 ? nlohmann::ordered_json(config.sliding_window)
+                                                    : nlohmann::ordered_json(nullptr);
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";
 }

@@ -65,6 +65,15 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
   }
   c.rope_theta = r.NumberOr("rope_theta", c.rope_theta, 0.0);
   c.norm_eps = r.NumberOr("norm_eps", c.norm_eps, 0.0);
+  c.architecture = r.StringOr("architecture", c.architecture);
+  if (c.architecture != "llama" && c.architecture != "mistral") {
+    r.Fail("architecture",
+           "expected \"llama\" or \"mistral\", got " + QuoteForMessage(c.architecture));
+  }
+  c.sliding_window = r.IntOr("sliding_window", 0, 0, JsonObjectReader::kIntMax);
+  if (c.sliding_window > 0 && c.architecture != "mistral") {
+    r.Fail("sliding_window", "only a \"mistral\" architecture has a sliding window");
+  }
   r.RejectUnknown();
   ValidateModelConfig(c, source_name);
   return c;
@@ -82,6 +91,10 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   j["tie_embeddings"] = config.tie_embeddings;
   j["rope_theta"] = config.rope_theta;
   j["norm_eps"] = config.norm_eps;
+  // Written only when not LLaMA's, so the configs written before them read and write back
+  // unchanged.
+  if (config.architecture != "llama") j["architecture"] = config.architecture;
+  if (config.sliding_window > 0) j["sliding_window"] = config.sliding_window;
   return j.dump(2) + "\n";
 }
 
@@ -105,6 +118,19 @@ std::string WeightLayoutDifference(const ModelConfig& a, const ModelConfig& b) {
            (b.tie_embeddings ? "true" : "false");
   }
   return "";
+}
+
+void RequireWithinSlidingWindow(const ModelConfig& config, std::int64_t max_len,
+                                const std::string& flag, const std::string& source) {
+  if (config.sliding_window > 0 && max_len > config.sliding_window) {
+    throw InvalidInput(flag + " " + std::to_string(max_len) + ": " + source +
+                       " has sliding_window " + std::to_string(config.sliding_window) +
+                       ", and windowed attention is not implemented: attention here is full "
+                       "within each document, which is the window's only for documents of at "
+                       "most " +
+                       std::to_string(config.sliding_window) + " tokens; give " + flag +
+                       " <= " + std::to_string(config.sliding_window));
+  }
 }
 
 ModelConfig LoadModelConfig(const std::string& path) {

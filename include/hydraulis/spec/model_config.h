@@ -4,6 +4,7 @@
 // planner can read these files without the runtime.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "hydraulis/spec/model.h"
@@ -19,6 +20,13 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   // Added to the mean square inside RMSNorm, > 0.
   double norm_eps = 1e-5;
+  // The Hugging Face family the weights come from and are exported as: "llama" or "mistral"
+  // (the same network here: Mistral is LLaMA's with a sliding attention window).
+  std::string architecture = "llama";
+  // mistral: each token attends to at most this many previous tokens (0: no window). A
+  // window does not bind while every document fits in it, so runs keep documents to it
+  // (--max-len <= sliding_window; docs/runtime.md, "Hugging Face formats").
+  std::int64_t sliding_window = 0;
 
   // Per-head width, hidden / heads.
   int head_dim() const { return shape.hidden / shape.heads; }
@@ -29,6 +37,12 @@ struct ModelConfig {
 // JSON object with "model_type") is read by ParseHfConfig (hf_config.h), so every
 // `--model` flag takes either format.
 ModelConfig LoadModelConfig(const std::string& path);
+
+// InvalidInput naming `flag` and the model's `source` when documents of `max_len` tokens
+// exceed the model's sliding window: the attention here is full causal attention within a
+// document, which equals windowed attention only while a document fits in the window.
+void RequireWithinSlidingWindow(const ModelConfig& config, std::int64_t max_len,
+                                const std::string& flag, const std::string& source);
 ModelConfig ParseModelConfig(const std::string& json_text, const std::string& source_name);
 
 // The config as hydraulis' own JSON (the format of configs/models, every field written, the

@@ -71,6 +71,9 @@ Evaluation Evaluate(const EvaluationOptions& options) {
   } else {
     config = LoadModelConfig(options.model);
   }
+  RequireWithinSlidingWindow(
+      config, options.max_len, "--max-len",
+      options.init_from.empty() ? options.model : options.init_from + "/config.json");
   ComputeOptions compute;
   compute.precision = options.precision;
   // Before the data is read and the model built: a model too large is refused by its size.

@@ -160,6 +160,7 @@ struct TrainingInputs {
     } else {
       model = LoadModelConfig(o.model);
     }
+    RequireWithinSlidingWindow(model, o.max_len, "--max-len", model_source);
     // Before anything of the model's size is built: the flat layout below lists every
     // parameter (2^31 layers would exhaust memory listing them) and counts in int64.
     CheckTrainingStateFits(model, world_size, compute);
