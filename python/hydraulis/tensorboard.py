@@ -6,7 +6,7 @@ step and evaluation records here as it writes them (docs/runtime.md, "TensorBoar
 
 Each step record gives the scalars train/loss, train/lr, train/grad_norm,
 train/tokens_per_s, train/mfu, time/step_ms, time/predicted_step_ms, time/planning_ms,
-memory/peak_gib and data/cut_tokens at its step; each evaluation record eval/loss and
+memory/peak_gib and train/cut_tokens at its step; each evaluation record eval/loss and
 eval/ppl. Written with tensorboardX (a pinned test and report peer in .venv).
 """
 import argparse
@@ -28,7 +28,7 @@ SCALARS = [
     ("time/planning_ms", lambda r: r.get("planning_ms")),
     ("memory/peak_gib", lambda r: (r["peak_memory_bytes"] / 2**30
                                    if r.get("peak_memory_bytes") else None)),
-    ("data/cut_tokens", lambda r: r.get("cut_tokens")),
+    ("train/cut_tokens", lambda r: r.get("cut_tokens")),
 ]
 EVAL_SCALARS = [("eval/loss", lambda r: r.get("eval_loss")),
                 ("eval/ppl", lambda r: r.get("eval_ppl"))]

@@ -14,12 +14,19 @@ ModelConfig ParseHfConfig(const std::string& json_text, const std::string& sourc
   JsonObjectReader r(doc, source_name, "");
   const std::string model_type = r.String("model_type");
   if (model_type != "llama" && model_type != "mistral") {
+    // The names themselves (e.g. ["Qwen2ForCausalLM"]), each quoted and bounded.
     std::string architectures;
-    if (r.Has("architectures"))
-      architectures = " (architectures " + JsonForMessage(r.Value("architectures")) + ")";
-    r.Fail("model_type", QuoteForMessage(model_type) + architectures +
-                             " is not supported (\"llama\": LlamaForCausalLM, \"mistral\": "
-                             "MistralForCausalLM)");
+    if (r.Has("architectures") && r.Value("architectures").is_array()) {
+      for (const nlohmann::json& name : r.Value("architectures")) {
+        if (!name.is_string() || architectures.size() > 200) continue;
+        architectures +=
+            (architectures.empty() ? "" : ", ") + QuoteForMessage(name.get<std::string>());
+      }
+      if (!architectures.empty()) architectures = " (architectures " + architectures + ")";
+    }
+    r.Fail("model_type", QuoteForMessage(model_type) + " is not supported" + architectures +
+                             "; supported: \"llama\" (LlamaForCausalLM) and \"mistral\" "
+                             "(MistralForCausalLM)");
   }
   ModelConfig c;
   c.architecture = model_type;

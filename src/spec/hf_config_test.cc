@@ -138,3 +138,40 @@ TEST(HfConfigTest, RefusesWhatWouldComputeAnotherModel) {
 
 }  // namespace
 }  // namespace hydraulis
+
+namespace hydraulis {
+namespace {
+
+// A Mistral config.json: LLaMA's network with a sliding window. Read as the "mistral"
+// architecture with its window, written back as MistralForCausalLM, kept through our model
+// JSON; documents longer than the window are refused, and another family names its
+// architectures.
+TEST(HfConfigTest, MistralKeepsItsArchitectureAndWindow) {
+  std::string text = With("\"model_type\": \"llama\"", "\"model_type\": \"mistral\"");
+  text = text.replace(text.find("\"rope_scaling\": null"), 20, "\"sliding_window\": 4096");
+  const ModelConfig c = ParseHfConfig(text, "config.json");
+  EXPECT_EQ(c.architecture, "mistral");
+  EXPECT_EQ(c.sliding_window, 4096);
+  const std::string written = HfConfigJson(c, "float32");
+  EXPECT_NE(written.find("\"MistralForCausalLM\""), std::string::npos);
+  EXPECT_NE(written.find("\"sliding_window\": 4096"), std::string::npos);
+  EXPECT_EQ(ParseHfConfig(written, "out.json").sliding_window, 4096);
+  const ModelConfig back = ParseModelConfig(ModelConfigToJson(c), "model.json");
+  EXPECT_EQ(back.architecture, "mistral");
+  EXPECT_EQ(back.sliding_window, 4096);
+  EXPECT_NO_THROW(RequireWithinSlidingWindow(c, 4096, "--max-len", "config.json"));
+  EXPECT_THROW(RequireWithinSlidingWindow(c, 4097, "--max-len", "config.json"), InvalidInput);
+  // No window (null): any length.
+  std::string open = text;
+  open.replace(open.find("\"sliding_window\": 4096"), 22, "\"sliding_window\": null");
+  EXPECT_EQ(ParseHfConfig(open, "config.json").sliding_window, 0);
+  // A LLaMA config names no window, and another family is refused with its architectures.
+  EXPECT_EQ(ModelConfigToJson(ParseHfConfig(kTinyLlama, "c.json")).find("architecture"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\""))
+                .find("'qwen2' is not supported (architectures 'LlamaForCausalLM'); supported:"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hydraulis
