@@ -195,6 +195,14 @@ def export_parity(binary, tmp, run_dir, ids, cls=LlamaForCausalLM):
     return [] if worst <= TOLERANCE else [f"export: logits differ by {worst:.2e}"]
 
 
+def random_norms(model):
+    """Norm weights drawn in [0.5, 1.5], so a norm applied wrongly shows in the logits."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+
+
 def logit_parity(binary, tmp, ckpt, model, ids, label):
     """`hydraulis eval --init-from ckpt` on the packed documents against `model` on each
     alone: failure messages (empty when every logit and loss agrees)."""
@@ -237,10 +245,7 @@ def mistral_parity(binary, src, tmp, ids):
                            rope_theta=10000.0, max_position_embeddings=2048, sliding_window=512,
                            attn_implementation="eager")
     model = MistralForCausalLM(config).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(0.5, 1.5)
+    random_norms(model)
     ckpt = os.path.join(tmp, "ckpt-mistral")
     model.save_pretrained(ckpt, safe_serialization=True)
     failures = logit_parity(binary, tmp, ckpt, model, ids, "mistral")
@@ -308,37 +313,10 @@ def main():
                                  rope_theta=10000.0, max_position_embeddings=2048,
                                  attn_implementation="eager")
             model = LlamaForCausalLM(config).float().eval()
-            with torch.no_grad():
-                for name, p in model.named_parameters():
-                    if "norm" in name:
-                        p.uniform_(0.5, 1.5)
+            random_norms(model)
             ckpt = os.path.join(tmp, f"ckpt-{variant['kv']}")
             model.save_pretrained(ckpt, safe_serialization=True)
-            logits_path = os.path.join(tmp, "logits.safetensors")
-            run = subprocess.run([binary, "eval", "--init-from", ckpt, "--data",
-                                  os.path.join(tmp, "corpus"), "--max-documents", str(len(ids)),
-                                  "--max-len", str(MAX_LEN), "--logits", logits_path],
-                                 capture_output=True, text=True)
-            if run.returncode != 0:
-                failures.append(f"{variant}: eval failed: {run.stderr.strip()}")
-                continue
-            losses = [json.loads(line)["loss"] for line in run.stdout.splitlines()]
-            ours = load_file(logits_path)
-            cu = ours["cu_seqlens"].tolist()
-            worst_logit = worst_loss = 0.0
-            for d, doc in enumerate(ids):
-                with torch.no_grad():
-                    out = model(torch.tensor([doc]), labels=torch.tensor([doc]))
-                theirs = out.logits[0]
-                mine = ours["logits"][cu[d]:cu[d + 1]]
-                rel = ((mine - theirs).abs().max() / theirs.abs().max()).item()
-                loss_rel = abs(losses[d] - out.loss.item()) / abs(out.loss.item())
-                worst_logit, worst_loss = max(worst_logit, rel), max(worst_loss, loss_rel)
-                if rel > TOLERANCE or loss_rel > TOLERANCE:
-                    failures.append(f"{variant} document {d} ({len(doc)} tokens): logits "
-                                    f"{rel:.2e}, loss {losses[d]} vs {out.loss.item()}")
-            print(f"{variant}: {len(ids)} documents ({sum(map(len, ids))} tokens) packed; worst "
-                  f"logit error {worst_logit:.2e}, worst loss error {worst_loss:.2e} (relative)")
+            failures += logit_parity(binary, tmp, ckpt, model, ids, str(variant))
             if not variant["tie"]:
                 failures += train_parity(binary, src, tmp, ckpt, model, ids)
         failures += mistral_parity(binary, src, tmp, ids)

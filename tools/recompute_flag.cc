@@ -15,12 +15,11 @@ void RecomputeFlag::AddTo(CLI::App* cmd) {
 Profile RecomputeFlag::Apply(const Profile& profile, const std::string& profile_path) const {
   if (mode.empty()) return profile;
   const Recompute target = ParseRecompute(mode, "--recompute-granularity");
-  if (profile.recompute != target && profile.recompute != Recompute::kNone) {
-    throw InvalidInput("--recompute-granularity " + mode + ": " + profile_path + " is for " +
-                       ToString(profile.recompute) +
-                       ", and another mode is made only from a profile for none");
+  try {
+    return RecomputedProfile(profile, target);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput("--recompute-granularity " + mode + ": " + profile_path + ": " + e.what());
   }
-  return RecomputedProfile(profile, target);
 }
 
 }  // namespace hydraulis::tools

@@ -306,19 +306,20 @@ std::vector<PackedBatch> DistributedTrainer::PackMicroBatches(
   return micro_batches;
 }
 
-StageResult DistributedTrainer::RunStage(Compute& compute, const Plan& plan,
+StageResult DistributedTrainer::RunStage(const Compute& compute, const StageLinks& links,
+                                         const Plan& plan,
                                          const std::vector<MicroBatchLayout>& layouts,
                                          const std::vector<PackedBatch>& micro_batches,
                                          std::int64_t global_targets) {
   if (compute.cp_group == nullptr) {
-    return RunPipelineStage(*compute.model, micro_batches, compute.links, global_targets);
+    return RunPipelineStage(*compute.model, micro_batches, links, global_targets);
   }
   return RunPipelineStage(
       *compute.model,
       ContextParallelShares(micro_batches, layouts,
                             plan.pipelines[static_cast<std::size_t>(compute.role.pipeline)],
                             compute.cp, compute.role.cp_rank, TorchDevice(compute_)),
-      *compute.cp_group, compute.links, global_targets);
+      *compute.cp_group, links, global_targets);
 }
 
 std::array<double, 3> DistributedTrainer::SumOverPipelines(const Compute& compute,
@@ -359,7 +360,8 @@ StageResult DistributedTrainer::ComputeStep(Compute& compute, const Plan& plan,
   const std::vector<PackedBatch> micro_batches = PackMicroBatches(layouts, documents);
   result.pack_ms = MsSince(pack_start);
   compute.links.time_on_device = time_on_device_;
-  const StageResult stage = RunStage(compute, plan, layouts, micro_batches, global_targets);
+  const StageResult stage =
+      RunStage(compute, compute.links, plan, layouts, micro_batches, global_targets);
   const auto finish_start = Clock::now();
   optimizer_->FinishMaterialise(model);
   const double finish_ms = MsSince(finish_start);
@@ -451,14 +453,9 @@ DistributedTrainer::EvalResult DistributedTrainer::Evaluate(
     const std::vector<MicroBatchLayout> layouts =
         PipelineLayouts(plan, compute.role.pipeline, TokenCounts(documents));
     const std::vector<PackedBatch> micro_batches = PackMicroBatches(layouts, documents);
-    compute.links.forward_only = true;
-    try {
-      stage = RunStage(compute, plan, layouts, micro_batches, counts.targets);
-    } catch (...) {
-      compute.links.forward_only = false;
-      throw;
-    }
-    compute.links.forward_only = false;
+    StageLinks links = compute.links;
+    links.forward_only = true;
+    stage = RunStage(compute, links, plan, layouts, micro_batches, counts.targets);
     optimizer_->FinishMaterialise(model);
   }
   const std::array<double, 3> sums = SumOverPipelines(compute, stage);

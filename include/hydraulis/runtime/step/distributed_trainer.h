@@ -32,6 +32,7 @@ namespace hydraulis {
 
 class CommGroup;
 class Rendezvous;
+struct StageLinks;
 struct StageResult;
 
 // What a step runs is the planner's Plan (assign/plan.h), the one plan type from
@@ -165,8 +166,9 @@ class DistributedTrainer {
   std::vector<PackedBatch> PackMicroBatches(
       const std::vector<MicroBatchLayout>& layouts,
       const std::vector<std::vector<std::int64_t>>& documents) const;
-  // The pipeline stage over `micro_batches` (its cp shares under cp > 1).
-  StageResult RunStage(Compute& compute, const Plan& plan,
+  // The pipeline stage over `micro_batches` (its cp shares under cp > 1), on `links` (the
+  // compute's, or a forward-only copy).
+  StageResult RunStage(const Compute& compute, const StageLinks& links, const Plan& plan,
                        const std::vector<MicroBatchLayout>& layouts,
                        const std::vector<PackedBatch>& micro_batches, std::int64_t global_targets);
   // Summed over the pipelines, each counted once (tp rank 0; the loss from last stages,
