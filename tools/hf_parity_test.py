@@ -21,6 +21,9 @@ hyper-parameters (loss: mean over the batch's targets). Every parameter must agr
 1e-4 relative (to its largest value). Finally transformers loads hydraulis' export and
 must reproduce hydraulis' logits within 1e-5, and loads the same checkpoint exported sharded
 (model-0000k-of-0000n.safetensors + index) and in bf16 with the same weights.
+The other families the same way (family_parity): Mistral (sliding_window above every
+document; a narrower window refused), Qwen2 (random q/k/v biases) and Qwen3 (random q/k
+norms), each on 1 rank, tp = 2 and one more layout, exported as its own class.
 Nothing is downloaded: the models are made here. Exits 1 on any mismatch.
 """
 import json
@@ -32,7 +35,8 @@ import tempfile
 
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 TOLERANCE = 1e-5
 TRAIN_TOLERANCE = 1e-4
@@ -233,11 +237,57 @@ def logit_parity(binary, tmp, ckpt, model, ids, label):
     return failures
 
 
+def random_biases(model):
+    """Biases drawn in [-0.5, 0.5] (transformers starts them at zero), so a bias applied
+    wrongly, or not at all, shows in the logits."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.uniform_(-0.5, 0.5)
+
+
+FAMILY_RUNS = {"1 rank": ["--nproc", "1"], "tp=2": ["--nproc", "2", "--tp", "2"]}
+
+
+def family_parity(binary, src, tmp, ids, label, model, cls, want_config, runs=FAMILY_RUNS):
+    """A tiny model of another family built by transformers: eval's logits; three steps on
+    each layout of `runs` against the same PyTorch loop; the 1-rank export is a checkpoint
+    of the same family (config.json holding `want_config`) that transformers loads and
+    agrees with."""
+    random_norms(model)
+    random_biases(model)
+    ckpt = os.path.join(tmp, "ckpt-" + label)
+    model.save_pretrained(ckpt, safe_serialization=True)
+    failures = logit_parity(binary, tmp, ckpt, model, ids, label)
+    reference = reference_training(model, ids)
+    tokens = sum(len(doc) for doc in ids)
+    for run, extra in runs.items():
+        run_dir = os.path.join(tmp, label + "-" + run.replace(" ", "-").replace("=", ""))
+        failure = train_and_export(binary, src, tmp, ckpt, tokens, run_dir, LR, extra)
+        if failure:
+            failures.append(f"{label} {run}: {failure}")
+            continue
+        ours = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
+        errors = {n: ((ours[n] - w).abs().max() / w.abs().max()).item()
+                  for n, w in reference.items()}
+        worst = max(errors.values())
+        print(f"{label} train {run}: worst parameter error {worst:.2e} (relative, "
+              f"{max(errors, key=errors.get)})")
+        if worst > TRAIN_TOLERANCE:
+            failures.append(f"{label} train {run}: parameters differ by {worst:.2e}")
+        if run == "1 rank":
+            exported = json.load(open(os.path.join(run_dir, "hf", "config.json")))
+            wrong = {k: exported.get(k) for k, v in want_config.items() if exported.get(k) != v}
+            if wrong:
+                failures.append(f"{label} export config: {wrong} (want {want_config})")
+            failures += export_parity(binary, tmp, run_dir, ids, cls)
+    return failures
+
+
 def mistral_parity(binary, src, tmp, ids):
     """A tiny MistralForCausalLM whose window holds every document (sliding_window 512 >
-    MAX_LEN): eval's logits; three steps on 1 rank and tp = 2 against the same PyTorch loop;
-    the export is a Mistral checkpoint transformers loads and agrees with; and a window
-    shorter than --max-len is refused by name (windowed attention is not implemented)."""
+    MAX_LEN) through family_parity; and a window shorter than --max-len is refused by name
+    (windowed attention is not implemented)."""
     torch.manual_seed(7)
     config = MistralConfig(vocab_size=256, hidden_size=64, intermediate_size=172,
                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -245,32 +295,10 @@ def mistral_parity(binary, src, tmp, ids):
                            rope_theta=10000.0, max_position_embeddings=2048, sliding_window=512,
                            attn_implementation="eager")
     model = MistralForCausalLM(config).float().eval()
-    random_norms(model)
+    failures = family_parity(binary, src, tmp, ids, "mistral", model, MistralForCausalLM,
+                             {"model_type": "mistral", "architectures": ["MistralForCausalLM"],
+                              "sliding_window": 512})
     ckpt = os.path.join(tmp, "ckpt-mistral")
-    model.save_pretrained(ckpt, safe_serialization=True)
-    failures = logit_parity(binary, tmp, ckpt, model, ids, "mistral")
-    reference = reference_training(model, ids)
-    tokens = sum(len(doc) for doc in ids)
-    for label, extra in {"1 rank": ["--nproc", "1"], "tp=2": ["--nproc", "2", "--tp", "2"]}.items():
-        run_dir = os.path.join(tmp, "mistral-" + label.replace(" ", "-").replace("=", ""))
-        failure = train_and_export(binary, src, tmp, ckpt, tokens, run_dir, LR, extra)
-        if failure:
-            failures.append(f"mistral {label}: {failure}")
-            continue
-        ours = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
-        errors = {n: ((ours[n] - w).abs().max() / w.abs().max()).item()
-                  for n, w in reference.items()}
-        worst = max(errors.values())
-        print(f"mistral train {label}: worst parameter error {worst:.2e} (relative, "
-              f"{max(errors, key=errors.get)})")
-        if worst > TRAIN_TOLERANCE:
-            failures.append(f"mistral train {label}: parameters differ by {worst:.2e}")
-        if label == "1 rank":
-            exported = json.load(open(os.path.join(run_dir, "hf", "config.json")))
-            if (exported.get("model_type"), exported.get("architectures"),
-                    exported.get("sliding_window")) != ("mistral", ["MistralForCausalLM"], 512):
-                failures.append(f"mistral export config: {exported}")
-            failures += export_parity(binary, tmp, run_dir, ids, MistralForCausalLM)
     narrow = os.path.join(tmp, "ckpt-mistral-narrow")
     shutil.copytree(ckpt, narrow)
     with open(os.path.join(narrow, "config.json")) as f:
@@ -286,6 +314,32 @@ def mistral_parity(binary, src, tmp, ids):
                         f"{run.stderr.strip()[-300:]}")
     else:
         print(f"mistral sliding_window 128 < --max-len {MAX_LEN}: refused ({run.stderr.strip()})")
+    return failures
+
+
+def qwen_parity(binary, src, tmp, ids):
+    """Tiny Qwen2ForCausalLM (q/k/v biases, drawn at random; tied embeddings; also pp = 2)
+    and Qwen3ForCausalLM (q/k norms, random, whose gradients sum over the tp ranks' heads;
+    also cp = 2) with RoPE base 1e6, which transformers 5 saves inside rope_parameters,
+    through family_parity."""
+    failures = []
+    common = dict(vocab_size=256, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+                  rope_theta=1000000.0, max_position_embeddings=2048,
+                  attn_implementation="eager")
+    torch.manual_seed(7)
+    qwen2 = Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=True, **common)).float().eval()
+    failures += family_parity(binary, src, tmp, ids, "qwen2", qwen2, Qwen2ForCausalLM,
+                              {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                               "tie_word_embeddings": True},
+                              dict(FAMILY_RUNS, **{"pp=2": ["--nproc", "2", "--pp", "2"]}))
+    torch.manual_seed(7)
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(head_dim=16, tie_word_embeddings=False,
+                                         **common)).float().eval()
+    failures += family_parity(binary, src, tmp, ids, "qwen3", qwen3, Qwen3ForCausalLM,
+                              {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                               "head_dim": 16},
+                              dict(FAMILY_RUNS, **{"cp=2": ["--nproc", "2", "--cp", "2"]}))
     return failures
 
 
@@ -320,6 +374,7 @@ def main():
             if not variant["tie"]:
                 failures += train_parity(binary, src, tmp, ckpt, model, ids)
         failures += mistral_parity(binary, src, tmp, ids)
+        failures += qwen_parity(binary, src, tmp, ids)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:

@@ -28,7 +28,7 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-std::vector<HfTensorSpec> HfLlamaTensors(const ModelConfig& c) {
+std::vector<HfTensorSpec> HfModelTensors(const ModelConfig& c) {
   const std::int64_t hidden = c.shape.hidden, ffn = c.shape.ffn, vocab = c.shape.vocab;
   const std::int64_t q = std::int64_t{c.shape.heads} * c.head_dim();
   const std::int64_t kv = std::int64_t{c.shape.kv_heads} * c.head_dim();
@@ -39,6 +39,15 @@ std::vector<HfTensorSpec> HfLlamaTensors(const ModelConfig& c) {
     out.push_back({p + "self_attn.k_proj.weight", {kv, hidden}});
     out.push_back({p + "self_attn.v_proj.weight", {kv, hidden}});
     out.push_back({p + "self_attn.o_proj.weight", {hidden, q}});
+    if (c.qkv_bias()) {
+      out.push_back({p + "self_attn.q_proj.bias", {q}});
+      out.push_back({p + "self_attn.k_proj.bias", {kv}});
+      out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    if (c.qk_norm()) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim()}});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim()}});
+    }
     out.push_back({p + "mlp.gate_proj.weight", {ffn, hidden}});
     out.push_back({p + "mlp.up_proj.weight", {ffn, hidden}});
     out.push_back({p + "mlp.down_proj.weight", {hidden, ffn}});
@@ -158,7 +167,7 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
                        "config.json and model.safetensors)");
   }
   config_ = LoadHfConfig(dir + "/config.json");
-  tensors_ = HfLlamaTensors(config_);
+  tensors_ = HfModelTensors(config_);
   LocateTensors(dir, files_, where_);
   CheckTensors(dir, tensors_, where_);
 }

@@ -31,7 +31,7 @@ class HfCheckpointTest : public ::testing::Test {
   void Write(int files, const std::string& corrupt_name = "",
              std::vector<std::int64_t> corrupt_shape = {}) {
     WriteFileAtomically(dir_ + "/config.json", HfConfigJson(config_, "float32"));
-    const std::vector<HfTensorSpec> specs = HfLlamaTensors(config_);
+    const std::vector<HfTensorSpec> specs = HfModelTensors(config_);
     data_.clear();
     data_.reserve(specs.size());
     std::vector<std::vector<SafetensorsEntry>> shards(static_cast<std::size_t>(files));
@@ -70,14 +70,14 @@ class HfCheckpointTest : public ::testing::Test {
 };
 
 TEST_F(HfCheckpointTest, NamesEveryTensorOfTheModel) {
-  const std::vector<HfTensorSpec> t = HfLlamaTensors(config_);
+  const std::vector<HfTensorSpec> t = HfModelTensors(config_);
   ASSERT_EQ(t.size(), 1u + 2 * 9 + 2);
   EXPECT_EQ(t[0].name, "model.embed_tokens.weight");
   EXPECT_EQ(t[2].name, "model.layers.0.self_attn.k_proj.weight");
   EXPECT_EQ(t[2].shape, (std::vector<std::int64_t>{8, 16}));  // 2 kv heads x head_dim 4
   EXPECT_EQ(t.back().name, "lm_head.weight");
   config_.tie_embeddings = true;
-  EXPECT_EQ(HfLlamaTensors(config_).back().name, "model.norm.weight");
+  EXPECT_EQ(HfModelTensors(config_).back().name, "model.norm.weight");
 }
 
 TEST_F(HfCheckpointTest, OpensOneFileAndShards) {
@@ -91,7 +91,7 @@ TEST_F(HfCheckpointTest, OpensOneFileAndShards) {
     const auto down = ckpt.Find("model.layers.1.mlp.down_proj.weight");
     EXPECT_EQ(down.tensor->shape, (std::vector<std::int64_t>{16, 24}));
     const float first = *reinterpret_cast<const float*>(down.file->Bytes(*down.tensor).data());
-    EXPECT_EQ(first, 16.0f);  // the 17th tensor in HfLlamaTensors' order
+    EXPECT_EQ(first, 16.0f);  // the 17th tensor in HfModelTensors' order
   }
 }
 

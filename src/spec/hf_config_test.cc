@@ -107,8 +107,8 @@ TEST(HfConfigTest, WritesWhatItReads) {
 }
 
 TEST(HfConfigTest, RefusesWhatWouldComputeAnotherModel) {
-  EXPECT_NE(ErrorOf(With("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\""))
-                .find("config.json: model_type: 'qwen2' is not supported"),
+  EXPECT_NE(ErrorOf(With("\"model_type\": \"llama\"", "\"model_type\": \"gemma\""))
+                .find("config.json: model_type: 'gemma' is not supported"),
             std::string::npos);
   EXPECT_NE(ErrorOf(With("\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\"}"))
                 .find("config.json: rope_scaling: RoPE scaling is not supported"),
@@ -168,9 +168,115 @@ TEST(HfConfigTest, MistralKeepsItsArchitectureAndWindow) {
   // A LLaMA config names no window, and another family is refused with its architectures.
   EXPECT_EQ(ModelConfigToJson(ParseHfConfig(kTinyLlama, "c.json")).find("architecture"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(With("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\""))
-                .find("'qwen2' is not supported (architectures 'LlamaForCausalLM'); supported:"),
+  EXPECT_NE(ErrorOf(With("\"model_type\": \"llama\"", "\"model_type\": \"qwen2_moe\""))
+                .find("'qwen2_moe' is not supported (architectures 'LlamaForCausalLM'); "
+                      "supported: \"llama\" (LlamaForCausalLM), \"mistral\" "
+                      "(MistralForCausalLM), \"qwen2\" (Qwen2ForCausalLM), \"qwen3\" "
+                      "(Qwen3ForCausalLM)"),
             std::string::npos);
+}
+
+// A Qwen3 config.json as transformers 5 writes it: RoPE's base inside rope_parameters,
+// layer_types, head_dim given.
+const char* kTinyQwen3 = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "head_dim": 16,
+  "hidden_act": "silu",
+  "hidden_size": 64,
+  "intermediate_size": 172,
+  "layer_types": ["full_attention", "full_attention"],
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 4,
+  "num_hidden_layers": 2,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "use_sliding_window": false,
+  "vocab_size": 256
+})";
+
+std::string QwenWith(const std::string& from, const std::string& to) {
+  std::string text = kTinyQwen3;
+  const std::size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+// Qwen2 (q/k/v biases) and Qwen3 (q/k norms) read with RoPE's base from rope_parameters,
+// written back as their own class with the fields transformers needs to build the same
+// network, and kept through our model JSON.
+TEST(HfConfigTest, QwenFamiliesReadAndWriteBack) {
+  const ModelConfig q3 = ParseHfConfig(kTinyQwen3, "config.json");
+  EXPECT_EQ(q3.architecture, "qwen3");
+  EXPECT_TRUE(q3.qk_norm());
+  EXPECT_FALSE(q3.qkv_bias());
+  EXPECT_EQ(q3.rope_theta, 1e6);
+  EXPECT_EQ(q3.sliding_window, 0);
+  EXPECT_TRUE(q3.tie_embeddings);
+  const std::string written = HfConfigJson(q3, "float32");
+  EXPECT_NE(written.find("\"Qwen3ForCausalLM\""), std::string::npos);
+  EXPECT_NE(written.find("\"head_dim\": 16"), std::string::npos);  // not the default 128
+  const ModelConfig back = ParseHfConfig(written, "out.json");
+  EXPECT_EQ(back.architecture, "qwen3");
+  EXPECT_EQ(back.rope_theta, 1e6);
+  EXPECT_EQ(ParseModelConfig(ModelConfigToJson(q3), "m.json").architecture, "qwen3");
+
+  const std::string qwen2_text = QwenWith("\"model_type\": \"qwen3\"", "\"model_type\": \"qwen2\"");
+  const ModelConfig q2 = ParseHfConfig(qwen2_text, "config.json");
+  EXPECT_TRUE(q2.qkv_bias());
+  EXPECT_FALSE(q2.qk_norm());
+  const std::string written2 = HfConfigJson(q2, "bfloat16");
+  EXPECT_NE(written2.find("\"Qwen2ForCausalLM\""), std::string::npos);
+  EXPECT_NE(written2.find("\"use_sliding_window\": false"), std::string::npos);
+  EXPECT_EQ(ParseHfConfig(written2, "out.json").architecture, "qwen2");
+  // Qwen2's own biases: transformers ignores attention_bias there, and so does the reader.
+  EXPECT_EQ(ParseHfConfig(With("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\""), "c.json")
+                .architecture,
+            "qwen2");
+}
+
+// What the model here would compute differently is refused by name.
+TEST(HfConfigTest, QwenFieldsItCannotHonourAreRefused) {
+  auto error = [](const std::string& text) {
+    try {
+      ParseHfConfig(text, "config.json");
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // Qwen3's default head_dim is 128, not hidden / heads.
+  std::string no_head_dim = kTinyQwen3;
+  no_head_dim.erase(no_head_dim.find("\"head_dim\": 16,"), 15);
+  EXPECT_NE(error(no_head_dim)
+                .find("config.json: head_dim: must be hidden_size / "
+                      "num_attention_heads (16), got 128 (qwen3's default"),
+            std::string::npos)
+      << error(no_head_dim);
+  EXPECT_NE(error(QwenWith("\"attention_bias\": false", "\"attention_bias\": true"))
+                .find("config.json: attention_bias: biases are not supported"),
+            std::string::npos);
+  EXPECT_NE(error(QwenWith("\"use_sliding_window\": false", "\"use_sliding_window\": true"))
+                .find("config.json: use_sliding_window: sliding-window attention on some layers"),
+            std::string::npos);
+  EXPECT_NE(error(QwenWith("\"full_attention\", \"full_attention\"",
+                           "\"full_attention\", \"sliding_attention\""))
+                .find("config.json: layer_types: sliding-window attention"),
+            std::string::npos);
+  EXPECT_NE(error(QwenWith("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\""))
+                .find("config.json: rope_parameters.rope_type: RoPE scaling is not supported"),
+            std::string::npos)
+      << error(QwenWith("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\""));
+  // A LLaMA written by transformers 5 keeps its base in rope_parameters too.
+  EXPECT_EQ(ParseHfConfig(
+                With("\"rope_theta\": 10000.0", "\"rope_parameters\": {\"rope_theta\": 500000.0}"),
+                "c.json")
+                .rope_theta,
+            500000.0);
 }
 
 }  // namespace

@@ -46,6 +46,22 @@ void ValidateModelConfig(const ModelConfig& config, const std::string& source_na
           "must be > 0, got " + std::to_string(config.norm_eps));
 }
 
+bool IsArchitecture(const std::string& name) {
+  for (const char* a : kArchitectures) {
+    if (name == a) return true;
+  }
+  return false;
+}
+
+double ModelParameterCount(const ModelConfig& config) {
+  const ModelSpec& s = config.shape;
+  const double dim = config.head_dim();
+  double per_layer = 0;
+  if (config.qkv_bias()) per_layer = (s.heads + 2.0 * s.kv_heads) * dim;
+  if (config.qk_norm()) per_layer = 2.0 * dim;
+  return ParameterCount(s, config.tie_embeddings) + per_layer * s.layers;
+}
+
 ModelConfig ParseModelConfig(const std::string& json_text, const std::string& source_name) {
   nlohmann::json doc = ParseJson(json_text, source_name);
   JsonObjectReader r(doc, source_name, "");
@@ -66,13 +82,13 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
   c.rope_theta = r.NumberOr("rope_theta", c.rope_theta, 0.0);
   c.norm_eps = r.NumberOr("norm_eps", c.norm_eps, 0.0);
   c.architecture = r.StringOr("architecture", c.architecture);
-  if (c.architecture != "llama" && c.architecture != "mistral") {
-    r.Fail("architecture",
-           "expected \"llama\" or \"mistral\", got " + QuoteForMessage(c.architecture));
+  if (!IsArchitecture(c.architecture)) {
+    r.Fail("architecture", "expected \"llama\", \"mistral\", \"qwen2\" or \"qwen3\", got " +
+                               QuoteForMessage(c.architecture));
   }
   c.sliding_window = r.IntOr("sliding_window", 0, 0, JsonObjectReader::kIntMax);
-  if (c.sliding_window > 0 && c.architecture != "mistral") {
-    r.Fail("sliding_window", "only a \"mistral\" architecture has a sliding window");
+  if (c.sliding_window > 0 && c.architecture == "llama") {
+    r.Fail("sliding_window", "a \"llama\" architecture has no sliding window");
   }
   r.RejectUnknown();
   ValidateModelConfig(c, source_name);

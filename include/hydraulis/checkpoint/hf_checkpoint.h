@@ -25,12 +25,14 @@ struct HfTensorSpec {
   std::vector<std::int64_t> shape;
 };
 
-// Every tensor transformers' LlamaForCausalLM saves for `config`, in a fixed order:
-// model.embed_tokens.weight, per layer i the q/k/v/o projections, the gate/up/down MLP
-// projections and both norms (model.layers.{i}.self_attn.q_proj.weight, ...,
-// model.layers.{i}.post_attention_layernorm.weight), model.norm.weight, and
-// lm_head.weight unless the embeddings are tied.
-std::vector<HfTensorSpec> HfLlamaTensors(const ModelConfig& config);
+// Every tensor transformers' model of `config`'s architecture (LlamaForCausalLM, ...)
+// saves, in a fixed order: model.embed_tokens.weight, per layer i the q/k/v/o projections
+// (with Qwen2's q/k/v biases, self_attn.q_proj.bias, ...; with Qwen3's self_attn.q_norm and
+// k_norm weights), the gate/up/down MLP projections and both norms
+// (model.layers.{i}.self_attn.q_proj.weight, ...,
+// model.layers.{i}.post_attention_layernorm.weight), model.norm.weight, and lm_head.weight
+// unless the embeddings are tied.
+std::vector<HfTensorSpec> HfModelTensors(const ModelConfig& config);
 
 // Parses model.safetensors.index.json: its weight_map (tensor -> shard file name).
 // InvalidInput naming `source` when weight_map is missing or not an object of strings, or
@@ -52,7 +54,7 @@ class HfCheckpoint {
   HfCheckpoint& operator=(HfCheckpoint&&) noexcept;
 
   const ModelConfig& config() const { return config_; }
-  // The tensors the model needs (HfLlamaTensors(config())).
+  // The tensors the model needs (HfModelTensors(config())).
   const std::vector<HfTensorSpec>& tensors() const { return tensors_; }
   // Where tensor `name` is: its file and header entry. InvalidInput when absent.
   struct Located {

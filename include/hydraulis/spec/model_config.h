@@ -20,17 +20,30 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   // Added to the mean square inside RMSNorm, > 0.
   double norm_eps = 1e-5;
-  // The Hugging Face family the weights come from and are exported as: "llama" or "mistral"
-  // (the same network here: Mistral is LLaMA's with a sliding attention window).
+  // The Hugging Face family the weights come from and are exported as (kArchitectures):
+  // LLaMA's network, Mistral's the same with a sliding window, Qwen2's with biases on the
+  // q, k and v projections, Qwen3's with an RMSNorm of each head's q and k before RoPE.
   std::string architecture = "llama";
-  // mistral: each token attends to at most this many previous tokens (0: no window). A
-  // window does not bind while every document fits in it, so runs keep documents to it
-  // (--max-len <= sliding_window; docs/runtime.md, "Hugging Face formats").
+  // Each token attends to at most this many previous tokens (0: no window). A window does
+  // not bind while every document fits in it, so runs keep documents to it (--max-len <=
+  // sliding_window; docs/runtime.md, "Hugging Face formats").
   std::int64_t sliding_window = 0;
 
   // Per-head width, hidden / heads.
   int head_dim() const { return shape.hidden / shape.heads; }
+  // Qwen2: the q, k and v projections add a bias (o and the MLP do not).
+  bool qkv_bias() const { return architecture == "qwen2"; }
+  // Qwen3: q and k are RMS-normalised per head (one weight of head_dim each) before RoPE.
+  bool qk_norm() const { return architecture == "qwen3"; }
 };
+
+// The values ModelConfig::architecture takes.
+inline constexpr const char* kArchitectures[] = {"llama", "mistral", "qwen2", "qwen3"};
+bool IsArchitecture(const std::string& name);
+
+// Parameters of the model: ParameterCount of its shape (spec/model.h) plus the q/k/v biases
+// or q/k norms its architecture adds.
+double ModelParameterCount(const ModelConfig& config);
 
 // Loads a model config; InvalidInput naming the file and the field on any error (missing,
 // unknown, wrong type, out of range, inconsistent sizes). A Hugging Face config.json (a

@@ -25,7 +25,9 @@ std::string HfParameterName(const std::string& full_name) {
       {"wk", "self_attn.k_proj.weight"},       {"wv", "self_attn.v_proj.weight"},
       {"wo", "self_attn.o_proj.weight"},       {"mlp_norm", "post_attention_layernorm.weight"},
       {"w_gate", "mlp.gate_proj.weight"},      {"w_up", "mlp.up_proj.weight"},
-      {"w_down", "mlp.down_proj.weight"},
+      {"w_down", "mlp.down_proj.weight"},      {"bq", "self_attn.q_proj.bias"},
+      {"bk", "self_attn.k_proj.bias"},         {"bv", "self_attn.v_proj.bias"},
+      {"q_norm", "self_attn.q_norm.weight"},   {"k_norm", "self_attn.k_norm.weight"},
   };
   const std::size_t dot = full_name.find('.', 7);
   if (full_name.rfind("layers.", 0) == 0 && dot != std::string::npos) {

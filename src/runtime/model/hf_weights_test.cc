@@ -35,11 +35,13 @@ class HfWeightsTest : public ::testing::Test {
 
 // Our names map one to one onto the tensors transformers saves, with the same shapes.
 TEST_F(HfWeightsTest, NamesAgreeWithTransformersTensors) {
-  for (bool tied : {false, true}) {
+  for (const auto& [tied, architecture] : {std::pair{false, "llama"}, std::pair{true, "llama"},
+                                           std::pair{false, "qwen2"}, std::pair{true, "qwen3"}}) {
     ModelConfig c = Tiny();
     c.tie_embeddings = tied;
+    c.architecture = architecture;
     std::map<std::string, std::vector<std::int64_t>> hf;
-    for (const HfTensorSpec& t : HfLlamaTensors(c)) hf.emplace(t.name, t.shape);
+    for (const HfTensorSpec& t : HfModelTensors(c)) hf.emplace(t.name, t.shape);
     std::set<std::string> mapped;
     for (const FullParameter& p : FullParameters(c)) {
       const std::string name = HfParameterName(p.name);
@@ -50,6 +52,8 @@ TEST_F(HfWeightsTest, NamesAgreeWithTransformersTensors) {
     EXPECT_EQ(mapped.size(), hf.size());
   }
   EXPECT_EQ(HfParameterName("layers.1.w_down"), "model.layers.1.mlp.down_proj.weight");
+  EXPECT_EQ(HfParameterName("layers.0.bk"), "model.layers.0.self_attn.k_proj.bias");
+  EXPECT_EQ(HfParameterName("layers.0.q_norm"), "model.layers.0.self_attn.q_norm.weight");
   EXPECT_THROW(HfParameterName("layers.1.bias"), InternalError);
 }
 

@@ -32,7 +32,7 @@ std::string Count(double count) {
 
 void CheckModelMemoryFits(const ModelConfig& config, double bytes_per_parameter,
                           const std::string& what, const ComputeOptions& compute) {
-  const double parameters = ParameterCount(config.shape, config.tie_embeddings);
+  const double parameters = ModelParameterCount(config);
   const double needed = parameters * bytes_per_parameter;
   const double have = static_cast<double>(DeviceMemoryBytes(compute));
   if (needed > have) {

@@ -24,6 +24,22 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
   return at::matmul(x, weight.t());
 }
 
+// As torch.nn.Linear with `bias` when it is defined (one addmm), else Linear.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return bias.defined() ? at::addmm(bias, x, weight.t()) : Linear(x, weight);
+}
+
+// Qwen3's norm of each head's vector x [tokens, heads, dim] when `weight` is defined.
+at::Tensor HeadNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return weight.defined() ? RmsNorm(x, weight, eps) : x;
+}
+
+// A layer's parameter: biases start at zero (as torch.nn.Linear's are often set and
+// transformers' Qwen2 initialises them), norms at one, matrices at N(0, kInitStd).
+bool IsBias(const std::string& name) {
+  return name.ends_with(".bq") || name.ends_with(".bk") || name.ends_with(".bv");
+}
+
 // The group travels through autograd's saved data as an integer: IValue has no slot for a
 // raw pointer, and the model (which owns the group pointer) outlives its backward passes.
 std::int64_t GroupHandle(CommGroup* group) { return reinterpret_cast<std::int64_t>(group); }
@@ -106,6 +122,15 @@ std::vector<FullParameter> FullParameters(const ModelConfig& config) {
     out.push_back({p + "wk", {s.kv_heads * dim, hidden}, TensorSplit::kRows});
     out.push_back({p + "wv", {s.kv_heads * dim, hidden}, TensorSplit::kRows});
     out.push_back({p + "wo", {hidden, s.heads * dim}, TensorSplit::kColumns});
+    if (config.qkv_bias()) {  // split as their projections' rows
+      out.push_back({p + "bq", {s.heads * dim}, TensorSplit::kRows});
+      out.push_back({p + "bk", {s.kv_heads * dim}, TensorSplit::kRows});
+      out.push_back({p + "bv", {s.kv_heads * dim}, TensorSplit::kRows});
+    }
+    if (config.qk_norm()) {  // one weight for every head, so every tp rank holds it whole
+      out.push_back({p + "q_norm", {dim}, TensorSplit::kReplicated});
+      out.push_back({p + "k_norm", {dim}, TensorSplit::kReplicated});
+    }
     out.push_back({p + "mlp_norm", {hidden}, TensorSplit::kReplicated});
     out.push_back({p + "w_gate", {s.ffn, hidden}, TensorSplit::kRows});
     out.push_back({p + "w_up", {s.ffn, hidden}, TensorSplit::kRows});
@@ -207,6 +232,7 @@ InitialWeights SeededWeights(const ModelConfig& config, std::uint64_t seed) {
   return [state](const FullParameter& p) {
     const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
     auto draw = [&](const FullParameter& q) {
+      if (IsBias(q.name)) return at::zeros(q.shape, fp32);
       return q.shape.size() == 1 ? at::ones(q.shape, fp32)
                                  : at::normal(0.0, kInitStd, q.shape, state->gen, fp32);
     };
@@ -280,16 +306,25 @@ Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGrou
     if (layers_.size() <= index) layers_.resize(index + 1);
     Layer& l = layers_[index];
     const std::string field = p.name.substr(dot + 1);
-    at::Tensor* slot = field == "attn_norm"  ? &l.attn_norm
-                       : field == "wq"       ? &l.wq
-                       : field == "wk"       ? &l.wk
-                       : field == "wv"       ? &l.wv
-                       : field == "wo"       ? &l.wo
-                       : field == "mlp_norm" ? &l.mlp_norm
-                       : field == "w_gate"   ? &l.w_gate
-                       : field == "w_up"     ? &l.w_up
-                                             : &l.w_down;
-    *slot = Add(p.name, p.name, value, p.split);
+    static const std::pair<const char*, at::Tensor Layer::*> kSlots[] = {
+        {"attn_norm", &Layer::attn_norm},
+        {"wq", &Layer::wq},
+        {"wk", &Layer::wk},
+        {"wv", &Layer::wv},
+        {"wo", &Layer::wo},
+        {"bq", &Layer::bq},
+        {"bk", &Layer::bk},
+        {"bv", &Layer::bv},
+        {"q_norm", &Layer::q_norm},
+        {"k_norm", &Layer::k_norm},
+        {"mlp_norm", &Layer::mlp_norm},
+        {"w_gate", &Layer::w_gate},
+        {"w_up", &Layer::w_up},
+        {"w_down", &Layer::w_down}};
+    const auto slot = std::find_if(std::begin(kSlots), std::end(kSlots),
+                                   [&](const auto& s) { return field == s.first; });
+    if (slot == std::end(kSlots)) throw InternalError("Transformer: unknown parameter " + p.name);
+    l.*(slot->second) = Add(p.name, p.name, value, p.split);
     if (layer_ends_.size() <= index) layer_ends_.resize(index + 1);
     layer_ends_[index] = parameters_.size();
   }
@@ -394,9 +429,15 @@ at::Tensor Transformer::RunStage(const at::Tensor& token_ids, const at::Tensor& 
       return group == nullptr ? t : CopyToTensorParallel::apply(t, group);
     };
     at::Tensor h = f(RmsNorm(input, l.attn_norm, eps));
-    at::Tensor q = ApplyRotary(Linear(h, l.wq).view({tokens, heads, dim}), rotary);
-    at::Tensor k = ApplyRotary(Linear(h, l.wk).view({tokens, kv_heads, dim}), rotary);
-    at::Tensor v = Linear(h, l.wv).view({tokens, kv_heads, dim});
+    // A head norm's weight is shared by every head, and each tp rank normalises only its
+    // own heads: f sums the weight's gradient over the ranks, as for a replicated input.
+    auto shared = [&](const at::Tensor& w) { return w.defined() ? f(w) : w; };
+    at::Tensor q = ApplyRotary(
+        HeadNorm(Linear(h, l.wq, l.bq).view({tokens, heads, dim}), shared(l.q_norm), eps), rotary);
+    at::Tensor k = ApplyRotary(
+        HeadNorm(Linear(h, l.wk, l.bk).view({tokens, kv_heads, dim}), shared(l.k_norm), eps),
+        rotary);
+    at::Tensor v = Linear(h, l.wv, l.bv).view({tokens, kv_heads, dim});
     at::Tensor attn;
     if (mode == Recompute::kSelective) {
       attn = Recomputed(

@@ -12,10 +12,10 @@
 namespace hydraulis {
 
 // InvalidInput when `bytes_per_parameter` bytes for each of `config`'s parameters
-// (ParameterCount of spec/model.h, so sizes whose product passes int64 are counted, not wrapped)
-// exceed the memory of `compute`'s device (DeviceMemoryBytes): "the model (N parameters) needs at
-// least 1.0 TiB <what>; this machine has 24.0 GiB" ("GPU 0 has ..." on cuda). `what` says what
-// those bytes hold, e.g. "per rank for its training state (...)".
+// (ModelParameterCount of spec/model_config.h, so sizes whose product passes int64 are counted, not
+// wrapped) exceed the memory of `compute`'s device (DeviceMemoryBytes): "the model (N parameters)
+// needs at least 1.0 TiB <what>; this machine has 24.0 GiB" ("GPU 0 has ..." on cuda). `what` says
+// what those bytes hold, e.g. "per rank for its training state (...)".
 void CheckModelMemoryFits(const ModelConfig& config, double bytes_per_parameter,
                           const std::string& what, const ComputeOptions& compute);
 

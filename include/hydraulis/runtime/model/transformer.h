@@ -168,6 +168,8 @@ class Transformer {
  private:
   struct Layer {
     at::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+    at::Tensor bq, bk, bv;      // Qwen2's projection biases (undefined elsewhere)
+    at::Tensor q_norm, k_norm;  // Qwen3's per-head norms (undefined elsewhere)
   };
 
   // The stage over `rows` token rows: `tokens` (int64 ids, read on the first stage) or
