@@ -26,6 +26,7 @@ document; a narrower window refused), Qwen2 (random q/k/v biases) and Qwen3 (ran
 norms), each on 1 rank, tp = 2 and one more layout, exported as its own class.
 Nothing is downloaded: the models are made here. Exits 1 on any mismatch.
 """
+import copy
 import json
 import os
 import shutil
@@ -251,7 +252,7 @@ FAMILY_RUNS = {"1 rank": ["--nproc", "1"], "tp=2": ["--nproc", "2", "--tp", "2"]
 
 def family_parity(binary, src, tmp, ids, label, model, cls, want_config, runs=FAMILY_RUNS):
     """A tiny model of another family built by transformers: eval's logits; three steps on
-    each layout of `runs` against the same PyTorch loop; the 1-rank export is a checkpoint
+    each layout of `runs` against the same PyTorch loop in fp64; the 1-rank export is a checkpoint
     of the same family (config.json holding `want_config`) that transformers loads and
     agrees with."""
     random_norms(model)
@@ -259,7 +260,15 @@ def family_parity(binary, src, tmp, ids, label, model, cls, want_config, runs=FA
     ckpt = os.path.join(tmp, "ckpt-" + label)
     model.save_pretrained(ckpt, safe_serialization=True)
     failures = logit_parity(binary, tmp, ckpt, model, ids, label)
-    reference = reference_training(model, ids)
+    # Three AdamW steps amplify rounding where a gradient is near zero (the step is about
+    # lr * sign(g)), so the fp32 loop itself lands some distance from the exact answer; ours
+    # is held to the exact (fp64) answer within 1e-4, or within twice the fp32 loop's own
+    # distance where that is larger.
+    exact = reference_training(copy.deepcopy(model).double(), ids)
+    fp32 = reference_training(model, ids)
+    floor = max(((fp32[n].double() - w).abs().max() / w.abs().max()).item()
+                for n, w in exact.items())
+    allowed = max(TRAIN_TOLERANCE, 2 * floor)
     tokens = sum(len(doc) for doc in ids)
     for run, extra in runs.items():
         run_dir = os.path.join(tmp, label + "-" + run.replace(" ", "-").replace("=", ""))
@@ -268,13 +277,14 @@ def family_parity(binary, src, tmp, ids, label, model, cls, want_config, runs=FA
             failures.append(f"{label} {run}: {failure}")
             continue
         ours = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
-        errors = {n: ((ours[n] - w).abs().max() / w.abs().max()).item()
-                  for n, w in reference.items()}
+        errors = {n: ((ours[n].double() - w).abs().max() / w.abs().max()).item()
+                  for n, w in exact.items()}
         worst = max(errors.values())
-        print(f"{label} train {run}: worst parameter error {worst:.2e} (relative, "
-              f"{max(errors, key=errors.get)})")
-        if worst > TRAIN_TOLERANCE:
-            failures.append(f"{label} train {run}: parameters differ by {worst:.2e}")
+        print(f"{label} train {run}: worst parameter error {worst:.2e} against fp64 (relative, "
+              f"{max(errors, key=errors.get)}; PyTorch's fp32 loop {floor:.2e})")
+        if worst > allowed:
+            failures.append(f"{label} train {run}: parameters differ by {worst:.2e} "
+                            f"(allowed {allowed:.2e})")
         if run == "1 rank":
             exported = json.load(open(os.path.join(run_dir, "hf", "config.json")))
             wrong = {k: exported.get(k) for k, v in want_config.items() if exported.get(k) != v}
@@ -334,11 +344,11 @@ def qwen_parity(binary, src, tmp, ids):
                                "tie_word_embeddings": True},
                               dict(FAMILY_RUNS, **{"pp=2": ["--nproc", "2", "--pp", "2"]}))
     torch.manual_seed(7)
-    qwen3 = Qwen3ForCausalLM(Qwen3Config(head_dim=16, tie_word_embeddings=False,
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(head_dim=32, tie_word_embeddings=False,
                                          **common)).float().eval()
     failures += family_parity(binary, src, tmp, ids, "qwen3", qwen3, Qwen3ForCausalLM,
                               {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
-                               "head_dim": 16},
+                               "head_dim": 32},
                               dict(FAMILY_RUNS, **{"cp=2": ["--nproc", "2", "--cp", "2"]}))
     return failures
 

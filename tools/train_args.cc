@@ -56,7 +56,8 @@ void TrainArgs::AddTo(CLI::App* cmd) {
   auto* model_flag =
       cmd->add_option("--model", run.model, "model config JSON")->capture_default_str();
   cmd->add_option("--init-from", run.init_from,
-                  "start from a Hugging Face LLaMA checkpoint (config.json + safetensors) "
+                  "start from a Hugging Face LLaMA, Mistral, Qwen2 or Qwen3 checkpoint "
+                  "(config.json + safetensors) "
                   "instead of random weights; its config.json is the model")
       ->excludes(model_flag);
   cmd->add_option("--data", run.data,

@@ -18,7 +18,7 @@ constexpr double kTransfersPerLayer = 3;
 
 double KvBytesPerTokenLayer(const ModelSpec& model, int tp, double bytes_per_value) {
   const double heads_per_rank = static_cast<double>(std::max(model.kv_heads, tp)) / tp;
-  const double head_dim = static_cast<double>(model.hidden) / model.heads;
+  const double head_dim = HeadDim(model);
   return 2.0 * heads_per_rank * head_dim * bytes_per_value;
 }
 

@@ -7,7 +7,8 @@ namespace hydraulis {
 double ActivationElementsPerTokenLayer(const ModelSpec& m, int tp, Recompute mode,
                                        bool flash_attention) {
   const double hidden = m.hidden;
-  const double head_dim = hidden / m.heads;
+  const double head_dim = HeadDim(m);
+  const double width = QueryWidth(m);  // q's and the attention output's
   const double kv_width = static_cast<double>(m.kv_heads) * head_dim;
   // Every tp rank: the attention and MLP RMSNorms' input and output (2 each; the norm keeps
   // no normalised copy), their two per-token rsqrt values, and the rotary cos and sin tables
@@ -16,8 +17,8 @@ double ActivationElementsPerTokenLayer(const ModelSpec& m, int tp, Recompute mod
   // This rank's shard: q and k after rotary (the rotation keeps neither its input nor a
   // rotated copy), v, the attention output; off the flash path also each document's output
   // before they are concatenated and one log-sum-exp per head.
-  const double core = flash_attention ? 0.0 : hidden + m.heads;
-  const double attention = 2 * hidden + 2 * kv_width + core;
+  const double core = flash_attention ? 0.0 : width + m.heads;
+  const double attention = 2 * width + 2 * kv_width + core;
   // The SwiGLU's gate, silu(gate), up and their product.
   const double swiglu = 4.0 * m.ffn;
   const double kept = replicated + (attention + swiglu) / tp;

@@ -283,6 +283,7 @@ TEST(ModelTest, ParameterCountIsWhatFullParametersHoldWithoutWrapping) {
       ModelConfig c = Tiny();
       c.tie_embeddings = tied;
       c.architecture = architecture;
+      c.shape.head_dim = tied ? 0 : 3 * c.head_dim();  // q, o, k and v not hidden wide
       std::int64_t held = 0;
       for (const FullParameter& p : FullParameters(c)) {
         std::int64_t n = 1;
@@ -477,7 +478,7 @@ TEST(ModelConfigTest, ErrorsNameTheFileAndTheField) {
   EXPECT_EQ(ParseError("{" + base + R"(, "heads": 4, "kv_heads": 3})"),
             "m.json: kv_heads: must divide heads (4), got 3");
   EXPECT_EQ(ParseError("{" + base + R"(, "heads": 5, "kv_heads": 1})"),
-            "m.json: heads: must divide hidden (64), got 5");
+            "m.json: heads: must divide hidden (64), got 5 (or give the head width, head_dim)");
   EXPECT_EQ(ParseError("{" + base + R"(, "heads": 64, "kv_heads": 1})"),
             "m.json: heads: hidden / heads must be even for rotary embedding, got 1");
   EXPECT_EQ(ParseError("{" + base + R"(, "heads": 4})"),

@@ -128,17 +128,12 @@ ModelConfig ParseHfConfig(const std::string& json_text, const std::string& sourc
     r.Fail("hidden_act",
            "only \"silu\" (SwiGLU) is supported, got " + JsonForMessage(r.Value("hidden_act")));
   }
-  // Qwen3's config defaults head_dim to 128 when absent; the others to hidden / heads.
+  // Qwen3's config defaults head_dim to 128 when absent; the others to hidden / heads. Kept
+  // only when it is not hidden / heads, so such configs stay as they were.
   const bool head_dim_given = r.Has("head_dim") && !r.Value("head_dim").is_null();
   if ((head_dim_given || model_type == "qwen3") && c.shape.heads > 0) {
     const std::int64_t head_dim = head_dim_given ? r.Int("head_dim", 1) : 128;
-    if (head_dim * c.shape.heads != c.shape.hidden) {
-      r.Fail("head_dim", "must be hidden_size / num_attention_heads (" +
-                             std::to_string(c.shape.hidden / c.shape.heads) + "), got " +
-                             std::to_string(head_dim) +
-                             (head_dim_given ? "" : " (qwen3's default when absent)") +
-                             ": a head width other than hidden_size / heads is not supported");
-    }
+    if (head_dim * c.shape.heads != c.shape.hidden) c.shape.head_dim = static_cast<int>(head_dim);
   }
   // Qwen2's q/k/v biases are part of its network (transformers ignores attention_bias
   // there); elsewhere a bias is a layer this model does not have.
@@ -154,7 +149,7 @@ ModelConfig ParseHfConfig(const std::string& json_text, const std::string& sourc
   ValidateModelConfig(
       c, source_name,
       {"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-       "num_key_value_heads", "vocab_size", "rope_theta", "rms_norm_eps"});
+       "num_key_value_heads", "vocab_size", "rope_theta", "rms_norm_eps", "head_dim"});
   return c;
 }
 
@@ -181,6 +176,9 @@ std::string HfConfigJson(const ModelConfig& config, const std::string& torch_dty
   j["rope_theta"] = config.rope_theta;
   j["rms_norm_eps"] = config.norm_eps;
   j["tie_word_embeddings"] = config.tie_embeddings;
+  // Qwen3's config would default it to 128; the others' to hidden / heads.
+  if (config.shape.head_dim > 0 || config.architecture == "qwen3")
+    j["head_dim"] = config.head_dim();
   if (config.architecture == "mistral") {
     j["sliding_window"] = config.sliding_window > 0 ? nlohmann::ordered_json(config.sliding_window)
                                                     : nlohmann::ordered_json(nullptr);
@@ -188,10 +186,7 @@ std::string HfConfigJson(const ModelConfig& config, const std::string& torch_dty
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
   } else {
-    if (config.architecture == "qwen3") {
-      j["head_dim"] = config.head_dim();  // the config's default would be 128
-      j["attention_bias"] = false;
-    }
+    if (config.architecture == "qwen3") j["attention_bias"] = false;
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
   }

@@ -119,9 +119,10 @@ TEST(HfConfigTest, RefusesWhatWouldComputeAnotherModel) {
   EXPECT_NE(ErrorOf(With("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\""))
                 .find("config.json: hidden_act: only \"silu\""),
             std::string::npos);
-  EXPECT_NE(ErrorOf(With("\"head_dim\": 16", "\"head_dim\": 32"))
-                .find("config.json: head_dim: must be hidden_size / num_attention_heads (16)"),
-            std::string::npos);
+  EXPECT_NE(ErrorOf(With("\"head_dim\": 16", "\"head_dim\": 15"))
+                .find("config.json: head_dim: head_dim must be even for rotary embedding, got 15"),
+            std::string::npos)
+      << ErrorOf(With("\"head_dim\": 16", "\"head_dim\": 15"));
   EXPECT_NE(
       ErrorOf(With("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3"))
           .find("config.json: num_key_value_heads: must divide num_attention_heads (4), got 3"),
@@ -239,6 +240,42 @@ TEST(HfConfigTest, QwenFamiliesReadAndWriteBack) {
             "qwen2");
 }
 
+// A head width other than hidden / heads (Qwen3-4B: hidden 2560, 32 heads of 128) is kept,
+// through our model JSON and back into config.json; Qwen3's absent head_dim is 128.
+TEST(HfConfigTest, HeadWidthOtherThanHiddenOverHeads) {
+  const ModelConfig wide = ParseHfConfig(With("\"head_dim\": 16", "\"head_dim\": 32"), "c.json");
+  EXPECT_EQ(wide.head_dim(), 32);
+  EXPECT_EQ(wide.shape.head_dim, 32);
+  EXPECT_EQ(ParseHfConfig(HfConfigJson(wide, "float32"), "out.json").head_dim(), 32);
+  const ModelConfig back = ParseModelConfig(ModelConfigToJson(wide), "m.json");
+  EXPECT_EQ(back.head_dim(), 32);
+  EXPECT_EQ(WeightLayoutDifference(wide, ParseHfConfig(kTinyLlama, "c.json")),
+            "head_dim: 32 vs 16");
+  // hidden / heads is not kept: the configs written before stay as they were.
+  EXPECT_EQ(ParseHfConfig(kTinyLlama, "c.json").shape.head_dim, 0);
+  EXPECT_EQ(ModelConfigToJson(ParseHfConfig(kTinyLlama, "c.json")).find("head_dim"),
+            std::string::npos);
+  std::string no_head_dim = kTinyQwen3;
+  no_head_dim.erase(no_head_dim.find("\"head_dim\": 16,"), 15);
+  const ModelConfig qwen3 = ParseHfConfig(no_head_dim, "config.json");
+  EXPECT_EQ(qwen3.head_dim(), 128);
+  EXPECT_NE(HfConfigJson(qwen3, "float32").find("\"head_dim\": 128"), std::string::npos);
+  // Our JSON: heads need not divide hidden once head_dim is given; an odd width is refused.
+  const std::string odd = R"({"name": "m", "layers": 1, "hidden": 60, "ffn": 8, "heads": 8,
+                              "kv_heads": 4, "vocab": 16, "head_dim": 7})";
+  try {
+    ParseModelConfig(odd, "m.json");
+    ADD_FAILURE() << "an odd head_dim was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("m.json: head_dim: head_dim must be even"),
+              std::string::npos)
+        << e.what();
+  }
+  std::string even = odd;
+  even.replace(even.find("\"head_dim\": 7"), 13, "\"head_dim\": 8");
+  EXPECT_EQ(ParseModelConfig(even, "m.json").head_dim(), 8);
+}
+
 // What the model here would compute differently is refused by name.
 TEST(HfConfigTest, QwenFieldsItCannotHonourAreRefused) {
   auto error = [](const std::string& text) {
@@ -249,14 +286,6 @@ TEST(HfConfigTest, QwenFieldsItCannotHonourAreRefused) {
     }
     return std::string();
   };
-  // Qwen3's default head_dim is 128, not hidden / heads.
-  std::string no_head_dim = kTinyQwen3;
-  no_head_dim.erase(no_head_dim.find("\"head_dim\": 16,"), 15);
-  EXPECT_NE(error(no_head_dim)
-                .find("config.json: head_dim: must be hidden_size / "
-                      "num_attention_heads (16), got 128 (qwen3's default"),
-            std::string::npos)
-      << error(no_head_dim);
   EXPECT_NE(error(QwenWith("\"attention_bias\": false", "\"attention_bias\": true"))
                 .find("config.json: attention_bias: biases are not supported"),
             std::string::npos);

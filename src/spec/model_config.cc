@@ -30,15 +30,18 @@ void ValidateModelConfig(const ModelConfig& config, const std::string& source_na
   Require(s.hidden >= 1, source_name, names.hidden, "must be >= 1");
   Require(s.ffn >= 1, source_name, names.ffn, "must be >= 1");
   Require(s.vocab >= 1, source_name, names.vocab, "must be >= 1");
-  Require(s.heads >= 1 && s.hidden % s.heads == 0, source_name, names.heads,
+  Require(s.heads >= 1 && (s.head_dim > 0 || s.hidden % s.heads == 0), source_name, names.heads,
           "must divide " + std::string(names.hidden) + " (" + std::to_string(s.hidden) + "), got " +
-              std::to_string(s.heads));
+              std::to_string(s.heads) + " (or give the head width, " + names.head_dim + ")");
+  Require(s.head_dim >= 0, source_name, names.head_dim,
+          "must be > 0 when given, got " + std::to_string(s.head_dim));
   Require(s.kv_heads >= 1 && s.heads % s.kv_heads == 0, source_name, names.kv_heads,
           "must divide " + std::string(names.heads) + " (" + std::to_string(s.heads) + "), got " +
               std::to_string(s.kv_heads));
   // Rotary embedding rotates pairs of dimensions.
-  Require(config.head_dim() % 2 == 0, source_name, names.heads,
-          std::string(names.hidden) + " / " + names.heads +
+  Require(config.head_dim() % 2 == 0, source_name, s.head_dim > 0 ? names.head_dim : names.heads,
+          (s.head_dim > 0 ? std::string(names.head_dim)
+                          : std::string(names.hidden) + " / " + names.heads) +
               " must be even for rotary embedding, got " + std::to_string(config.head_dim()));
   Require(config.rope_theta > kMinRopeTheta, source_name, names.rope_theta,
           "must be > 1, got " + std::to_string(config.rope_theta));
@@ -73,6 +76,7 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
   c.shape.heads = static_cast<int>(r.Int("heads", 1));
   c.shape.kv_heads = static_cast<int>(r.Int("kv_heads", 1));
   c.shape.vocab = static_cast<int>(r.Int("vocab", 1));
+  c.shape.head_dim = static_cast<int>(r.IntOr("head_dim", 0, 1));
   if (r.Has("tie_embeddings")) {
     const nlohmann::json& v = r.Value("tie_embeddings");
     if (!v.is_boolean())
@@ -104,6 +108,7 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   j["heads"] = config.shape.heads;
   j["kv_heads"] = config.shape.kv_heads;
   j["vocab"] = config.shape.vocab;
+  if (config.shape.head_dim > 0) j["head_dim"] = config.shape.head_dim;
   j["tie_embeddings"] = config.tie_embeddings;
   j["rope_theta"] = config.rope_theta;
   j["norm_eps"] = config.norm_eps;
@@ -122,7 +127,8 @@ std::string WeightLayoutDifference(const ModelConfig& a, const ModelConfig& b) {
       {"ffn", {x.ffn, y.ffn}},
       {"heads", {x.heads, y.heads}},
       {"kv_heads", {x.kv_heads, y.kv_heads}},
-      {"vocab", {x.vocab, y.vocab}}};
+      {"vocab", {x.vocab, y.vocab}},
+      {"head_dim", {HeadDim(x), HeadDim(y)}}};
   for (const auto& [field, values] : sizes) {
     if (values.first != values.second) {
       return std::string(field) + ": " + std::to_string(values.first) + " vs " +

@@ -76,7 +76,10 @@ Profile ParseProfile(const std::string& json_text, const std::string& source) {
   p.model.heads = ToInt(m.Int("heads", 1));
   p.model.kv_heads = ToInt(m.Int("kv_heads", 1));
   p.model.vocab = ToInt(m.Int("vocab", 1));
-  if (p.model.hidden % p.model.heads != 0) {
+  p.model.head_dim = ToInt(m.IntOr("head_dim", 0, 2));
+  if (p.model.head_dim % 2 != 0)
+    m.Fail("head_dim", "must be even (rotary embedding rotates pairs)");
+  if (p.model.head_dim == 0 && p.model.hidden % p.model.heads != 0) {
     m.Fail("heads", "must divide hidden (" + std::to_string(p.model.hidden) + "), got " +
                         std::to_string(p.model.heads));
   }
@@ -238,6 +241,7 @@ std::string ProfileToJson(const Profile& p) {
   j["model"] = {{"name", p.model.name},  {"layers", p.model.layers}, {"hidden", p.model.hidden},
                 {"ffn", p.model.ffn},    {"heads", p.model.heads},   {"kv_heads", p.model.kv_heads},
                 {"vocab", p.model.vocab}};
+  if (p.model.head_dim > 0) j["model"]["head_dim"] = p.model.head_dim;
   j["cluster"] = {{"gpus_per_node", p.cluster.gpus_per_node},
                   {"gpu_memory_bytes", p.cluster.gpu_memory_bytes}};
   nlohmann::ordered_json act;

@@ -15,10 +15,10 @@ namespace hydraulis {
 // num_attention_heads, num_key_value_heads (default: the heads), intermediate_size,
 // vocab_size, rope_theta (rope_parameters.rope_theta where given; default 10000),
 // rms_norm_eps (default 1e-6), tie_word_embeddings (default false), Mistral's
-// sliding_window. Refused, naming the field, because the model would compute something
-// else: hidden_act other than "silu", head_dim other than hidden_size / heads (Qwen3's
-// absent head_dim is 128), a non-null rope_scaling or a rope_type other than "default",
-// attention_bias (except on Qwen2, whose q/k/v biases are its own) or mlp_bias true,
+// sliding_window, head_dim (kept in shape.head_dim when it is not hidden_size / heads;
+// Qwen3's absent head_dim is 128). Refused, naming the field, because the model would compute
+// something else: hidden_act other than "silu", a non-null rope_scaling or a rope_type other than
+// "default", attention_bias (except on Qwen2, whose q/k/v biases are its own) or mlp_bias true,
 // Qwen's use_sliding_window true. Other fields (transformers writes dozens)
 // are ignored. The name is _name_or_path when it is a non-empty string, else "hf-" + model_type.
 // InvalidInput "<source>: <field>: ..." on any error, then ValidateModelConfig's checks.

@@ -12,7 +12,8 @@
 namespace hydraulis {
 
 struct ModelConfig {
-  // Sizes (counts); heads divides hidden, kv_heads divides heads, hidden / heads is even.
+  // Sizes (counts); kv_heads divides heads; the head width (shape.head_dim when set, else
+  // hidden / heads, which heads then divides) is even.
   ModelSpec shape;
   // true: the output head reuses the token embedding matrix (one vocab x hidden parameter).
   bool tie_embeddings = false;
@@ -29,8 +30,8 @@ struct ModelConfig {
   // sliding_window; docs/runtime.md, "Hugging Face formats").
   std::int64_t sliding_window = 0;
 
-  // Per-head width, hidden / heads.
-  int head_dim() const { return shape.hidden / shape.heads; }
+  // Per-head width: shape.head_dim when set, else hidden / heads.
+  int head_dim() const { return HeadDim(shape); }
   // Qwen2: the q, k and v projections add a bias (o and the MLP do not).
   bool qkv_bias() const { return architecture == "qwen2"; }
   // Qwen3: q and k are RMS-normalised per head (one weight of head_dim each) before RoPE.
@@ -63,8 +64,8 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
 std::string ModelConfigToJson(const ModelConfig& config);
 
 // The first field in which `a` and `b` differ in the layout of the model's weights, as
-// "FIELD: A vs B" in the JSON's names (a size: layers, hidden, ffn, heads, kv_heads, vocab;
-// or tie_embeddings); "" when their weights have the same layout (name, rope_theta and
+// "FIELD: A vs B" in the JSON's names (a size: layers, hidden, ffn, heads, kv_heads, vocab,
+// head_dim; or tie_embeddings); "" when their weights have the same layout (name, rope_theta and
 // norm_eps are not compared).
 std::string WeightLayoutDifference(const ModelConfig& a, const ModelConfig& b);
 
@@ -79,6 +80,7 @@ struct ModelConfigFieldNames {
   const char* vocab = "vocab";
   const char* rope_theta = "rope_theta";
   const char* norm_eps = "norm_eps";
+  const char* head_dim = "head_dim";
 };
 
 // Checks the size constraints above; InvalidInput naming `source_name` and the field.

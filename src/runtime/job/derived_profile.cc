@@ -21,14 +21,14 @@ double StageLayers(const ModelSpec& m, int pp) {
 
 // Attention work of a stage per token pair (q.k and p.v over the heads a rank holds).
 double AttentionWork(const ModelSpec& m, const Scheme& s) {
-  return StageLayers(m, s.pp) * m.hidden / s.tp;
+  return StageLayers(m, s.pp) * QueryWidth(m) / s.tp;
 }
 
 // Multiply-adds per token of a stage's weights: each layer's q, k, v, o projections and
 // SwiGLU MLP split over tp, plus the embedding row and the head, which every stage's
 // profile includes (ProfiledStagePart) and tp does not split.
 double LinearWork(const ModelSpec& m, const Scheme& s) {
-  const double head_dim = static_cast<double>(m.hidden) / m.heads;
+  const double head_dim = HeadDim(m);
   const double per_layer = 2.0 * m.hidden * m.heads * head_dim +         // wq, wo
                            2.0 * m.hidden * m.kv_heads * head_dim +      // wk, wv
                            3.0 * m.hidden * static_cast<double>(m.ffn);  // gate, up, down
