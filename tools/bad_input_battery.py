@@ -247,6 +247,51 @@ def build(b):
             text = json.dumps(good[0]) + "\n" + json.dumps(bad) + "\n"
         b.add("summarize", name, ["summarize", b.file("plans.jsonl", text)])
 
+    # 5a. Measurements files (`replay`): a header and a step damaged field by field.
+    tiny = os.path.join(src, "configs/profiles/tiny-cpu.json")
+    cands2 = os.path.join(src, "configs/candidates/cpu-2rank.json")
+    short = [300, 200, 100, 50]
+    out = subprocess.run([b.bin, "plan", "--profile", tiny, "--candidates", cands2, "--lengths",
+                          b.file("short.txt", "\n".join(map(str, short))), "--no-timing"],
+                         capture_output=True, check=True).stdout.decode()
+    tiny_profile, tiny_cands = json.load(open(tiny)), json.load(open(cands2))
+    header = {"format": "hydraulis.measurements/1", "profile": tiny_profile,
+              "candidates": tiny_cands, "backward_to_forward": 2.0, "window": 16, "holdout": 4,
+              "start": {"format": "hydraulis.calibration/1", "version": 0,
+                        "overhead_ms": [0.0, 0.0], "profile": tiny_profile}}
+    step = {"step": 0, "lengths": short, "plan": json.loads(out.splitlines()[0]),
+            "stage_ms": [[[1.0]]], "step_ms": 10.0}
+    measured_cases = {
+        "header of another format": ({**header, "format": "hydraulis.measurements/9"}, step),
+        "header without a profile": ({k: v for k, v in header.items() if k != "profile"}, step),
+        "window 1": ({**header, "window": 1}, step),
+        "holdout as large as the window": ({**header, "holdout": 16}, step),
+        "backward_to_forward 0": ({**header, "backward_to_forward": 0}, step),
+        "start of another format": ({**header, "start": {**header["start"], "format": "x"}}, step),
+        "step without step_ms": (header, {k: v for k, v in step.items() if k != "step_ms"}),
+        "step_ms a string": (header, {**step, "step_ms": "nan"}),
+        "negative length": (header, {**step, "lengths": [-1, 200, 100, 50]}),
+        "lengths that are not the plan's": (header, {**step, "lengths": [300, 200]}),
+        "plan not an object": (header, {**step, "plan": "x"}),
+        "stage_ms not nested": (header, {**step, "stage_ms": [1.0]}),
+        "stage_ms with a string": (header, {**step, "stage_ms": [[["1"]]]}),
+        "unknown step field": (header, {**step, "extra": 1}),
+    }
+    for name, (h, st) in measured_cases.items():
+        text = json.dumps(h) + "\n" + json.dumps(st) + "\n"
+        b.add("replay", name, ["replay", "--measurements", b.file("measured.jsonl", text), "-q"])
+    b.add("replay", "empty file", ["replay", "--measurements", b.file("measured.jsonl", ""), "-q"])
+    b.add("replay", "a profile given as measurements", ["replay", "--measurements", tiny, "-q"])
+    b.add("replay", "not JSON", ["replay", "--measurements", b.file("measured.jsonl", "{x"), "-q"])
+    good_measured = b.file("good-measured.jsonl", json.dumps(header) + "\n" + json.dumps(step))
+    for flag, value in (("--window", "1"), ("--holdout", "0"), ("--window", "nan")):
+        b.add("replay", f"{flag} {value}",
+              ["replay", "--measurements", good_measured, flag, value, "-q"])
+    b.add("replay", "--holdout not below the window",
+          ["replay", "--measurements", good_measured, "--window", "4", "--holdout", "4", "-q"])
+    b.add("replay", "--profile without the run's schemes",
+          ["replay", "--measurements", good_measured, "--profile", profile, "-q"])
+
     # 5b. Plans with context-parallel pipelines: every cp field damaged.
     long_dataset = b.file("long-dataset.txt",
                           "\n".join(str(90000 if i % 40 == 0 else 1 + (i * 104729) % 9000)

@@ -20,6 +20,7 @@ Command AddProposeCommand(CLI::App& app);
 Command AddSimulateCommand(CLI::App& app);
 Command AddPreprocessCommand(CLI::App& app);
 Command AddReportCommand(CLI::App& app);
+Command AddReplayCommand(CLI::App& app);
 // Built only with the runtime (HYDRAULIS_BUILD_RUNTIME): they run the libtorch engine.
 Command AddTrainCommand(CLI::App& app);
 Command AddProfileCommand(CLI::App& app);

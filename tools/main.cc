@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   add(hydraulis::tools::AddSimulateCommand);
   add(hydraulis::tools::AddPreprocessCommand);
   add(hydraulis::tools::AddReportCommand);
+  add(hydraulis::tools::AddReplayCommand);
 #ifdef HYDRAULIS_HAVE_RUNTIME
   add(hydraulis::tools::AddTrainCommand);
   add(hydraulis::tools::AddProfileCommand);

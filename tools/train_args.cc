@@ -136,6 +136,9 @@ void TrainArgs::AddTo(CLI::App* cmd) {
   cmd->add_option("--save-profile", save_profile,
                   "write the calibrated profile here at the end (the profile format, for plan, "
                   "propose, simulate and train --profile)");
+  cmd->add_option("--save-measurements", save_measurements,
+                  "write what each step measured here, as it comes (JSON lines: the plan and "
+                  "its micro-batch times; `hydraulis replay` refits from them offline)");
   cmd->add_option("--lr", run.adam.lr,
                   "peak AdamW learning rate (0: a run that changes no parameter)")
       ->check(NonNegativeNumber())
@@ -186,6 +189,10 @@ void ResolveCalibration(TrainArgs& a) {
     throw InvalidInput("--calibrate: expected on or off, got " + QuoteForMessage(a.calibrate));
   }
   a.run.job.calibrate = a.calibrate == "on";
+  if (!a.save_measurements.empty()) {
+    RequireWritableFile({"--save-measurements", a.save_measurements});
+    a.run.job.record_measurements = true;
+  }
   if (a.save_profile.empty()) return;
   if (!a.run.job.calibrate) {
     throw InvalidInput("--save-profile " + a.save_profile +

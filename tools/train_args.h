@@ -22,7 +22,8 @@ struct TrainArgs {
   bool verbose = false;      // --nproc: every rank's lines and the launcher's, not one per failure
   std::string calibrate;     // on or off (TrainingJobOptions::calibrate); "": on on the CPU
   std::string save_profile;  // where rank 0 writes the calibrated profile at the end
-  std::string tensorboard;   // TensorBoard log directory (rank 0 streams its records there)
+  std::string save_measurements;  // where rank 0 writes each step's measurement (replay)
+  std::string tensorboard;        // TensorBoard log directory (rank 0 streams its records there)
   const CLI::App* command = nullptr;  // to write the effective configuration
 
   // Registers every flag on `cmd` (the order of its --help) and its --config footer, and

@@ -21,6 +21,7 @@
 #include "hydraulis/runtime/job/training_run.h"
 #include "hydraulis/spec/spec_io.h"
 #include "launcher.h"
+#include "measurements_file.h"
 #include "output_paths.h"
 #include "prediction_error.h"
 #include "train_args.h"
@@ -66,6 +67,10 @@ int Train(TrainArgs& a) {
     WriteFileAtomically(a.run.job.checkpoint_dir + "/run.toml", config);
   }
   TrainingLog log(chief ? a.log_json : "", chief ? a.tensorboard : "", config, job.next_step() > 0);
+  std::optional<MeasurementsFile> measured;
+  if (chief && !a.save_measurements.empty()) {
+    measured.emplace(a.save_measurements, job.measurements_header());
+  }
   PredictionError prediction;
   while (!job.done()) {
     if (run.rank() == a.fail_rank && job.next_step() == a.fail_step) {
@@ -83,6 +88,7 @@ int Train(TrainArgs& a) {
         fmt::print("calibration: step {} not used: {}\n", r.step, r.calibration_refused);
       }
       log.WriteStep(r, run.compute(), dist.world_size, run.profile_derived());
+      if (measured && r.measured) measured->Write(r.step, *r.measured);
     });
     if (const std::optional<EvaluationRecord> e = job.EvaluateIfDue(); e && chief) {
       PrintEvaluation(*e);

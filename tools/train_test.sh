@@ -392,6 +392,7 @@ PY
 CAL=(--model "$MODEL" --profile "$TMP/slow-profile.json" --data "$TMP/corpus" --tokens-per-batch 3000 --max-len 700
      --seed 5 --timeout-s 20 --candidates "$CANDS2" --nproc 2)
 "$BIN" train "${CAL[@]}" --steps 16 --log-json "$TMP/cal.jsonl" --save-profile "$TMP/cal-profile.json" \
+  --save-measurements "$TMP/cal-measured.jsonl" \
   >"$TMP/cal.out" 2>"$TMP/cal.err" || fail "exit status $?: $(tail -c 600 "$TMP/cal.err")"
 # The ranks check every step's plan against each other (the trainer's plan hash): a fit
 # adopted by one rank only would have stopped the run.
@@ -422,6 +423,25 @@ for bad in "--save-profile $TMP/slow-profile.json|is the profile this run reads"
   [[ $RC -eq 2 ]] || fail "${bad%%|*}: exit status $RC, expected 2"
   grep -qF -- "${bad#*|}" "$TMP/cal-bad.err" || fail "${bad%%|*}: $(cat "$TMP/cal-bad.err")"
 done
+
+check "replay: the run's measurements refit offline adopt the same fits at the same steps and end on the run's fit"
+"$BIN" replay --measurements "$TMP/cal-measured.jsonl" --json "$TMP/replay.json" \
+  --save-profile "$TMP/replayed-profile.json" >"$TMP/replay.out" 2>"$TMP/replay.err" ||
+  fail "replay: $(cat "$TMP/replay.err")"
+cmp -s "$TMP/cal-profile.json" "$TMP/replayed-profile.json" ||
+  fail "the replay ends on another fit than the run's: $(diff "$TMP/cal-profile.json" "$TMP/replayed-profile.json" | head -5)"
+python3 - "$TMP/cal.jsonl" "$TMP/replay.json" <<'PY' || fail "the replay's steps differ from the run's"
+import json, sys
+run = [json.loads(line) for line in open(sys.argv[1]) if '"loss"' in line]
+replay = json.load(open(sys.argv[2]))["steps"]
+want = [(r["step"], r.get("fit_adopted", False), r["step_ms"]) for r in run]
+got = [(r["step"], r["adopted"], r["measured_ms"]) for r in replay]
+if [(s, a) for s, a, _ in want] != [(s, a) for s, a, _ in got]:
+    sys.exit(f"adopted: run {want}, replay {got}")
+# The measured step is the slowest rank's; the log's step_ms is rank 0's own.
+if any(g < w * (1 - 1e-9) for (_, _, w), (_, _, g) in zip(want, got)):
+    sys.exit(f"a replayed step is faster than rank 0 measured it: {want} {got}")
+PY
 
 check "resuming under another long-document rule or, with split, another --max-len is refused"
 "$BIN" train "${COMMON[@]}" --steps 8 --nproc 1 --checkpoint-dir "$TMP/ckpt" --resume \

@@ -1,8 +1,11 @@
 // The calibration from measured steps against a known truth: steps planned on the fit in
 // use and "measured" on another model recover that model (exactly, without noise), its
 // prediction error falls under 10 % and stays there (with noise), a true profile is kept,
-// measurements that are not times are refused, and the same steps give the same fits.
+// measurements that are not times are refused, the same steps give the same fits, and a
+// replay of the steps written as a measurements file does what the run did.
 #include "hydraulis/assign/step_calibration.h"
+
+#include "hydraulis/assign/measured_run.h"
 
 #include <gtest/gtest.h>
 
@@ -70,9 +73,11 @@ MeasuredStep Measure(const CalibratedFit& truth, const CandidateSet& candidates,
 }
 
 // Runs `steps` steps as the trainer does: each batch planned on the fit in use, measured
-// on `truth`, added. Returns each step's relative error of the fit in use before it.
+// on `truth`, added. Returns each step's relative error of the fit in use before it; when
+// `trace` is given, appends each step's measurement and what the calibration did with it.
 std::vector<double> RunSteps(StepCalibration& calibration, const CalibratedFit& truth,
-                             const CandidateSet& candidates, int steps, double noise) {
+                             const CandidateSet& candidates, int steps, double noise,
+                             std::vector<std::pair<MeasuredStep, ReplayedStep>>* trace = nullptr) {
   const std::vector<std::int64_t> corpus =
       ReadLengths(kRoot + "/data/wikipedia-sample-lengths.txt");
   std::vector<std::int64_t> scaled;
@@ -88,7 +93,16 @@ std::vector<double> RunSteps(StepCalibration& calibration, const CalibratedFit& 
     const Plan plan = planner.PlanBatch(sampler.Next().lengths);
     MeasuredStep m = Measure(truth, candidates, plan, noise, rng);
     errors.push_back(std::abs(calibration.PredictMs(plan) - m.step_ms) / m.step_ms);
-    EXPECT_EQ(calibration.Add(std::move(m)).rejected, "");
+    ReplayedStep r;
+    r.step = step;
+    r.measured_ms = m.step_ms;
+    r.predicted_ms = calibration.PredictMs(plan);
+    r.fit_version = calibration.fit().version;
+    const MeasuredStep kept = trace != nullptr ? m : MeasuredStep{};
+    const StepCalibration::Outcome outcome = calibration.Add(std::move(m));
+    EXPECT_EQ(outcome.rejected, "");
+    r.adopted = outcome.adopted;
+    if (trace != nullptr) trace->emplace_back(kept, r);
   }
   return errors;
 }
@@ -210,6 +224,66 @@ TEST(StepCalibrationTest, AFitRoundTripsThroughItsFileAndRestoresOnlyWhereItFits
         test_support::InvalidInputMessage([&] { ParseCalibratedFit(c.first, "c.json"); });
     EXPECT_NE(message.find(c.second), std::string::npos) << c.first << ": " << message;
   }
+}
+
+// The run's steps written as a measurements file and read back: the replay predicts each
+// step exactly as the run did, adopts the same fits at the same steps and ends on the same
+// fit; another hold-out changes what it adopts.
+TEST(StepCalibrationTest, AReplayOfTheMeasurementsDoesWhatTheRunDid) {
+  const Profile profile = TinyProfile();
+  const CandidateSet candidates = TwoRankCandidates(profile);
+  const CalibrationOptions options{.window = 8, .holdout = 2};
+  StepCalibration live(profile, candidates, {}, options);
+  MeasuredRunHeader header{profile, candidates, {}, options, live.fit()};
+  std::vector<std::pair<MeasuredStep, ReplayedStep>> trace;
+  RunSteps(live, Machine(profile), candidates, 24, 0.05, &trace);
+  std::string text = MeasuredRunHeaderLine(header) + "\n";
+  for (const auto& [m, r] : trace) text += MeasuredRunStepLine(r.step, m) + "\n";
+  const MeasuredRun run = ParseMeasuredRun(text, "m.jsonl");
+  ASSERT_EQ(run.steps.size(), trace.size());
+  const CalibrationReplay replay =
+      ReplayCalibration(run, run.header.profile, run.header.calibration);
+  int adoptions = 0;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const ReplayedStep &want = trace[i].second, &got = replay.steps[i];
+    EXPECT_EQ(got.step, want.step);
+    EXPECT_EQ(got.measured_ms, want.measured_ms) << "step " << i;
+    EXPECT_EQ(got.predicted_ms, want.predicted_ms) << "step " << i;
+    EXPECT_EQ(got.fit_version, want.fit_version) << "step " << i;
+    EXPECT_EQ(got.adopted, want.adopted) << "step " << i;
+    EXPECT_EQ(got.rejected, "");
+    adoptions += got.adopted ? 1 : 0;
+  }
+  EXPECT_GE(adoptions, 1);
+  EXPECT_EQ(CalibratedFitToJson(replay.fit), CalibratedFitToJson(live.fit()));
+  // Offline, another hold-out: the same steps, other decisions.
+  const CalibrationReplay other = ReplayCalibration(run, profile, {.window = 8, .holdout = 6});
+  EXPECT_NE(CalibratedFitToJson(other.fit), CalibratedFitToJson(live.fit()));
+}
+
+TEST(StepCalibrationTest, AMeasurementsFileThatIsNotOneIsRefusedByLineAndField) {
+  const Profile profile = TinyProfile();
+  const CandidateSet candidates = TwoRankCandidates(profile);
+  StepCalibration live(profile, candidates, {});
+  const std::string header =
+      MeasuredRunHeaderLine({profile, candidates, {}, CalibrationOptions{}, live.fit()});
+  auto error = [](const std::string& text) {
+    try {
+      ParseMeasuredRun(text, "m.jsonl");
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(""), "m.jsonl: empty (expected the measurements' header line)");
+  std::string wrong = header;
+  wrong.replace(wrong.find("hydraulis.measurements/1"), 24, "hydraulis.measurements/9");
+  EXPECT_NE(error(wrong).find("m.jsonl: line 1: format: expected \"hydraulis.measurements/1\""),
+            std::string::npos);
+  EXPECT_NE(error(header + "\n{\"step\": 0}").find("m.jsonl: line 2: lengths: missing"),
+            std::string::npos)
+      << error(header + "\n{\"step\": 0}");
+  EXPECT_NE(error(header + "\nnot json").find("m.jsonl: line 2: not JSON"), std::string::npos);
 }
 
 }  // namespace

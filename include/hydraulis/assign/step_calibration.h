@@ -84,6 +84,12 @@ class StepCalibration {
   Outcome Add(MeasuredStep step);
 
   const CalibratedFit& fit() const { return fit_; }
+  // What it was made from: the profile refits scale from, the candidates, the schedule and
+  // the options.
+  const Profile& initial_profile() const { return initial_; }
+  const CandidateSet& candidates() const { return candidates_; }
+  const ScheduleOptions& schedule() const { return schedule_; }
+  const CalibrationOptions& options() const { return options_; }
   // Continues from `fit` (a resumed run's), with an empty window. False, and the fit in use
   // unchanged, when it does not fit these candidates (another number of strategies, or a
   // profile without one of their schemes: a resume under another candidate set).

@@ -274,7 +274,7 @@ DistributedStepResult TrainingJob::Train(const Plan& plan,
 void TrainingJob::Calibrate(const Plan& plan, TrainingStepRecord& record) {
   // This rank's peak of the step (reading it starts the next step's count on a GPU).
   const auto peak = static_cast<double>(PeakMemoryBytes(trainer_.compute()));
-  if (!options_.calibrate) {
+  if (!options_.calibrate && !options_.record_measurements) {
     at::Tensor most = at::full({1}, peak, at::kDouble);
     trainer_.control().AllReduceMax(most);
     record.peak_memory_bytes = static_cast<std::int64_t>(most.item<double>());
@@ -318,6 +318,11 @@ void TrainingJob::Calibrate(const Plan& plan, TrainingStepRecord& record) {
     measured.stage_ms.push_back(std::move(stages));
   }
   measured.step_ms = t[slots];
+  if (options_.record_measurements) record.measured = std::make_shared<MeasuredStep>(measured);
+  if (!options_.calibrate) {
+    timeline_->Publish(record.step);
+    return;
+  }
   const StepCalibration::Outcome outcome = calibration_.Add(std::move(measured));
   record.calibration_refused = outcome.rejected;
   record.fit_adopted = outcome.adopted;
@@ -326,6 +331,11 @@ void TrainingJob::Calibrate(const Plan& plan, TrainingStepRecord& record) {
     return;
   }
   timeline_->Publish(record.step, PlannerOf(calibration_.fit()), calibration_.fit().version);
+}
+
+MeasuredRunHeader TrainingJob::measurements_header() const {
+  return {calibration_.initial_profile(), calibration_.candidates(), calibration_.schedule(),
+          calibration_.options(), calibration_.fit()};
 }
 
 std::shared_ptr<const Planner> TrainingJob::PlannerOf(const CalibratedFit& fit) const {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "hydraulis/assign/measured_run.h"
 #include "hydraulis/assign/planner.h"
-#include "hydraulis/assign/step_calibration.h"
 #include "hydraulis/checkpoint/checkpoint_meta.h"
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/document_pieces.h"
@@ -47,6 +47,9 @@ struct TrainingJobOptions {
   // false keeps the profile as given.
   bool calibrate = true;
   CalibrationOptions calibration;
+  // Gather each step's measurement (TrainingStepRecord::measured) even with calibrate off,
+  // for a file a replay reads (MeasuredRun).
+  bool record_measurements = false;
   // Evaluate the held-out documents (TrainingJob::SetEvaluation) every this many steps and
   // after the last one; 0: never.
   int eval_every = 0;
@@ -89,6 +92,8 @@ struct TrainingStepRecord {
   int fit_version = 0;
   bool fit_adopted = false;         // this step's measurement made a new fit (calibration)
   std::string calibration_refused;  // why this step's measurement was not used, or ""
+  // What the ranks agreed the step measured (JobOptions::record_measurements; else null).
+  std::shared_ptr<const MeasuredStep> measured;
   double planning_ms = 0;
   // How long the step waited for its plan: planning runs ahead on a thread (PlanAhead), so
   // this is 0 unless planning is slower than training (the first step waits for its own).
@@ -147,6 +152,9 @@ class TrainingJob {
 
   // The cost model the job plans on now: the profile as given, or the calibration's fit.
   const CalibratedFit& fit() const { return calibration_.fit(); }
+  // What a replay of this run's measurements starts from: the calibration's profile,
+  // candidates, schedule and options, and the fit in use now.
+  MeasuredRunHeader measurements_header() const;
 
  private:
   void Save(int steps_done);
