@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -20,6 +21,7 @@
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/propose/histogram.h"
+#include "hydraulis/propose/long_document_count.h"
 #include "hydraulis/propose/proposal_dp.h"
 #include "hydraulis/propose/propose.h"
 #include "hydraulis/spec/spec_io.h"
@@ -844,6 +846,49 @@ TEST(ProposeTest, ErrorsNameTheBadValue) {
               UsableSchemes(tiny_gpu, 64, {4, 16, 1});
             }).find("fits the model"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace hydraulis
+
+namespace hydraulis {
+namespace {
+
+// The count of long documents a batch draws: Poisson quantiles of a case with mean 1
+// (P(X > 1) = 0.264, P(X > 2) = 0.080, P(X > 3) = 0.019), the cut at max_len, and the 9-in-10
+// quantile against batches the real sampler draws.
+TEST(LongDocumentCountTest, QuantilesOfThePoissonCountAndTheSamplersBatches) {
+  std::vector<std::int64_t> lengths(99, 100);
+  lengths.push_back(10'000);  // mean 199 tokens: 100 documents per 19,900-token batch
+  EXPECT_EQ(LongDocumentsPerBatch(lengths, 1 << 20, 19'900, 5'000, 0.5), 1);
+  EXPECT_EQ(LongDocumentsPerBatch(lengths, 1 << 20, 19'900, 5'000, 0.9), 2);
+  EXPECT_EQ(LongDocumentsPerBatch(lengths, 1 << 20, 19'900, 5'000, 0.95), 3);
+  EXPECT_EQ(LongDocumentsPerBatch(lengths, 1 << 20, 19'900, 10'000, 0.9), 0);  // none longer
+  EXPECT_EQ(LongDocumentsPerBatch(lengths, 6'000, 19'900, 6'000, 0.9), 0);     // cut to 6,000
+  EXPECT_THROW(LongDocumentsPerBatch({}, 10, 10, 5, 0.9), InvalidInput);
+  EXPECT_THROW(LongDocumentsPerBatch(lengths, 10, 10, 5, 1.0), InvalidInput);
+
+  const std::vector<std::int64_t> wiki = ReadLengths(kRoot + "/data/wikipedia-sample-lengths.txt");
+  const std::int64_t threshold = 4'000, budget = 400'000, max_len = 32'768;
+  BatchSampler sampler(wiki, {budget, max_len, 7});
+  std::vector<int> counts;
+  for (int b = 0; b < 400; ++b) {
+    int n = 0;
+    for (const std::int64_t s : sampler.Next().lengths) n += s > threshold ? 1 : 0;
+    counts.push_back(n);
+  }
+  std::sort(counts.begin(), counts.end());
+  const int drawn = counts[counts.size() * 9 / 10];
+  const int rule = LongDocumentsPerBatch(wiki, max_len, budget, threshold, 0.9);
+  double mean = 0;
+  for (const int n : counts) mean += n / static_cast<double>(counts.size());
+  std::printf("long documents per batch: sampled mean %.2f, 9-in-10 %d; rule %d\n", mean, drawn,
+              rule);
+  EXPECT_GT(drawn, 2);  // the case has long documents to count
+  // An epoch draws without replacement, which spreads the count a little less than
+  // independent draws: the rule may only err high, by little.
+  EXPECT_GE(rule, drawn);
+  EXPECT_LE(rule, drawn + 2);
 }
 
 }  // namespace
