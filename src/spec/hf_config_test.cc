@@ -47,12 +47,16 @@ std::string ErrorOf(const std::string& text) {
   return "";
 }
 
-// kTinyLlama with `from` replaced by `to`.
-std::string With(const std::string& from, const std::string& to) {
-  std::string text = kTinyLlama;
+// `text` with `from` replaced by `to`.
+std::string Replaced(std::string text, const std::string& from, const std::string& to) {
   const std::size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   return text.replace(at, from.size(), to);
+}
+
+// kTinyLlama with `from` replaced by `to`.
+std::string With(const std::string& from, const std::string& to) {
+  return Replaced(kTinyLlama, from, to);
 }
 
 // Sizes too large for their int, in Hugging Face's names: refused as too large.
@@ -201,10 +205,7 @@ const char* kTinyQwen3 = R"({
 })";
 
 std::string QwenWith(const std::string& from, const std::string& to) {
-  std::string text = kTinyQwen3;
-  const std::size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  return text.replace(at, from.size(), to);
+  return Replaced(kTinyQwen3, from, to);
 }
 
 // Qwen2 (q/k/v biases) and Qwen3 (q/k norms) read with RoPE's base from rope_parameters,
@@ -278,28 +279,20 @@ TEST(HfConfigTest, HeadWidthOtherThanHiddenOverHeads) {
 
 // What the model here would compute differently is refused by name.
 TEST(HfConfigTest, QwenFieldsItCannotHonourAreRefused) {
-  auto error = [](const std::string& text) {
-    try {
-      ParseHfConfig(text, "config.json");
-    } catch (const InvalidInput& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  EXPECT_NE(error(QwenWith("\"attention_bias\": false", "\"attention_bias\": true"))
+  EXPECT_NE(ErrorOf(QwenWith("\"attention_bias\": false", "\"attention_bias\": true"))
                 .find("config.json: attention_bias: biases are not supported"),
             std::string::npos);
-  EXPECT_NE(error(QwenWith("\"use_sliding_window\": false", "\"use_sliding_window\": true"))
+  EXPECT_NE(ErrorOf(QwenWith("\"use_sliding_window\": false", "\"use_sliding_window\": true"))
                 .find("config.json: use_sliding_window: sliding-window attention on some layers"),
             std::string::npos);
-  EXPECT_NE(error(QwenWith("\"full_attention\", \"full_attention\"",
-                           "\"full_attention\", \"sliding_attention\""))
+  EXPECT_NE(ErrorOf(QwenWith("\"full_attention\", \"full_attention\"",
+                             "\"full_attention\", \"sliding_attention\""))
                 .find("config.json: layer_types: sliding-window attention"),
             std::string::npos);
-  EXPECT_NE(error(QwenWith("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\""))
+  EXPECT_NE(ErrorOf(QwenWith("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\""))
                 .find("config.json: rope_parameters.rope_type: RoPE scaling is not supported"),
             std::string::npos)
-      << error(QwenWith("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\""));
+      << ErrorOf(QwenWith("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\""));
   // A LLaMA written by transformers 5 keeps its base in rope_parameters too.
   EXPECT_EQ(ParseHfConfig(
                 With("\"rope_theta\": 10000.0", "\"rope_parameters\": {\"rope_theta\": 500000.0}"),
