@@ -3,7 +3,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "hydraulis/propose/long_document_count.h"
 
@@ -11,10 +10,10 @@ namespace hydraulis::tools {
 namespace {
 
 // The long-context defaults: with cp schemes taking part, strategies per bin for batches that
-// draw up to K2 documents which need cp (K2 what 9 batches in 10 draw, at least 2; at most
-// 4, as each k costs a DP answer per bin and the selection plans them all), and 8 kept by planning
-// 16 sampled batches with the screening effort and a 2 % prune tolerance, on seed 2 (not the seed 1
-// plan, simulate and train sample by default); docs/benchmarks.md has what they give.
+// draw up to K2 documents longer than half the longest (K2 what 9 batches in 10 draw, at least 2;
+// at most 4, as each k costs a DP answer per bin and the selection plans them all), and 8 kept by
+// planning 16 sampled batches with the screening effort and a 2 % prune tolerance, on seed 2 (not
+// the seed 1 plan, simulate and train sample by default); docs/benchmarks.md has what they give.
 constexpr double kLongDocumentQuantile = 0.9;
 constexpr int kLongContextMinTopDocuments = 2;
 constexpr int kLongContextMaxTopDocuments = 4;
@@ -36,14 +35,14 @@ void ApplyLongContextDefaults(const Profile& profile, std::span<const std::int64
                                      : DefaultOptimizerLayout(profile, options.gpus);
   const std::int64_t longest =
       std::min(a.max_len, *std::max_element(lengths.begin(), lengths.end()));
-  const std::vector<DpScheme> schemes = UsableSchemes(profile, options.gpus, layout);
-  if (!CpSchemesTakePart(schemes, longest, a.cp_schemes)) return;
-  std::int64_t cp1_capacity = 0;
-  for (const DpScheme& s : schemes) {
-    if (s.scheme.cp == 1) cp1_capacity = std::max(cp1_capacity, s.capacity_tokens);
+  if (!CpSchemesTakePart(UsableSchemes(profile, options.gpus, layout), longest, a.cp_schemes)) {
+    return;
   }
-  const int drawn = LongDocumentsPerBatch(lengths, a.max_len, a.tokens_per_batch, cp1_capacity,
-                                          kLongDocumentQuantile);
+  // Documents longer than half the longest: a micro-batch that holds the longest holds at
+  // most one of them, so k of them in a batch need k such micro-batches or pipelines.
+  const std::int64_t half = longest / 2;
+  const int drawn =
+      LongDocumentsPerBatch(lengths, a.max_len, a.tokens_per_batch, half, kLongDocumentQuantile);
   a.top_documents = std::clamp(drawn, kLongContextMinTopDocuments, kLongContextMaxTopDocuments);
   a.max_strategies = kLongContextMaxStrategies;
   a.select_batches = kLongContextSelectBatches;
@@ -55,7 +54,7 @@ void ApplyLongContextDefaults(const Profile& profile, std::span<const std::int64
                "hydraulis: long context (documents of {} tokens need cp; 9 batches in 10 draw "
                "at most {} above {}): --top-documents {} --max-strategies {} --select-batches "
                "{} (give any of them to choose)\n",
-               longest, drawn, cp1_capacity, a.top_documents, a.max_strategies, a.select_batches);
+               longest, drawn, half, a.top_documents, a.max_strategies, a.select_batches);
   }
 }
 
