@@ -115,6 +115,88 @@ TEST(PlannerTest, ChoosesTheFastestPlannedCandidateAndPrunesOnlyWhatCannotWin) {
   }
 }
 
+// The sequential search over every candidate's full bound, the reference for
+// PlansWhatTheSearchOverEveryFullBoundPlans: one batch's usable candidates by cheap bound
+// (ties: index), and every candidate's cheap and full bound.
+struct ReferenceSearch {
+  std::vector<int> usable;
+  std::vector<double> cheap, full;
+  double least = 0;  // the least cheap bound
+};
+
+ReferenceSearch BoundEveryCandidate(const Planner& planner, const Plan& plan,
+                                    const std::vector<std::pair<std::int64_t, double>>& counts,
+                                    RelaxationTable& table) {
+  const auto distinct = DistinctLengths(plan.lengths);
+  ReferenceSearch r;
+  r.cheap.resize(plan.candidates.size());
+  r.full.resize(plan.candidates.size());
+  for (const CandidateReport& c : plan.candidates) {
+    if (c.status == CandidateStatus::kCannotHold) continue;
+    const auto i = static_cast<std::size_t>(c.index);
+    r.usable.push_back(c.index);
+    r.cheap[i] = LongestDocumentBoundMs(distinct, planner.Groups(c.index));
+    r.full[i] =
+        ComputeLowerBound(planner.Groups(c.index), counts, planner.options().schedule, &table).ms;
+  }
+  std::stable_sort(r.usable.begin(), r.usable.end(), [&](int x, int y) {
+    return r.cheap[static_cast<std::size_t>(x)] < r.cheap[static_cast<std::size_t>(y)];
+  });
+  r.least = r.cheap[static_cast<std::size_t>(r.usable.front())];
+  return r;
+}
+
+// The first planned: where at most 16 candidates tie at the least cheap bound, the least
+// full bound's (ties: the cheap order), found by taking full bounds for the front of the
+// order (cheap, or full once taken) until the front has one, or 16 of them (then the least
+// of those); else the first at the least cheap bound.
+int ReferenceFirst(const ReferenceSearch& r) {
+  const auto tied = std::count_if(r.usable.begin(), r.usable.end(), [&](int i) {
+    return r.cheap[static_cast<std::size_t>(i)] == r.least;
+  });
+  if (tied > 16) return r.usable.front();
+  std::vector<char> taken(r.cheap.size(), 0);
+  auto key = [&](int i) {
+    const auto k = static_cast<std::size_t>(i);
+    return taken[k] ? r.full[k] : r.cheap[k];
+  };
+  for (int count = 0;; ++count) {
+    std::vector<int> order = r.usable;
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return key(x) < key(y); });
+    auto known = std::find_if(order.begin(), order.end(),
+                              [&](int i) { return taken[static_cast<std::size_t>(i)]; });
+    if (taken[static_cast<std::size_t>(order.front())] || count == 16) return *known;
+    taken[static_cast<std::size_t>(order.front())] = 1;
+  }
+}
+
+// The candidates after `first` in the order they are taken: by full bound, ties in the
+// cheap order, where the others tied at the least cheap bound go by their coarse load
+// there, least first, when the first plan (`first_plan`) did not reach that bound.
+std::vector<int> ReferenceRest(const ReferenceSearch& r, int first, double first_plan,
+                               const Planner& planner,
+                               const std::vector<std::pair<std::int64_t, double>>& counts) {
+  std::vector<int> usable = r.usable;
+  std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first; });
+  auto tied_end = std::find_if(usable.begin() + 1, usable.end(), [&](int i) {
+    return r.cheap[static_cast<std::size_t>(i)] != r.least;
+  });
+  if (first_plan > r.least && tied_end - usable.begin() > 2) {
+    std::vector<double> room(r.cheap.size(), 0.0);
+    for (auto it = usable.begin() + 1; it != tied_end; ++it) {
+      room[static_cast<std::size_t>(*it)] = CoarseLoadMs(planner.Groups(*it), counts, r.least);
+    }
+    std::stable_sort(usable.begin() + 1, tied_end, [&](int x, int y) {
+      return room[static_cast<std::size_t>(x)] < room[static_cast<std::size_t>(y)];
+    });
+  }
+  std::vector<int> rest(usable.begin() + 1, usable.end());
+  std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) {
+    return r.full[static_cast<std::size_t>(x)] < r.full[static_cast<std::size_t>(y)];
+  });
+  return rest;
+}
+
 // Ours computes a candidate's full bound only when the candidate reaches the front of the
 // search's order: what it plans and prunes must be what the sequential search over every
 // candidate's full bound gives (the least full bound first, then by full bound, each
@@ -133,72 +215,16 @@ TEST(PlannerTest, PlansWhatTheSearchOverEveryFullBoundPlans) {
     for (const auto& batch : RealBatches(6, long_context ? 524'288 : 200'000, 21, max_len)) {
       const Plan plan = planner.PlanBatch(batch);
       const auto counts = LengthCounts(plan.lengths);
-      const auto distinct = DistinctLengths(plan.lengths);
-      std::vector<int> usable;
-      std::vector<double> cheap(plan.candidates.size()), full(plan.candidates.size());
-      for (const CandidateReport& c : plan.candidates) {
-        if (c.status == CandidateStatus::kCannotHold) continue;
-        const auto i = static_cast<std::size_t>(c.index);
-        usable.push_back(c.index);
-        cheap[i] = LongestDocumentBoundMs(distinct, planner.Groups(c.index));
-        full[i] = ComputeLowerBound(planner.Groups(c.index), counts, options.schedule, &table).ms;
-      }
-      std::stable_sort(usable.begin(), usable.end(), [&](int x, int y) {
-        return cheap[static_cast<std::size_t>(x)] < cheap[static_cast<std::size_t>(y)];
-      });
-      // The first planned: where at most 16 candidates tie at the least cheap bound, the
-      // least full bound's (ties: the cheap order), found by taking full bounds for the
-      // front of the order (cheap, or full once taken) until the front has one, or 16 of
-      // them (then the least of those); else the first at the least cheap bound.
-      const double least = cheap[static_cast<std::size_t>(usable.front())];
-      int first_index = usable.front();
-      if (std::count_if(usable.begin(), usable.end(),
-                        [&](int i) { return cheap[static_cast<std::size_t>(i)] == least; }) <= 16) {
-        std::vector<char> taken(plan.candidates.size(), 0);
-        auto key = [&](int i) {
-          const auto k = static_cast<std::size_t>(i);
-          return taken[k] ? full[k] : cheap[k];
-        };
-        for (int count = 0;; ++count) {
-          std::vector<int> order = usable;
-          std::stable_sort(order.begin(), order.end(),
-                           [&](int x, int y) { return key(x) < key(y); });
-          auto known = std::find_if(order.begin(), order.end(),
-                                    [&](int i) { return taken[static_cast<std::size_t>(i)]; });
-          if (taken[static_cast<std::size_t>(order.front())] || count == 16) {
-            first_index = *known;
-            break;
-          }
-          taken[static_cast<std::size_t>(order.front())] = 1;
-        }
-      }
-      std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first_index; });
-      // After the first, the others tied at the least cheap bound go by their coarse load
-      // there, least first, when the first plan did not reach that bound.
-      const double first_plan =
-          plan.candidates[static_cast<std::size_t>(usable.front())].estimated_step_ms;
-      auto tied_end = std::find_if(usable.begin() + 1, usable.end(), [&](int i) {
-        return cheap[static_cast<std::size_t>(i)] != least;
-      });
-      if (first_plan > least && tied_end - usable.begin() > 2) {
-        std::vector<double> room(plan.candidates.size(), 0.0);
-        for (auto it = usable.begin() + 1; it != tied_end; ++it) {
-          room[static_cast<std::size_t>(*it)] = CoarseLoadMs(planner.Groups(*it), counts, least);
-        }
-        std::stable_sort(usable.begin() + 1, tied_end, [&](int x, int y) {
-          return room[static_cast<std::size_t>(x)] < room[static_cast<std::size_t>(y)];
-        });
-      }
-      std::vector<int> rest(usable.begin() + 1, usable.end());
-      std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) {
-        return full[static_cast<std::size_t>(x)] < full[static_cast<std::size_t>(y)];
-      });
-      const CandidateReport& first = plan.candidates[static_cast<std::size_t>(usable.front())];
+      const ReferenceSearch reference = BoundEveryCandidate(planner, plan, counts, table);
+      const int first_index = ReferenceFirst(reference);
+      const CandidateReport& first = plan.candidates[static_cast<std::size_t>(first_index)];
+      const std::vector<int> rest =
+          ReferenceRest(reference, first_index, first.estimated_step_ms, planner, counts);
       ASSERT_EQ(first.status, CandidateStatus::kPlanned);
       double best = first.estimated_step_ms;
       for (const int i : rest) {
         const CandidateReport& c = plan.candidates[static_cast<std::size_t>(i)];
-        const double bound = full[static_cast<std::size_t>(i)];
+        const double bound = reference.full[static_cast<std::size_t>(i)];
         if (bound >= best) {
           EXPECT_EQ(c.status, CandidateStatus::kPruned) << name << " candidate " << i;
           EXPECT_LE(c.lower_bound_ms, bound);

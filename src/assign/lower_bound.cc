@@ -409,48 +409,13 @@ class CuttingPlanes {
       : docs_(docs), groups_(groups) {}
 
   std::vector<double> Prices(double theta, double settle_at) {
+    if (!SetUnits(theta)) return Start();  // infeasible at theta: DualValue is +infinity anyway
     const std::size_t G = groups_.size(), D = docs_.size();
-    units_.assign(D * G, kInf);
-    for (std::size_t i = 0; i < D; ++i) {
-      bool any = false;
-      for (std::size_t g = 0; g < G; ++g) {
-        units_[i * G + g] = Unit(groups_[g], docs_[i].first, theta);
-        any = any || units_[i * G + g] < kInf;
-      }
-      if (!any) return Start();  // infeasible at theta: DualValue is +infinity anyway
-    }
     ClpSimplex master;
-    master.setLogLevel(0);
-    master.scaling(0);  // G + 1 columns: scaling costs more than it saves
-    // Columns mu_0..mu_{G-1} >= 0 and z (free); maximise z.
-    std::vector<double> col_lb(G + 1, 0.0), col_ub(G + 1, COIN_DBL_MAX), obj(G + 1, 0.0);
-    col_lb[G] = -COIN_DBL_MAX;
-    obj[G] = -1.0;
-    std::vector<int> rows, cols;
-    std::vector<double> vals;
-    for (std::size_t g = 0; g < G; ++g) {
-      rows.push_back(0), cols.push_back(static_cast<int>(g)), vals.push_back(groups_[g].count);
-    }
-    const double one = 1.0;
-    CoinPackedMatrix matrix(false, rows.data(), cols.data(), vals.data(),
-                            static_cast<CoinBigIndex>(vals.size()));
-    matrix.setDimensions(1, static_cast<int>(G + 1));
-    master.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), &one, &one);
+    LoadMaster(master);
     std::vector<double> mu = mu_.empty() ? Start() : mu_;
     std::vector<double> best_mu = mu;
     double best = -1;
-    std::vector<int> plane_cols(G + 1);
-    for (std::size_t g = 0; g <= G; ++g) plane_cols[g] = static_cast<int>(g);
-    std::vector<double> plane(G + 1);
-    auto add_plane = [&](const std::vector<int>& assignment) {
-      for (std::size_t g = 0; g < G; ++g) plane[g] = 0;
-      for (std::size_t i = 0; i < D; ++i) {
-        const auto g = static_cast<std::size_t>(assignment[i]);
-        plane[g] -= docs_[i].second * units_[i * G + g];
-      }
-      plane[G] = 1.0;  // z - sum_g C_g mu_g <= 0
-      master.addRow(static_cast<int>(G + 1), plane_cols.data(), plane.data(), -COIN_DBL_MAX, 0.0);
-    };
     // Planes kept from earlier step times, re-summed with this theta's units (an
     // assignment that uses a group no longer eligible is dropped).
     for (const std::vector<int>& a : planes_) {
@@ -458,27 +423,16 @@ class CuttingPlanes {
       for (std::size_t i = 0; i < D && ok; ++i) {
         ok = units_[i * G + static_cast<std::size_t>(a[i])] < kInf;
       }
-      if (ok) add_plane(a);
+      if (ok) AddPlane(master, a);
     }
     std::vector<std::vector<int>> kept;
     for (int round = 0; round < kMaxPlanes; ++round) {
-      // The best assignment at mu and its value.
       std::vector<int> assignment(D, 0);
-      double value = 0;
-      for (std::size_t i = 0; i < D; ++i) {
-        double least = kInf;
-        for (std::size_t g = 0; g < G; ++g) {
-          const double u = units_[i * G + g];
-          if (u == kInf) continue;
-          const double cost = mu[g] * u;
-          if (cost < least) least = cost, assignment[i] = static_cast<int>(g);
-        }
-        value += docs_[i].second * least;
-      }
+      const double value = BestAssignment(mu, assignment);
       double denom = 0;
       for (std::size_t g = 0; g < G; ++g) denom += groups_[g].count * mu[g];
       if (denom > 0 && value / denom > best) best = value / denom, best_mu = mu;
-      add_plane(assignment);
+      AddPlane(master, assignment);
       kept.push_back(std::move(assignment));
       // A new plane cuts off the last maximiser: the dual simplex restarts from its basis.
       master.dual();
@@ -495,6 +449,74 @@ class CuttingPlanes {
   }
 
  private:
+  // Each document's unit on each group at theta (+infinity where not eligible); false where
+  // some document has no eligible group.
+  bool SetUnits(double theta) {
+    const std::size_t G = groups_.size(), D = docs_.size();
+    units_.assign(D * G, kInf);
+    for (std::size_t i = 0; i < D; ++i) {
+      bool any = false;
+      for (std::size_t g = 0; g < G; ++g) {
+        units_[i * G + g] = Unit(groups_[g], docs_[i].first, theta);
+        any = any || units_[i * G + g] < kInf;
+      }
+      if (!any) return false;
+    }
+    return true;
+  }
+
+  // The master LP without planes: columns mu_0..mu_{G-1} >= 0 and z (free), the prices
+  // normalised by sum_g m_g mu_g = 1; maximise z.
+  void LoadMaster(ClpSimplex& master) const {
+    const std::size_t G = groups_.size();
+    master.setLogLevel(0);
+    master.scaling(0);  // G + 1 columns: scaling costs more than it saves
+    std::vector<double> col_lb(G + 1, 0.0), col_ub(G + 1, COIN_DBL_MAX), obj(G + 1, 0.0);
+    col_lb[G] = -COIN_DBL_MAX;
+    obj[G] = -1.0;
+    std::vector<int> rows, cols;
+    std::vector<double> vals;
+    for (std::size_t g = 0; g < G; ++g) {
+      rows.push_back(0), cols.push_back(static_cast<int>(g)), vals.push_back(groups_[g].count);
+    }
+    const double one = 1.0;
+    CoinPackedMatrix matrix(false, rows.data(), cols.data(), vals.data(),
+                            static_cast<CoinBigIndex>(vals.size()));
+    matrix.setDimensions(1, static_cast<int>(G + 1));
+    master.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), &one, &one);
+  }
+
+  // The plane of `assignment`: z - sum_g C_g mu_g <= 0.
+  void AddPlane(ClpSimplex& master, const std::vector<int>& assignment) const {
+    const std::size_t G = groups_.size(), D = docs_.size();
+    std::vector<int> plane_cols(G + 1);
+    for (std::size_t g = 0; g <= G; ++g) plane_cols[g] = static_cast<int>(g);
+    std::vector<double> plane(G + 1, 0.0);
+    for (std::size_t i = 0; i < D; ++i) {
+      const auto g = static_cast<std::size_t>(assignment[i]);
+      plane[g] -= docs_[i].second * units_[i * G + g];
+    }
+    plane[G] = 1.0;
+    master.addRow(static_cast<int>(G + 1), plane_cols.data(), plane.data(), -COIN_DBL_MAX, 0.0);
+  }
+
+  // The best assignment at prices mu into `assignment`, and its value.
+  double BestAssignment(const std::vector<double>& mu, std::vector<int>& assignment) const {
+    const std::size_t G = groups_.size(), D = docs_.size();
+    double value = 0;
+    for (std::size_t i = 0; i < D; ++i) {
+      double least = kInf;
+      for (std::size_t g = 0; g < G; ++g) {
+        const double u = units_[i * G + g];
+        if (u == kInf) continue;
+        const double cost = mu[g] * u;
+        if (cost < least) least = cost, assignment[i] = static_cast<int>(g);
+      }
+      value += docs_[i].second * least;
+    }
+    return value;
+  }
+
   // Each group's price the reciprocal of its cost per token at the batch's token-weighted
   // mean length: a token then costs about the same everywhere.
   std::vector<double> Start() const {

@@ -415,150 +415,199 @@ bool ShapedPack(const AssignProblem& problem, const PipelineModel& pipe, std::sp
 
 namespace {
 
-// RankBinPack, also giving the packing's time as its own rank loads have it (the sum over
-// micro-batches of c plus the slowest rank), which LayOutMicroBatch's layout of the same
-// micro-batches matches or beats in most cases: cheap to compare counts by.
-// `order`: the documents longest first (LongestFirst).
-bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
-                    std::span<const int> order, int v, MicroBatches& out, double& estimate_ms) {
-  const ShardCost& cost = pipe.shard;
-  const auto cp = static_cast<std::size_t>(cost.cp);
-  const auto bins = static_cast<std::size_t>(v);
-  if (cp < 2 || v < 1) return false;
-  std::vector<double> load(bins * cp, 0.0), memory(bins * cp, 0.0);
-  // Per micro-batch: its slowest rank's load and its fullest rank's memory.
-  std::vector<double> slowest(bins, 0.0), fullest(bins, 0.0);
-  std::vector<std::int64_t> tokens(bins, 0);
-  MicroBatches mbs(bins);
+// Per micro-batch and cp rank, the load and memory RankBinPacking has placed so far.
+class RankBins {
+ public:
+  RankBins(const AssignProblem& problem, const PipelineModel& pipe, std::size_t bins)
+      : problem_(problem),
+        pipe_(pipe),
+        cost_(pipe.shard),
+        cp_(static_cast<std::size_t>(cost_.cp)),
+        bins_(bins),
+        load_(bins * cp_, 0.0),
+        memory_(bins * cp_, 0.0),
+        slowest_(bins, 0.0),
+        fullest_(bins, 0.0),
+        tokens_(bins, 0),
+        mbs_(bins),
+        by_load_(cp_) {}
+
   // Over rank subsets, a document no rank holds whole goes over the fewest ranks whose
   // memory holds it (the least exchange), the least loaded of the micro-batch whose k-th
   // least loaded rank with room is least loaded (ties: the lowest index); the other ranks
-  // of that micro-batch stay free for whole documents.
-  std::vector<int> by_load(cp), pick, chosen_pick;
-  auto shard_subset = [&](int d) {
-    const std::int64_t s = Len(problem, d);
-    const int k = std::clamp(cost.MinWidth(s), 2, cost.cp);
-    const double need = cost.MemoryTokens(s, k);
-    std::size_t chosen = bins;
+  // of that micro-batch stay free for whole documents. Otherwise a sharded document goes
+  // to the micro-batch whose slowest rank is least loaded (ties: the lowest index) among
+  // those with room on every rank. False where none has room.
+  bool Shard(int d) {
+    if (cost_.space == CpLayoutSpace::kAnySubset && ShardOverSubset(d)) return true;
+    const std::int64_t s = Len(problem_, d);
+    const double share_memory = cost_.ShardedMemoryTokens(s);
+    std::size_t chosen = bins_;
     double least = 0;
-    for (std::size_t b = 0; b < bins; ++b) {
-      if (tokens[b] + s > pipe.capacity_tokens) continue;
-      const auto at = [&](int r) { return b * cp + static_cast<std::size_t>(r); };
-      for (std::size_t r = 0; r < cp; ++r) by_load[r] = static_cast<int>(r);
-      std::sort(by_load.begin(), by_load.end(), [&](int x, int y) {
-        return load[at(x)] != load[at(y)] ? load[at(x)] < load[at(y)] : x < y;
-      });
-      pick.clear();
-      for (int r : by_load) {
-        if (!cost.FitsRank(memory[at(r)] + need)) continue;
-        pick.push_back(r);
-        if (pick.size() == static_cast<std::size_t>(k)) break;
-      }
-      if (pick.size() < static_cast<std::size_t>(k)) continue;
-      const double top = load[at(pick.back())];
-      if (chosen == bins || top < least) {
-        chosen = b;
-        least = top;
-        chosen_pick = pick;
-      }
-    }
-    if (chosen == bins) return false;
-    std::sort(chosen_pick.begin(), chosen_pick.end());
-    const double share = cost.DocumentMs(s, k, cost.IntraNode(chosen_pick));
-    for (int r : chosen_pick) {
-      const std::size_t slot = chosen * cp + static_cast<std::size_t>(r);
-      load[slot] += share;
-      memory[slot] += need;
-      slowest[chosen] = std::max(slowest[chosen], load[slot]);
-      fullest[chosen] = std::max(fullest[chosen], memory[slot]);
-    }
-    tokens[chosen] += s;
-    mbs[chosen].push_back(d);
-    return true;
-  };
-  // Otherwise a sharded document goes to the micro-batch whose slowest rank is least loaded
-  // (ties: the lowest index) among those with room on every rank.
-  auto shard = [&](int d) {
-    if (cost.space == CpLayoutSpace::kAnySubset && shard_subset(d)) return true;
-    const std::int64_t s = Len(problem, d);
-    const double share_memory = cost.ShardedMemoryTokens(s);
-    std::size_t chosen = bins;
-    double least = 0;
-    for (std::size_t b = 0; b < bins; ++b) {
-      if (tokens[b] + s > pipe.capacity_tokens || !cost.FitsRank(fullest[b] + share_memory)) {
+    for (std::size_t b = 0; b < bins_; ++b) {
+      if (tokens_[b] + s > pipe_.capacity_tokens || !cost_.FitsRank(fullest_[b] + share_memory)) {
         continue;
       }
-      const double t = slowest[b];
-      if (chosen == bins || t < least) chosen = b, least = t;
+      const double t = slowest_[b];
+      if (chosen == bins_ || t < least) chosen = b, least = t;
     }
-    if (chosen == bins) return false;
-    const double share = cost.ShardedDocumentMs(s);
-    for (std::size_t r = 0; r < cp; ++r) {
-      load[chosen * cp + r] += share;
-      memory[chosen * cp + r] += share_memory;
+    if (chosen == bins_) return false;
+    const double share = cost_.ShardedDocumentMs(s);
+    for (std::size_t r = 0; r < cp_; ++r) {
+      load_[chosen * cp_ + r] += share;
+      memory_[chosen * cp_ + r] += share_memory;
     }
-    slowest[chosen] += share;
-    fullest[chosen] += share_memory;
-    tokens[chosen] += s;
-    mbs[chosen].push_back(d);
+    slowest_[chosen] += share;
+    fullest_[chosen] += share_memory;
+    tokens_[chosen] += s;
+    mbs_[chosen].push_back(d);
     return true;
-  };
-  for (int d : order) {
-    if (!cost.FitsRank(static_cast<double>(Len(problem, d))) && !shard(d)) return false;
   }
+
   // Whole documents, longest first, each on the least-loaded rank with room (ties: the
-  // lowest micro-batch, then rank): a min-heap of (load, rank), popped until one fits.
-  using Entry = std::pair<double, std::size_t>;
-  std::vector<Entry> heap, skipped;
-  auto rebuild = [&] {
-    heap.clear();
-    for (std::size_t k = 0; k < bins * cp; ++k) heap.push_back({load[k], k});
-    std::make_heap(heap.begin(), heap.end(), std::greater<>());
-  };
-  rebuild();
-  for (int d : order) {
-    const std::int64_t s = Len(problem, d);
+  // lowest micro-batch, then rank): a min-heap of (load, rank), popped until one fits. One
+  // that no rank holds whole beside what is there is sharded: it needs less of each. False
+  // where that fails too.
+  bool PlaceWhole(std::span<const int> order) {
+    RebuildHeap();
+    for (int d : order) {
+      const std::int64_t s = Len(problem_, d);
+      const auto tokens_s = static_cast<double>(s);
+      if (!cost_.FitsRank(tokens_s)) continue;
+      const std::size_t chosen = PopRankWithRoom(s);
+      if (chosen == bins_ * cp_) {
+        if (!Shard(d)) return false;
+        RebuildHeap();
+        continue;
+      }
+      load_[chosen] += cost_.whole.DocumentMs(s);
+      memory_[chosen] += tokens_s;
+      slowest_[chosen / cp_] = std::max(slowest_[chosen / cp_], load_[chosen]);
+      fullest_[chosen / cp_] = std::max(fullest_[chosen / cp_], memory_[chosen]);
+      heap_.push_back({load_[chosen], chosen});
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+      tokens_[chosen / cp_] += s;
+      mbs_[chosen / cp_].push_back(d);
+    }
+    return true;
+  }
+
+  // The micro-batches that hold documents, each sorted, into `out`; returns the packing's
+  // time as the rank loads have it (the sum over them of c plus the slowest rank).
+  double Finish(MicroBatches& out) {
+    out.clear();
+    double estimate_ms = 0;
+    for (std::size_t b = 0; b < bins_; ++b) {
+      if (mbs_[b].empty()) continue;
+      estimate_ms += cost_.whole.c_ms + slowest_[b];
+      std::sort(mbs_[b].begin(), mbs_[b].end());
+      out.push_back(std::move(mbs_[b]));
+    }
+    return estimate_ms;
+  }
+
+ private:
+  using Entry = std::pair<double, std::size_t>;  // (load, rank slot)
+
+  bool ShardOverSubset(int d) {
+    const std::int64_t s = Len(problem_, d);
+    const int k = std::clamp(cost_.MinWidth(s), 2, cost_.cp);
+    const double need = cost_.MemoryTokens(s, k);
+    std::size_t chosen = bins_;
+    double least = 0;
+    for (std::size_t b = 0; b < bins_; ++b) {
+      if (tokens_[b] + s > pipe_.capacity_tokens) continue;
+      const auto at = [&](int r) { return b * cp_ + static_cast<std::size_t>(r); };
+      for (std::size_t r = 0; r < cp_; ++r) by_load_[r] = static_cast<int>(r);
+      std::sort(by_load_.begin(), by_load_.end(), [&](int x, int y) {
+        return load_[at(x)] != load_[at(y)] ? load_[at(x)] < load_[at(y)] : x < y;
+      });
+      pick_.clear();
+      for (int r : by_load_) {
+        if (!cost_.FitsRank(memory_[at(r)] + need)) continue;
+        pick_.push_back(r);
+        if (pick_.size() == static_cast<std::size_t>(k)) break;
+      }
+      if (pick_.size() < static_cast<std::size_t>(k)) continue;
+      const double top = load_[at(pick_.back())];
+      if (chosen == bins_ || top < least) {
+        chosen = b;
+        least = top;
+        chosen_pick_ = pick_;
+      }
+    }
+    if (chosen == bins_) return false;
+    std::sort(chosen_pick_.begin(), chosen_pick_.end());
+    const double share = cost_.DocumentMs(s, k, cost_.IntraNode(chosen_pick_));
+    for (int r : chosen_pick_) {
+      const std::size_t slot = chosen * cp_ + static_cast<std::size_t>(r);
+      load_[slot] += share;
+      memory_[slot] += need;
+      slowest_[chosen] = std::max(slowest_[chosen], load_[slot]);
+      fullest_[chosen] = std::max(fullest_[chosen], memory_[slot]);
+    }
+    tokens_[chosen] += s;
+    mbs_[chosen].push_back(d);
+    return true;
+  }
+
+  void RebuildHeap() {
+    heap_.clear();
+    for (std::size_t k = 0; k < bins_ * cp_; ++k) heap_.push_back({load_[k], k});
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
+  }
+
+  // Pops the least-loaded rank slot with room for a whole document of `s` tokens, the
+  // slots skipped on the way put back; bins_ * cp_ where none has room.
+  std::size_t PopRankWithRoom(std::int64_t s) {
     const auto tokens_s = static_cast<double>(s);
-    if (!cost.FitsRank(tokens_s)) continue;
-    std::size_t chosen = bins * cp;
-    skipped.clear();
-    while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
-      const std::size_t k = heap.back().second;
-      heap.pop_back();
-      if (tokens[k / cp] + s <= pipe.capacity_tokens && cost.FitsRank(memory[k] + tokens_s)) {
+    std::size_t chosen = bins_ * cp_;
+    skipped_.clear();
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+      const std::size_t k = heap_.back().second;
+      heap_.pop_back();
+      if (tokens_[k / cp_] + s <= pipe_.capacity_tokens && cost_.FitsRank(memory_[k] + tokens_s)) {
         chosen = k;
         break;
       }
-      skipped.push_back({load[k], k});
+      skipped_.push_back({load_[k], k});
     }
-    for (const Entry& e : skipped) {
-      heap.push_back(e);
-      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    for (const Entry& e : skipped_) {
+      heap_.push_back(e);
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
     }
-    if (chosen == bins * cp) {
-      // No rank holds it whole beside what is there: sharded, it needs less of each.
-      if (!shard(d)) return false;
-      rebuild();
-      continue;
-    }
-    load[chosen] += cost.whole.DocumentMs(s);
-    memory[chosen] += tokens_s;
-    slowest[chosen / cp] = std::max(slowest[chosen / cp], load[chosen]);
-    fullest[chosen / cp] = std::max(fullest[chosen / cp], memory[chosen]);
-    heap.push_back({load[chosen], chosen});
-    std::push_heap(heap.begin(), heap.end(), std::greater<>());
-    tokens[chosen / cp] += s;
-    mbs[chosen / cp].push_back(d);
+    return chosen;
   }
-  out.clear();
-  estimate_ms = 0;
-  for (std::size_t b = 0; b < bins; ++b) {
-    if (mbs[b].empty()) continue;
-    estimate_ms += cost.whole.c_ms + slowest[b];
-    std::sort(mbs[b].begin(), mbs[b].end());
-    out.push_back(std::move(mbs[b]));
+
+  const AssignProblem& problem_;
+  const PipelineModel& pipe_;
+  const ShardCost& cost_;
+  const std::size_t cp_;
+  const std::size_t bins_;
+  std::vector<double> load_, memory_;  // per micro-batch and rank: slot b * cp_ + r
+  // Per micro-batch: its slowest rank's load and its fullest rank's memory.
+  std::vector<double> slowest_, fullest_;
+  std::vector<std::int64_t> tokens_;
+  MicroBatches mbs_;
+  std::vector<Entry> heap_, skipped_;              // PlaceWhole's
+  std::vector<int> by_load_, pick_, chosen_pick_;  // scratch of ShardOverSubset
+};
+
+// RankBinPack, also giving the packing's time as its own rank loads have it (the sum over
+// micro-batches of c plus the slowest rank), which LayOutMicroBatch's layout of the same
+// micro-batches matches or beats in most cases: cheap to compare counts by.
+// `order`: the documents longest first (LongestFirst). Documents no rank holds whole are
+// placed first, sharded, so the whole ones fill around them.
+bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
+                    std::span<const int> order, int v, MicroBatches& out, double& estimate_ms) {
+  if (static_cast<std::size_t>(pipe.shard.cp) < 2 || v < 1) return false;
+  RankBins bins(problem, pipe, static_cast<std::size_t>(v));
+  for (int d : order) {
+    if (!pipe.shard.FitsRank(static_cast<double>(Len(problem, d))) && !bins.Shard(d)) return false;
   }
+  if (!bins.PlaceWhole(order)) return false;
+  estimate_ms = bins.Finish(out);
   return true;
 }
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "../base/test_support.h"
@@ -97,6 +98,71 @@ TEST(PlanJsonTest, ReadsBackEveryPlanWhole) {
   EXPECT_THROW(PlanFromJson(wrong.dump(), plan.lengths, "pickled"), InvalidInput);
 }
 
+// The first of `plan`'s pipelines for which `pick` holds, if any.
+std::optional<std::size_t> FirstPipeline(const Plan& plan,
+                                         const std::function<bool(const PipelinePlan&)>& pick) {
+  for (std::size_t i = 0; i < plan.pipelines.size(); ++i) {
+    if (pick(plan.pipelines[i])) return i;
+  }
+  return std::nullopt;
+}
+
+// One way to corrupt a plan's JSON, and what the refusal must say.
+struct PlanCorruption {
+  std::string what;
+  std::function<void(nlohmann::json&)> corrupt;
+  std::string fragment;
+};
+
+// Corruptions of `plan`'s pipeline `cp` (a cp > 1 one with micro-batches): its layouts, its
+// cp, its strategy entry, its documents, and the pipelines' count.
+std::vector<PlanCorruption> CpPipelineCorruptions(const Plan& plan, std::size_t cp) {
+  using Json = nlohmann::json;
+  const std::string at = "pipelines[" + std::to_string(cp) + "]";
+  const int cp_degree = plan.pipelines[cp].scheme.cp;
+  const bool several = plan.pipelines[cp].micro_batches[0].size() > 1;
+  return {
+      {"rank 99", [cp](Json& j) { j["pipelines"][cp]["cp_layouts"][0][0] = 99; },
+       at + ".cp_layouts[0][0]: must be <= " + std::to_string(cp_degree - 1)},
+      {"rank -2", [cp](Json& j) { j["pipelines"][cp]["cp_layouts"][0][0] = -2; },
+       at + ".cp_layouts[0][0]: must be >= -1"},
+      {"subset rank",
+       [cp](Json& j) {
+         j["pipelines"][cp]["cp_layouts"][0][0] = Json::array({0, 99});
+       },
+       at + ".cp_layouts[0][0][1]: must be <= "},
+      {"repeated rank",
+       [cp](Json& j) {
+         j["pipelines"][cp]["cp_layouts"][0][0] = Json::array({1, 1});
+       },
+       at + ".cp_layouts[0]: "},
+      {"layouts missing", [cp](Json& j) { j["pipelines"][cp].erase("cp_layouts"); },
+       at + ".cp_layouts: missing required field"},
+      {"layout too short", [cp](Json& j) { j["pipelines"][cp]["cp_layouts"][0] = Json::array(); },
+       at + ".cp_layouts[0]: "},
+      {"cp 0", [cp](Json& j) { j["pipelines"][cp]["cp"] = 0; }, at + ".cp: must be >= 1"},
+      {"cp -4", [cp](Json& j) { j["pipelines"][cp]["cp"] = -4; }, at + ".cp: must be >= 1"},
+      {"cp string", [cp](Json& j) { j["pipelines"][cp]["cp"] = "4"; },
+       at + ".cp: expected an integer"},
+      {"cp 2^62", [cp](Json& j) { j["pipelines"][cp]["cp"] = std::int64_t{1} << 62; },
+       at + ".cp: must be <= 1048576"},
+      {"cp differs", [cp, cp_degree](Json& j) { j["pipelines"][cp]["cp"] = 2 * cp_degree; },
+       at + ".cp: (CP" + std::to_string(2 * cp_degree)},
+      {"strategy cp 0", [cp](Json& j) { j["strategy"]["pipelines"][cp]["cp"] = 0; },
+       "strategy.pipelines[" + std::to_string(cp) + "].cp: must be >= 1"},
+      {"document index", [cp](Json& j) { j["pipelines"][cp]["micro_batches"][0][0] = 1'000'000; },
+       at + ".micro_batches[0][0]: must be <= "},
+      {"document twice",
+       [cp, several](Json& j) {
+         j["pipelines"][cp]["micro_batches"][0][0] =
+             several ? j["pipelines"][cp]["micro_batches"][0][1] : Json(-1);
+       },
+       "p.jsonl:1: "},
+      {"pipelines dropped", [](Json& j) { j["pipelines"].erase(j["pipelines"].begin()); },
+       "pipelines: " + std::to_string(plan.pipelines.size() - 1) + " pipelines, but"},
+  };
+}
+
 // summarize's reader checks every field of a plan a reader could use, cp fields included,
 // and names the field; a real cp plan reads back.
 TEST(PlanLinesTest, CorruptPipelineAndShardFieldsAreRefusedByFieldPath) {
@@ -105,83 +171,26 @@ TEST(PlanLinesTest, CorruptPipelineAndShardFieldsAreRefusedByFieldPath) {
   const Plan plan = planner.PlanBatch(RealBatches(1, 2'097'152, 11, 131'072).front());
   const nlohmann::json good = nlohmann::json::parse(PlanToJson(plan, false, false));
   ASSERT_EQ(ParsePlanLines(good.dump(), "p.jsonl").size(), 1u);
-  std::size_t cp = 0, whole = 0;  // a cp > 1 pipeline with micro-batches, a cp 1 pipeline
-  bool found_cp = false, found_whole = false;
-  for (std::size_t i = 0; i < plan.pipelines.size(); ++i) {
-    if (plan.pipelines[i].scheme.cp > 1 && !plan.pipelines[i].micro_batches.empty()) {
-      if (!found_cp) cp = i;
-      found_cp = true;
-    }
-    if (plan.pipelines[i].scheme.cp == 1 && !found_whole) {
-      whole = i;
-      found_whole = true;
-    }
-  }
-  ASSERT_TRUE(found_cp) << StrategyDescription(plan.strategy);
-  const std::string at = "pipelines[" + std::to_string(cp) + "]";
-  const int cp_degree = plan.pipelines[cp].scheme.cp;
-  using Json = nlohmann::json;
-  struct Case {
-    std::string what;
-    std::function<void(Json&)> corrupt;
-    std::string fragment;
-  };
-  const std::vector<Case> cases = {
-      {"rank 99", [&](Json& j) { j["pipelines"][cp]["cp_layouts"][0][0] = 99; },
-       at + ".cp_layouts[0][0]: must be <= " + std::to_string(cp_degree - 1)},
-      {"rank -2", [&](Json& j) { j["pipelines"][cp]["cp_layouts"][0][0] = -2; },
-       at + ".cp_layouts[0][0]: must be >= -1"},
-      {"subset rank",
-       [&](Json& j) {
-         j["pipelines"][cp]["cp_layouts"][0][0] = Json::array({0, 99});
-       },
-       at + ".cp_layouts[0][0][1]: must be <= "},
-      {"repeated rank",
-       [&](Json& j) {
-         j["pipelines"][cp]["cp_layouts"][0][0] = Json::array({1, 1});
-       },
-       at + ".cp_layouts[0]: "},
-      {"layouts missing", [&](Json& j) { j["pipelines"][cp].erase("cp_layouts"); },
-       at + ".cp_layouts: missing required field"},
-      {"layout too short", [&](Json& j) { j["pipelines"][cp]["cp_layouts"][0] = Json::array(); },
-       at + ".cp_layouts[0]: "},
-      {"cp 0", [&](Json& j) { j["pipelines"][cp]["cp"] = 0; }, at + ".cp: must be >= 1"},
-      {"cp -4", [&](Json& j) { j["pipelines"][cp]["cp"] = -4; }, at + ".cp: must be >= 1"},
-      {"cp string", [&](Json& j) { j["pipelines"][cp]["cp"] = "4"; },
-       at + ".cp: expected an integer"},
-      {"cp 2^62", [&](Json& j) { j["pipelines"][cp]["cp"] = std::int64_t{1} << 62; },
-       at + ".cp: must be <= 1048576"},
-      {"cp differs", [&](Json& j) { j["pipelines"][cp]["cp"] = 2 * cp_degree; },
-       at + ".cp: (CP" + std::to_string(2 * cp_degree)},
-      {"strategy cp 0", [&](Json& j) { j["strategy"]["pipelines"][cp]["cp"] = 0; },
-       "strategy.pipelines[" + std::to_string(cp) + "].cp: must be >= 1"},
-      {"document index", [&](Json& j) { j["pipelines"][cp]["micro_batches"][0][0] = 1'000'000; },
-       at + ".micro_batches[0][0]: must be <= "},
-      {"document twice",
-       [&](Json& j) {
-         j["pipelines"][cp]["micro_batches"][0][0] = plan.pipelines[cp].micro_batches[0].size() > 1
-                                                         ? j["pipelines"][cp]["micro_batches"][0][1]
-                                                         : Json(-1);
-       },
-       "p.jsonl:1: "},
-      {"pipelines dropped", [&](Json& j) { j["pipelines"].erase(j["pipelines"].begin()); },
-       "pipelines: " + std::to_string(plan.pipelines.size() - 1) + " pipelines, but"},
-  };
-  for (const Case& c : cases) {
+  const std::optional<std::size_t> cp = FirstPipeline(
+      plan, [](const PipelinePlan& p) { return p.scheme.cp > 1 && !p.micro_batches.empty(); });
+  const std::optional<std::size_t> whole =
+      FirstPipeline(plan, [](const PipelinePlan& p) { return p.scheme.cp == 1; });
+  ASSERT_TRUE(cp.has_value()) << StrategyDescription(plan.strategy);
+  for (const PlanCorruption& c : CpPipelineCorruptions(plan, *cp)) {
     SCOPED_TRACE(c.what);
-    Json bad = good;
+    nlohmann::json bad = good;
     c.corrupt(bad);
     const std::string message =
         test_support::InvalidInputMessage([&] { ParsePlanLines(bad.dump(), "p.jsonl"); });
     EXPECT_NE(message.find(c.fragment), std::string::npos) << message;
     EXPECT_EQ(message.rfind("p.jsonl:1: ", 0), 0u) << message;
   }
-  if (found_whole) {
-    Json bad = good;
-    bad["pipelines"][whole]["cp_layouts"] = Json::array();
+  if (whole) {
+    nlohmann::json bad = good;
+    bad["pipelines"][*whole]["cp_layouts"] = nlohmann::json::array();
     EXPECT_NE(test_support::InvalidInputMessage([&] {
                 ParsePlanLines(bad.dump(), "p.jsonl");
-              }).find("pipelines[" + std::to_string(whole) + "].cp_layouts: a cp 1 pipeline"),
+              }).find("pipelines[" + std::to_string(*whole) + "].cp_layouts: a cp 1 pipeline"),
               std::string::npos);
   }
 }

@@ -34,85 +34,105 @@ bool Homogeneous(const Strategy& s) {
                      [&](const Scheme& x) { return x == s.pipelines.front(); });
 }
 
+// The options a planner refuses whatever the profile: a candidate index or overheads that
+// do not match the candidates, an algorithm this program does not link, and out-of-range
+// numbers.
+void CheckOptions(const PlannerOptions& options, const CandidateSet& candidates) {
+  if (options.only_strategy < PlannerOptions::kStaticCandidate ||
+      options.only_strategy >= static_cast<int>(candidates.strategies.size())) {
+    throw InvalidInput("only_strategy " + std::to_string(options.only_strategy) +
+                       " is not a candidate index (there are " +
+                       std::to_string(candidates.strategies.size()) + ")");
+  }
+  if (!options.strategy_overhead_ms.empty() &&
+      options.strategy_overhead_ms.size() != candidates.strategies.size()) {
+    throw InvalidInput("strategy_overhead_ms has " +
+                       std::to_string(options.strategy_overhead_ms.size()) + " entries for " +
+                       std::to_string(candidates.strategies.size()) + " candidates");
+  }
+  for (double x : options.strategy_overhead_ms) {
+    if (!(x >= 0)) throw InvalidInput("strategy_overhead_ms must be >= 0");
+  }
+  if (options.algorithm == Algorithm::kPublished && options.published_assigner == nullptr) {
+    throw InvalidInput(
+        "algorithm published is not available here: it needs the MILP planner "
+        "(hydraulis_milp, CBC), which this program does not link");
+  }
+  if (options.threads < 0) {
+    throw InvalidInput("threads must be >= 0 (0: one per hardware thread), got " +
+                       std::to_string(options.threads));
+  }
+  if (!(options.prune_tolerance >= 0.0) || !std::isfinite(options.prune_tolerance)) {
+    throw InvalidInput("prune tolerance must be a finite number >= 0, got " +
+                       std::to_string(options.prune_tolerance));
+  }
+  if (options.context_tokens < 1) {
+    throw InvalidInput("context length must be >= 1, got " +
+                       std::to_string(options.context_tokens));
+  }
+}
+
+// The model of strategy `st`'s pipelines on `scheme`, refused where the profile has no
+// entry for it or it could not run a micro-batch.
+PipelineModel CheckedPipelineModel(const Profile& profile, const CandidateSet& candidates,
+                                   const Strategy& st, const Scheme& scheme, CpLayoutSpace space) {
+  const SchemeProfile* sp = profile.Find(scheme);
+  if (!sp) {
+    throw InvalidInput("strategy " + QuoteForMessage(st.name) + ": scheme " + SchemeName(scheme) +
+                       " has no fitted entry in the profile");
+  }
+  PipelineModel m = MakePipelineModel(profile, *sp, candidates.optimizer_layout);
+  m.shard.space = space;
+  // Every estimate and bound sums such times: a full micro-batch must cost a finite,
+  // sane time, or plans would carry infinities (null in JSON) with exit status 0.
+  const double full_ms =
+      m.time.DocumentMs(std::max<std::int64_t>(m.capacity_tokens, 1)) + m.time.c_ms;
+  if (!std::isfinite(full_ms) || full_ms > kMaxMicroBatchMs) {
+    throw InvalidInput(
+        "profile: scheme " + SchemeName(scheme) + ": its time model gives a full micro-batch (" +
+        std::to_string(m.capacity_tokens) + " tokens) " +
+        (std::isfinite(full_ms) ? std::to_string(full_ms) + " ms" : "an infinite time") +
+        ", more than " + std::to_string(kMaxMicroBatchMs) +
+        " ms; its coefficients are out of range");
+  }
+  if (m.capacity_tokens <= 0) {
+    throw InvalidInput("strategy " + QuoteForMessage(st.name) + ": scheme " + SchemeName(scheme) +
+                       " cannot hold even " + std::to_string(kTokenAlignment) +
+                       " tokens in GPU memory with this optimizer layout");
+  }
+  return m;
+}
+
+// Strategy `st`'s pipeline models, in its order. Strategies of thousands of pipelines
+// repeat a few schemes: each scheme's model is made (and checked) once, kept in `made`
+// across strategies.
+std::vector<PipelineModel> StrategyModels(const Profile& profile, const CandidateSet& candidates,
+                                          const Strategy& st, CpLayoutSpace space,
+                                          std::map<Scheme, PipelineModel>& made) {
+  std::vector<PipelineModel> models;
+  models.reserve(st.pipelines.size());
+  for (const Scheme& scheme : st.pipelines) {
+    auto it = made.find(scheme);
+    if (it == made.end()) {
+      it = made.emplace(scheme, CheckedPipelineModel(profile, candidates, st, scheme, space)).first;
+    }
+    models.push_back(it->second);
+  }
+  return models;
+}
+
 }  // namespace
 
 Planner::Planner(const Profile& profile, const CandidateSet& candidates,
                  const PlannerOptions& options)
     : candidates_(candidates), options_(options), relaxations_(options.schedule) {
-  if (options_.only_strategy < PlannerOptions::kStaticCandidate ||
-      options_.only_strategy >= static_cast<int>(candidates.strategies.size())) {
-    throw InvalidInput("only_strategy " + std::to_string(options_.only_strategy) +
-                       " is not a candidate index (there are " +
-                       std::to_string(candidates.strategies.size()) + ")");
-  }
-  if (!options_.strategy_overhead_ms.empty() &&
-      options_.strategy_overhead_ms.size() != candidates.strategies.size()) {
-    throw InvalidInput("strategy_overhead_ms has " +
-                       std::to_string(options_.strategy_overhead_ms.size()) + " entries for " +
-                       std::to_string(candidates.strategies.size()) + " candidates");
-  }
-  for (double x : options_.strategy_overhead_ms) {
-    if (!(x >= 0)) throw InvalidInput("strategy_overhead_ms must be >= 0");
-  }
-  if (options_.algorithm == Algorithm::kPublished && options_.published_assigner == nullptr) {
-    throw InvalidInput(
-        "algorithm published is not available here: it needs the MILP planner "
-        "(hydraulis_milp, CBC), which this program does not link");
-  }
-  if (options_.threads < 0) {
-    throw InvalidInput("threads must be >= 0 (0: one per hardware thread), got " +
-                       std::to_string(options_.threads));
-  }
-  if (!(options_.prune_tolerance >= 0.0) || !std::isfinite(options_.prune_tolerance)) {
-    throw InvalidInput("prune tolerance must be a finite number >= 0, got " +
-                       std::to_string(options_.prune_tolerance));
-  }
-  if (options_.context_tokens < 1) {
-    throw InvalidInput("context length must be >= 1, got " +
-                       std::to_string(options_.context_tokens));
-  }
+  CheckOptions(options_, candidates);
   std::int64_t static_cap = -1;
-  // Strategies of thousands of pipelines repeat a few schemes: each scheme's model is made
-  // (and checked) once.
   std::map<Scheme, PipelineModel> made;
   for (std::size_t i = 0; i < candidates_.strategies.size(); ++i) {
     const Strategy& st = candidates_.strategies[i];
-    std::vector<PipelineModel> models;
-    models.reserve(st.pipelines.size());
-    for (const Scheme& scheme : st.pipelines) {
-      if (auto it = made.find(scheme); it != made.end()) {
-        models.push_back(it->second);
-        continue;
-      }
-      const SchemeProfile* sp = profile.Find(scheme);
-      if (!sp) {
-        throw InvalidInput("strategy " + QuoteForMessage(st.name) + ": scheme " +
-                           SchemeName(scheme) + " has no fitted entry in the profile");
-      }
-      PipelineModel m = MakePipelineModel(profile, *sp, candidates_.optimizer_layout);
-      m.shard.space = options_.cp_layout_space;
-      // Every estimate and bound sums such times: a full micro-batch must cost a finite,
-      // sane time, or plans would carry infinities (null in JSON) with exit status 0.
-      const double full_ms =
-          m.time.DocumentMs(std::max<std::int64_t>(m.capacity_tokens, 1)) + m.time.c_ms;
-      if (!std::isfinite(full_ms) || full_ms > kMaxMicroBatchMs) {
-        throw InvalidInput(
-            "profile: scheme " + SchemeName(scheme) +
-            ": its time model gives a full micro-batch (" + std::to_string(m.capacity_tokens) +
-            " tokens) " +
-            (std::isfinite(full_ms) ? std::to_string(full_ms) + " ms" : "an infinite time") +
-            ", more than " + std::to_string(kMaxMicroBatchMs) +
-            " ms; its coefficients are out of range");
-      }
-      if (m.capacity_tokens <= 0) {
-        throw InvalidInput("strategy " + QuoteForMessage(st.name) + ": scheme " +
-                           SchemeName(scheme) + " cannot hold even " +
-                           std::to_string(kTokenAlignment) +
-                           " tokens in GPU memory with this optimizer layout");
-      }
-      made.emplace(scheme, m);
-      models.push_back(m);
-    }
+    std::vector<PipelineModel> models =
+        StrategyModels(profile, candidates_, st, options_.cp_layout_space, made);
     groups_.push_back(GroupPipelines(models));
     models_.push_back(std::move(models));
     if (Homogeneous(st) && models_.back()[0].capacity_tokens > static_cap) {
@@ -269,9 +289,7 @@ class BatchPlanning {
   // the first front has moved, the next ones' bounds are computed together and kept for when they
   // are needed (computed_bound_ms_), so which bounds are reported does not depend on the thread
   // count. `workers_ahead`: the pool's workers are computing these bounds too.
-  template <typename Promise>
-  int LeastFullBound(const std::vector<int>& ranked, int threads, bool workers_ahead,
-                     const Promise& promise) {
+  int LeastFullBound(const std::vector<int>& ranked, int threads, bool workers_ahead) {
     std::vector<int> order(ranked.size());
     std::iota(order.begin(), order.end(), 0);
     std::vector<int> fetch;
@@ -281,8 +299,8 @@ class BatchPlanning {
     int taken = 0;
     for (;;) {
       std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-        return promise(ranked[static_cast<std::size_t>(x)]) <
-               promise(ranked[static_cast<std::size_t>(y)]);
+        return Promise(ranked[static_cast<std::size_t>(x)]) <
+               Promise(ranked[static_cast<std::size_t>(y)]);
       });
       const int front = ranked[static_cast<std::size_t>(order.front())];
       if (full_bound_known_[static_cast<std::size_t>(front)]) return front;
@@ -350,6 +368,9 @@ class BatchPlanning {
     return opts;
   }
   CandidateReport& Report(int i) { return plan_.candidates[static_cast<std::size_t>(i)]; }
+  const CandidateReport& Report(int i) const {
+    return plan_.candidates[static_cast<std::size_t>(i)];
+  }
   double Overhead(int i) const {
     return options_.strategy_overhead_ms.empty()
                ? 0.0
@@ -457,83 +478,91 @@ class BatchPlanning {
   // sequential one, byte for byte, whatever the thread count; searching ahead only spends
   // some discarded work.
   void SearchOurs(std::vector<int> usable) {
-    auto promise = [&](int i) { return Report(i).lower_bound_ms + Overhead(i); };
-    // `spare`: threads the candidate may use itself (Speculate's share of them).
-    // Candidate i's assignment; it stops at `full_bound` (i's full bound), as low as any
-    // plan of i can go.
-    auto assign_at = [&](int i, double full_bound, int spare) {
-      return AssignTwoStage(Problem(i), AssignOptions(full_bound, spare));
-    };
-    // Candidate i's assignment, from Speculate, the pool, or here.
-    std::unique_ptr<SearchPool> pool;
-    auto assign = [&](int i) {
-      if (const auto it = speculated_.find(i); it != speculated_.end()) {
-        return std::move(it->second);
-      }
-      if (pool) return pool->Take(i);
-      return assign_at(i, Report(i).lower_bound_ms, 1);
-    };
-    auto consider = [&](int i, Assignment a) {
-      const double score = a.step_ms + Overhead(i);
-      Consider(i, std::move(a), score);
-    };
     const int threads = Threads();
+    RankByCheapBound(usable);
+    const double least = Promise(usable.front());
+    Speculate(usable, threads);
+    // Here, so that its workers are stopped and joined when the search ends, or throws.
+    std::unique_ptr<SearchPool> pool;
+    PlanFirst(usable, least, threads, pool);
+    OrderTiesByRoom(usable, least, threads);
+    PlanInOrder(usable, threads, pool.get());
+  }
+
+  // Candidate i's bound plus overhead: its full bound once its report holds it, else its
+  // cheap one.
+  double Promise(int i) const { return Report(i).lower_bound_ms + Overhead(i); }
+
+  // Orders `usable` by cheap bound plus overhead (ties: as given), before any full bound.
+  void RankByCheapBound(std::vector<int>& usable) {
     std::stable_sort(usable.begin(), usable.end(),
-                     [&](int x, int y) { return promise(x) < promise(y); });
-    const double least = promise(usable.front());
+                     [&](int x, int y) { return Promise(x) < Promise(y); });
     cheap_promise_.assign(static_cast<std::size_t>(CandidateCount()), kInf);
-    for (const int i : usable) cheap_promise_[static_cast<std::size_t>(i)] = promise(i);
+    for (const int i : usable) cheap_promise_[static_cast<std::size_t>(i)] = Promise(i);
     full_bound_known_.assign(static_cast<std::size_t>(CandidateCount()), 0);
-    Speculate(usable, threads, assign_at);
-    // Plan first the candidate with the least full bound, so the first plan is a good one
-    // and prunes early. It is found lazily, as the search below finds the next: full
-    // bounds are computed for the candidates at the front of the order (cheap bound, or
-    // full once known; ties: the cheap order) until the front has one. Where the least
-    // cheap bound is also its candidate's full bound, that candidate comes first, as it
-    // did when the first was the least cheap bound's.
-    //
-    // More than kFirstBounds candidates tied at the least cheap bound (the longest document
-    // sets it for every candidate that runs it on the same scheme: at 128K on thousands of
-    // GPUs often hundreds) keep the first of them first: OrderTiesByRoom orders the rest
-    // once its plan is known, and a plan at that bound prunes them all without their full
-    // bounds.
+  }
+
+  // Plans first the candidate with the least full bound, so the first plan is a good one
+  // and prunes early, and moves it to the front of `usable`. It is found lazily, as the
+  // search finds the next: full bounds are computed for the candidates at the front of the
+  // order (cheap bound, or full once known; ties: the cheap order) until the front has one.
+  // Where the least cheap bound is also its candidate's full bound, that candidate comes
+  // first, as it did when the first was the least cheap bound's.
+  //
+  // More than kFirstBounds candidates tied at the least cheap bound (the longest document
+  // sets it for every candidate that runs it on the same scheme: at 128K on thousands of
+  // GPUs often hundreds) keep the first of them first: OrderTiesByRoom orders the rest
+  // once its plan is known, and a plan at that bound prunes them all without their full
+  // bounds.
+  //
+  // With threads to spare that Speculate did not take, starts `pool`.
+  void PlanFirst(std::vector<int>& usable, double least, int threads,
+                 std::unique_ptr<SearchPool>& pool) {
     const auto tied =
-        std::count_if(usable.begin(), usable.end(), [&](int i) { return promise(i) == least; });
-    auto start_pool = [&](std::size_t from) {
-      ahead_.emplace(
-          usable,
-          [&](int i) {
-            const double known = KnownBoundMs(i);
-            return known < kInf ? known + Overhead(i) : promise(i);
-          },
-          [&](int i) { return KnownBoundMs(i) < kInf; }, from);
-      pool = std::make_unique<SearchPool>(
-          threads,
-          [&](int i) {
-            return SearchPool::Setup{Problem(i), AssignOptions(FullBoundMs(i), 1)};
-          },
-          [&] { return NextAhead(); });
-    };
+        std::count_if(usable.begin(), usable.end(), [&](int i) { return Promise(i) == least; });
     const bool pooled = threads >= 2 && speculated_.empty();
     // The pool's workers start at once, on the order of the cheap bounds, taking full bounds
     // as the search below does: most often they reach the same first candidate and search it
     // while the first is being chosen. Not where many candidates tie (below): the workers
     // would take all their full bounds.
-    if (pooled && tied <= kFirstBounds) start_pool(0);
-    const int first = tied > kFirstBounds
-                          ? usable.front()
-                          : LeastFullBound(usable, threads, pool != nullptr, promise);
+    if (pooled && tied <= kFirstBounds) pool = StartPool(usable, 0, threads);
+    const int first =
+        tied > kFirstBounds ? usable.front() : LeastFullBound(usable, threads, pool != nullptr);
     if (!full_bound_known_[static_cast<std::size_t>(first)])
       SetFullBound(first, FullBoundMs(first));
     std::stable_partition(usable.begin(), usable.end(), [&](int i) { return i == first; });
     // Else the order the search will likely take after the first, by the bounds known now,
     // until OrderTiesByRoom has ordered the ties.
-    if (pooled && !pool) start_pool(1);
-    consider(first, assign(first));
-    OrderTiesByRoom(usable, least, threads);
+    if (pooled && !pool) pool = StartPool(usable, 1, threads);
+    ConsiderOurs(first, AssignOurs(first, pool.get()));
+  }
+
+  // A pool of `threads` workers that search usable[from..] ahead of need, in the order the
+  // bounds known now give (NextAhead).
+  std::unique_ptr<SearchPool> StartPool(const std::vector<int>& usable, std::size_t from,
+                                        int threads) {
+    ahead_.emplace(
+        usable,
+        [this](int i) {
+          const double known = KnownBoundMs(i);
+          return known < kInf ? known + Overhead(i) : Promise(i);
+        },
+        [this](int i) { return KnownBoundMs(i) < kInf; }, from);
+    return std::make_unique<SearchPool>(
+        threads,
+        [this](int i) {
+          return SearchPool::Setup{Problem(i), AssignOptions(FullBoundMs(i), 1)};
+        },
+        [this] { return NextAhead(); });
+  }
+
+  // The candidates after the first, in the order of their full bounds plus overhead, while
+  // the next can beat the best plan; the rest are pruned. `pool`, where started, searches
+  // ahead in this order from now on.
+  void PlanInOrder(const std::vector<int>& usable, int threads, SearchPool* pool) {
     CandidateOrder order(
-        usable, [&](int i) { return promise(i); },
-        [&](int i) { return full_bound_known_[static_cast<std::size_t>(i)] != 0; });
+        usable, [this](int i) { return Promise(i); },
+        [this](int i) { return full_bound_known_[static_cast<std::size_t>(i)] != 0; });
     if (pool) {
       {
         const std::lock_guard lock(ahead_mutex_);
@@ -542,33 +571,55 @@ class BatchPlanning {
       }
       pool->Resume();
     }
-    std::vector<CandidateOrder::Entry> unbounded;
-    std::vector<double> bounds;
     for (;;) {
-      // The next candidate in order, while its bound beats the best plan now.
       const CandidateOrder::Entry* front = order.Front();
-      if (front == nullptr || promise(front->index) >= PruneAbove()) break;
+      if (front == nullptr || Promise(front->index) >= PruneAbove()) break;
       if (front->full) {
         const int i = order.Pop().index;
-        consider(i, assign(i));
-        continue;
-      }
-      // Full bounds for the next candidates at the front that still lack one.
-      unbounded.clear();
-      order.PopUnbounded(kBoundsPerBatch * threads, PruneAbove(), unbounded);
-      bounds.assign(unbounded.size(), 0.0);
-      ParallelFor(static_cast<int>(unbounded.size()), threads, [&](int k) {
-        bounds[static_cast<std::size_t>(k)] =
-            FullBoundMs(unbounded[static_cast<std::size_t>(k)].index);
-      });
-      for (std::size_t k = 0; k < unbounded.size(); ++k) {
-        const int i = unbounded[k].index;
-        SetFullBound(i, bounds[k]);
-        order.PushBounded(unbounded[k], promise(i));
+        ConsiderOurs(i, AssignOurs(i, pool));
+      } else {
+        BoundFront(order, threads);
       }
     }
     // What is left cannot beat the best plan.
     for (const int i : order.Remaining()) Report(i).status = CandidateStatus::kPruned;
+  }
+
+  // Full bounds, computed together on `threads`, for the next candidates at the front of
+  // `order` that still lack one; they go back into it keyed by them.
+  void BoundFront(CandidateOrder& order, int threads) {
+    std::vector<CandidateOrder::Entry> unbounded;
+    order.PopUnbounded(kBoundsPerBatch * threads, PruneAbove(), unbounded);
+    std::vector<double> bounds(unbounded.size(), 0.0);
+    ParallelFor(static_cast<int>(unbounded.size()), threads, [&](int k) {
+      bounds[static_cast<std::size_t>(k)] =
+          FullBoundMs(unbounded[static_cast<std::size_t>(k)].index);
+    });
+    for (std::size_t k = 0; k < unbounded.size(); ++k) {
+      const int i = unbounded[k].index;
+      SetFullBound(i, bounds[k]);
+      order.PushBounded(unbounded[k], Promise(i));
+    }
+  }
+
+  // Candidate i's assignment; it stops at `full_bound` (i's full bound), as low as any
+  // plan of i can go. `spare`: threads the candidate may use itself (Speculate's share of
+  // them).
+  Assignment AssignAt(int i, double full_bound, int spare) {
+    return AssignTwoStage(Problem(i), AssignOptions(full_bound, spare));
+  }
+  // Candidate i's assignment, from Speculate, the pool, or here.
+  Assignment AssignOurs(int i, SearchPool* pool) {
+    if (const auto it = speculated_.find(i); it != speculated_.end()) {
+      return std::move(it->second);
+    }
+    if (pool) return pool->Take(i);
+    return AssignAt(i, Report(i).lower_bound_ms, 1);
+  }
+  // Ours scores a plan by its compute time plus the candidate's fixed overhead.
+  void ConsiderOurs(int i, Assignment a) {
+    const double score = a.step_ms + Overhead(i);
+    Consider(i, std::move(a), score);
   }
 
   // Candidate i's full bound where computed already, else +infinity.
@@ -635,8 +686,7 @@ class BatchPlanning {
   // With fewer threads, speculating on some candidates was slower than the search (one
   // H200 machine's 16 cores, 1,024 GPUs at 128K: 4 of 9 candidates at 8 threads, 961
   // against 856 ms median; all 8 usable at 16 threads, 471 against 715 ms).
-  template <typename AssignAt>
-  void Speculate(const std::vector<int>& usable, int threads, const AssignAt& assign_at) {
+  void Speculate(const std::vector<int>& usable, int threads) {
     const int count = static_cast<int>(usable.size());
     if (count < 2 || threads < 2 * count) return;
     std::vector<double> bounds(static_cast<std::size_t>(count));
@@ -645,7 +695,7 @@ class BatchPlanning {
       const int i = usable[static_cast<std::size_t>(k)];
       bounds[static_cast<std::size_t>(k)] = FullBound(i).ms;
       assigned[static_cast<std::size_t>(k)] =
-          assign_at(i, bounds[static_cast<std::size_t>(k)], threads / count);
+          AssignAt(i, bounds[static_cast<std::size_t>(k)], threads / count);
     });
     for (int k = 0; k < count; ++k) {
       const int i = usable[static_cast<std::size_t>(k)];

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 
 #include "hydraulis/assign/problem.h"
@@ -84,6 +85,94 @@ std::pair<double, double> ScaleFit(const std::vector<Sample>& samples) {
     sq += r * r;
   }
   return {k, std::sqrt(sq / static_cast<double>(samples.size()))};
+}
+
+// Every micro-batch on every stage of the steps [0, end) of `window`, by scheme, with what
+// `initial` predicted for it.
+std::map<Scheme, std::vector<Sample>> SamplesByScheme(const Profile& initial,
+                                                      const OptimizerLayout& layout,
+                                                      const std::deque<MeasuredStep>& window,
+                                                      std::size_t end) {
+  std::map<Scheme, std::vector<Sample>> samples;
+  for (std::size_t i = 0; i < end; ++i) {
+    const MeasuredStep& m = window[i];
+    for (std::size_t p = 0; p < m.plan.pipelines.size(); ++p) {
+      const PipelinePlan& pipe = m.plan.pipelines[p];
+      const std::vector<double> base = PredictStageMs(initial, layout, m.plan, pipe);
+      for (const std::vector<double>& stage : m.stage_ms[p]) {
+        for (std::size_t j = 0; j < stage.size(); ++j) {
+          samples[pipe.scheme].push_back(
+              {MicroBatchLengths(m.plan.lengths, pipe.micro_batches[j]), stage[j], base[j]});
+        }
+      }
+    }
+  }
+  return samples;
+}
+
+// A cp = 1 scheme's a, b and c fitted to its samples, kept in `entry` where they fit them
+// better than scaling does (`scale_rms`); the log of how far its predictions moved into
+// `moves`. False where not kept.
+bool FitCoefficients(SchemeProfile& entry, const std::vector<Sample>& list, double scale_rms,
+                     std::vector<double>& moves) {
+  std::vector<TimeSample> timed;
+  timed.reserve(list.size());
+  for (const Sample& s : list) timed.push_back({s.lengths, s.ms});
+  try {
+    const TimeFit nnls = FitTimeModel(timed);
+    if (nnls.rms_relative_error < scale_rms) {
+      entry.a_ms_per_token2 = nnls.model.a_ms_per_token2;
+      entry.b_ms_per_token = nnls.model.b_ms_per_token;
+      entry.c_ms = nnls.model.c_ms;
+      double before = 0, after = 0;
+      for (const Sample& s : list) {
+        before += s.base_ms;
+        after += nnls.model.MicroBatchMs(s.lengths);
+      }
+      if (Positive(after / before)) moves.push_back(std::log(after / before));
+      return true;
+    }
+  } catch (const InvalidInput&) {
+    // The samples do not determine a, b and c (too few, or too alike): scaled instead.
+  }
+  return false;
+}
+
+// Refits `scheme`'s entry of `profile` to its samples: its coefficients (cp = 1) or one
+// factor; the log of how far its predictions moved into `moves`. False, the entry
+// unchanged, where the samples give no positive factor.
+bool RefitScheme(Profile& profile, const Scheme& scheme, const std::vector<Sample>& list,
+                 std::vector<double>& moves) {
+  const auto [k, scale_rms] = ScaleFit(list);
+  if (!Positive(k)) return false;
+  SchemeProfile& entry = *std::find_if(profile.schemes.begin(), profile.schemes.end(),
+                                       [&](const SchemeProfile& e) { return e.scheme == scheme; });
+  if (scheme.cp == 1 && FitCoefficients(entry, list, scale_rms, moves)) return true;
+  Scale(entry, k);
+  moves.push_back(std::log(k));
+  return true;
+}
+
+// Each of `strategies` strategies' overhead under `profile`: the median of (measured step -
+// predicted compute) over its steps of [0, end) of `window`, or over all of them for one
+// that never ran, and at least 0.
+std::vector<double> Overheads(const Profile& profile, const OptimizerLayout& layout,
+                              const ScheduleOptions& schedule,
+                              const std::deque<MeasuredStep>& window, std::size_t end,
+                              std::size_t strategies) {
+  std::map<int, std::vector<double>> residuals;
+  std::vector<double> all;
+  for (std::size_t i = 0; i < end; ++i) {
+    const MeasuredStep& m = window[i];
+    const double r = m.step_ms - ComputeMs(profile, layout, schedule, m.plan);
+    residuals[m.plan.strategy_index].push_back(r);
+    all.push_back(r);
+  }
+  std::vector<double> overhead_ms(strategies, std::max(0.0, Median(all)));
+  for (const auto& [strategy, list] : residuals) {
+    overhead_ms[static_cast<std::size_t>(strategy)] = std::max(0.0, Median(list));
+  }
+  return overhead_ms;
 }
 
 }  // namespace
@@ -234,60 +323,14 @@ double StepCalibration::MeanError(const CalibratedFit& fit, std::size_t begin) c
 
 bool StepCalibration::Refit(std::size_t end, CalibratedFit& out) const {
   const OptimizerLayout& layout = candidates_.optimizer_layout;
-  std::map<Scheme, std::vector<Sample>> samples;
-  for (std::size_t i = 0; i < end; ++i) {
-    const MeasuredStep& m = window_[i];
-    for (std::size_t p = 0; p < m.plan.pipelines.size(); ++p) {
-      const PipelinePlan& pipe = m.plan.pipelines[p];
-      const std::vector<double> base = PredictStageMs(initial_, layout, m.plan, pipe);
-      for (const std::vector<double>& stage : m.stage_ms[p]) {
-        for (std::size_t j = 0; j < stage.size(); ++j) {
-          samples[pipe.scheme].push_back(
-              {MicroBatchLengths(m.plan.lengths, pipe.micro_batches[j]), stage[j], base[j]});
-        }
-      }
-    }
-  }
+  const std::map<Scheme, std::vector<Sample>> samples =
+      SamplesByScheme(initial_, layout, window_, end);
   out.profile = initial_;
   // log of how far each refitted scheme's predictions moved from the initial profile's.
   std::vector<double> moves;
   std::map<Scheme, bool> refitted;
-  for (const auto& entry_samples : samples) {
-    const Scheme& scheme = entry_samples.first;
-    const std::vector<Sample>& list = entry_samples.second;
-    const auto [k, scale_rms] = ScaleFit(list);
-    if (!Positive(k)) continue;
-    SchemeProfile& entry =
-        *std::find_if(out.profile.schemes.begin(), out.profile.schemes.end(),
-                      [&](const SchemeProfile& e) { return e.scheme == scheme; });
-    bool fitted = false;
-    if (scheme.cp == 1) {
-      std::vector<TimeSample> timed;
-      timed.reserve(list.size());
-      for (const Sample& s : list) timed.push_back({s.lengths, s.ms});
-      try {
-        const TimeFit nnls = FitTimeModel(timed);
-        if (nnls.rms_relative_error < scale_rms) {
-          entry.a_ms_per_token2 = nnls.model.a_ms_per_token2;
-          entry.b_ms_per_token = nnls.model.b_ms_per_token;
-          entry.c_ms = nnls.model.c_ms;
-          double before = 0, after = 0;
-          for (const Sample& s : list) {
-            before += s.base_ms;
-            after += nnls.model.MicroBatchMs(s.lengths);
-          }
-          if (Positive(after / before)) moves.push_back(std::log(after / before));
-          fitted = true;
-        }
-      } catch (const InvalidInput&) {
-        // The samples do not determine a, b and c (too few, or too alike): scaled below.
-      }
-    }
-    if (!fitted) {
-      Scale(entry, k);
-      moves.push_back(std::log(k));
-    }
-    refitted[scheme] = true;
+  for (const auto& [scheme, list] : samples) {
+    if (RefitScheme(out.profile, scheme, list, moves)) refitted[scheme] = true;
   }
   if (moves.empty()) return false;
   double mean_move = 0;
@@ -296,19 +339,8 @@ bool StepCalibration::Refit(std::size_t end, CalibratedFit& out) const {
   for (SchemeProfile& entry : out.profile.schemes) {
     if (!refitted.contains(entry.scheme)) Scale(entry, std::exp(mean_move));
   }
-  std::map<int, std::vector<double>> residuals;
-  std::vector<double> all;
-  for (std::size_t i = 0; i < end; ++i) {
-    const MeasuredStep& m = window_[i];
-    const double r = m.step_ms - ComputeMs(out.profile, layout, schedule_, m.plan);
-    residuals[m.plan.strategy_index].push_back(r);
-    all.push_back(r);
-  }
-  const double everywhere = std::max(0.0, Median(all));
-  out.overhead_ms.assign(candidates_.strategies.size(), everywhere);
-  for (const auto& [strategy, list] : residuals) {
-    out.overhead_ms[static_cast<std::size_t>(strategy)] = std::max(0.0, Median(list));
-  }
+  out.overhead_ms =
+      Overheads(out.profile, layout, schedule_, window_, end, candidates_.strategies.size());
   out.version = fit_.version + 1;
   return true;
 }

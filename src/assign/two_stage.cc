@@ -381,158 +381,192 @@ class Solver {
     return {std::max(0, lo - 2), std::min(end, lo + 2)};
   }
 
-  void LocalSearch() {
-    // Re-packing is what a step costs; bound it by a multiple of the batch so large
-    // batches stay near-linear (small ones never reach it).
-    const std::int64_t budget =
-        kRepackBudgetPerDocument * static_cast<std::int64_t>(problem_.lengths.size()) +
-        kRepackBudgetBase;
-    std::int64_t repacked = 0;
-    const std::int64_t extra_budget =
-        kExtraVerifyBudgetPerDocument * static_cast<std::int64_t>(problem_.lengths.size());
+  // The re-pack budgets of one local search, in document placements (RepackCost): re-packing
+  // is what a step costs, so the total is bounded by a multiple of the batch and large
+  // batches stay near-linear (small ones never reach it). The estimate misjudges some
+  // re-packs (cp layouts above all): when every one of a step's first tries fails, the step
+  // keeps verifying further moves while a separate, smaller budget lasts, so the search goes
+  // on only where it would have stopped.
+  struct RepackBudget {
+    std::int64_t total_limit = 0;
+    std::int64_t extra_limit = 0;
+    std::int64_t total = 0;
     std::int64_t extra = 0;
-    for (int step = 0; step < options_.max_local_search_steps && repacked < budget; ++step) {
+
+    bool Left() const { return total < total_limit; }
+    // Counts a try costing `cost`; false, counting nothing, where it lies beyond the step's
+    // first tries and the extra budget is spent.
+    bool Charge(std::int64_t cost, bool beyond_tries) {
+      if (beyond_tries) {
+        if (extra >= extra_limit) return false;
+        extra += cost;
+      }
+      total += cost;
+      return true;
+    }
+  };
+
+  // Stage 2: while moving a document off the slowest pipeline, or swapping it for a cheaper
+  // one, lowers the step once re-packed, take the move; the budgets bound its cost.
+  void LocalSearch() {
+    const auto documents = static_cast<std::int64_t>(problem_.lengths.size());
+    RepackBudget budget{kRepackBudgetPerDocument * documents + kRepackBudgetBase,
+                        kExtraVerifyBudgetPerDocument * documents};
+    for (int step = 0; step < options_.max_local_search_steps && budget.Left(); ++step) {
       if (Stopped()) return;
       const int crit = Slowest();
       const double limit = packed_[crit]->ms;
       if (limit <= options_.stop_below_ms) return;
-      std::vector<Move> moves;
-      const auto& from = docs_[crit];
-      const int n_from = static_cast<int>(from.size());
-      auto len = [&](int d) { return problem_.lengths[static_cast<std::size_t>(d)]; };
-      auto capacity_end = [&](const std::vector<int>& sorted, std::int64_t cap) {
-        return static_cast<int>(std::partition_point(sorted.begin(), sorted.end(),
-                                                     [&](int d) { return len(d) <= cap; }) -
-                                sorted.begin());
-      };
+      std::vector<Move> moves = PlainMoves(crit, limit);
+      if (moves.empty()) moves = SwapMoves(crit, limit);
+      if (moves.empty() || !TakeMove(crit, limit, moves, budget)) return;
+    }
+  }
+
+  std::int64_t Length(int d) const { return problem_.lengths[static_cast<std::size_t>(d)]; }
+
+  // The moves of one of the slowest pipeline's documents to another pipeline estimated to
+  // lower both below `limit`; only around where the two estimates cross are they tried.
+  std::vector<Move> PlainMoves(int crit, double limit) const {
+    std::vector<Move> moves;
+    const auto& from = docs_[crit];
+    for (int q = 0; q < P_; ++q) {
+      if (q == crit) continue;
+      auto crit_after = [&](int i) { return Corrected(crit, Without(crit, load_[crit], from[i])); };
+      auto q_after = [&](int i) { return Corrected(q, With(q, load_[q], from[i])); };
+      const std::int64_t cap = problem_.pipelines[q].capacity_tokens;
+      const int end = static_cast<int>(
+          std::partition_point(from.begin(), from.end(), [&](int d) { return Length(d) <= cap; }) -
+          from.begin());
+      const auto [first, last] = Crossing(end, q_after, crit_after);
+      for (int i = first; i < last; ++i) {
+        const double ca = crit_after(i);
+        if (!DefinitelyLess(ca, limit)) continue;
+        const double score = std::max(ca, q_after(i));
+        if (DefinitelyLess(score, limit)) moves.push_back({score, i, q, -1});
+      }
+    }
+    return moves;
+  }
+
+  // Where no plain move lowers the step: swaps of a costlier document out of the slowest
+  // pipeline for a cheaper one, for a spread of the slowest pipeline's documents (at most
+  // kSwapSources of them).
+  std::vector<Move> SwapMoves(int crit, double limit) const {
+    std::vector<Move> moves;
+    const auto& from = docs_[crit];
+    const int n_from = static_cast<int>(from.size());
+    const int stride = std::max(1, n_from / kSwapSources);
+    for (int i = n_from - 1; i >= 0; i -= stride) {
+      const int d = from[static_cast<std::size_t>(i)];
+      const Load crit_without = Without(crit, load_[crit], d);
       for (int q = 0; q < P_; ++q) {
-        if (q == crit) continue;
-        auto crit_after = [&](int i) {
-          return Corrected(crit, Without(crit, load_[crit], from[i]));
-        };
-        auto q_after = [&](int i) { return Corrected(q, With(q, load_[q], from[i])); };
-        const int end = capacity_end(from, problem_.pipelines[q].capacity_tokens);
-        const auto [first, last] = Crossing(end, q_after, crit_after);
-        for (int i = first; i < last; ++i) {
-          const double ca = crit_after(i);
+        if (q == crit || !Fits(q, d)) continue;
+        const auto& to = docs_[q];
+        const Load q_with = With(q, load_[q], d);
+        // Cheaper partners are the shorter ones; they fit the slowest pipeline too.
+        const int end =
+            static_cast<int>(std::partition_point(to.begin(), to.end(),
+                                                  [&](int e) { return Length(e) < Length(d); }) -
+                             to.begin());
+        auto crit_after = [&](int k) { return Corrected(crit, With(crit, crit_without, to[k])); };
+        auto q_after = [&](int k) { return Corrected(q, Without(q, q_with, to[k])); };
+        const auto [first, last] = Crossing(end, crit_after, q_after);
+        for (int k = first; k < last; ++k) {
+          const double ca = crit_after(k);
           if (!DefinitelyLess(ca, limit)) continue;
-          const double score = std::max(ca, q_after(i));
-          if (DefinitelyLess(score, limit)) moves.push_back({score, i, q, -1});
+          const double score = std::max(ca, q_after(k));
+          if (DefinitelyLess(score, limit)) moves.push_back({score, i, q, k});
         }
       }
-      if (moves.empty()) {
-        // Swaps: a costlier document out of the slowest pipeline for a cheaper one, for a
-        // spread of the slowest pipeline's documents (at most kSwapSources of them).
-        const int stride = std::max(1, n_from / kSwapSources);
-        for (int i = n_from - 1; i >= 0; i -= stride) {
-          const int d = from[static_cast<std::size_t>(i)];
-          const Load crit_without = Without(crit, load_[crit], d);
-          for (int q = 0; q < P_; ++q) {
-            if (q == crit || !Fits(q, d)) continue;
-            const auto& to = docs_[q];
-            const Load q_with = With(q, load_[q], d);
-            // Cheaper partners are the shorter ones; they fit the slowest pipeline too.
-            const int end = static_cast<int>(
-                std::partition_point(to.begin(), to.end(), [&](int e) { return len(e) < len(d); }) -
-                to.begin());
-            auto crit_after = [&](int k) {
-              return Corrected(crit, With(crit, crit_without, to[k]));
-            };
-            auto q_after = [&](int k) { return Corrected(q, Without(q, q_with, to[k])); };
-            const auto [first, last] = Crossing(end, crit_after, q_after);
-            for (int k = first; k < last; ++k) {
-              const double ca = crit_after(k);
-              if (!DefinitelyLess(ca, limit)) continue;
-              const double score = std::max(ca, q_after(k));
-              if (DefinitelyLess(score, limit)) moves.push_back({score, i, q, k});
-            }
-          }
-        }
-      }
-      if (moves.empty()) return;
-      // By score, ties in the order made; only as far as the verification below reads (most
-      // steps stop within the first `tries`), the rest when it reads further.
-      for (std::size_t k = 0; k < moves.size(); ++k) moves[k].seq = static_cast<int>(k);
-      auto by_score = [](const Move& a, const Move& b) {
-        return a.score != b.score ? a.score < b.score : a.seq < b.seq;
-      };
-      std::size_t sorted = std::min<std::size_t>(
-          moves.size(), static_cast<std::size_t>(options_.moves_verified_per_step));
-      std::partial_sort(moves.begin(), moves.begin() + static_cast<std::ptrdiff_t>(sorted),
-                        moves.end(), by_score);
-      bool accepted = false;
-      int level = -1;  // the first verified move that keeps the step where it is
-      const int tries =
-          std::min<int>(options_.moves_verified_per_step, static_cast<int>(moves.size()));
-      // The estimate misjudges some re-packs (cp layouts above all): when every one of the
-      // first `tries` fails, keep verifying the next moves while a separate, smaller budget
-      // lasts, so the search goes on only where it would have stopped.
+    }
+    return moves;
+  }
+
+  // Verifies `moves` in score order and applies the first that lowers the step. Failing
+  // that, a cp pipeline's time is its slowest rank's: taking one short document off another
+  // rank leaves it where it is, so no single move lowers it, while taking several would.
+  // When the slowest pipeline is a cp one, the first verified move that leaves it no slower
+  // and its destination below it (a level move) is applied instead. Documents then only
+  // leave pipelines at the step's time for ones below it, so level moves end; they share
+  // the step and re-pack budgets. Whether a move was applied.
+  bool TakeMove(int crit, double limit, std::vector<Move>& moves, RepackBudget& budget) {
+    const Verified verified = VerifyInOrder(crit, limit, moves, budget);
+    if (verified.lowered) return true;
+    if (verified.level < 0 || problem_.pipelines[crit].scheme.cp <= 1) return false;
+    const Move& m = moves[static_cast<std::size_t>(verified.level)];
+    budget.total += RepackCost(crit) + RepackCost(m.to);
+    MoveOutcome outcome = EvaluateMove(crit, m, limit, true, false);
+    if (!outcome.accepted) return false;
+    ApplyMove(crit, m.to, std::move(outcome));
+    return true;
+  }
+
+  struct Verified {
+    bool lowered = false;  // a move that lowers the step was applied
+    int level = -1;        // the first verified move that keeps the step where it is
+  };
+
+  // Verifies the moves by score, ties in the order made, while the budgets last, and applies
+  // the first one that lowers the step. They are sorted only as far as the verification
+  // reads (most steps stop within the first `tries`), the rest when it reads further.
+  Verified VerifyInOrder(int crit, double limit, std::vector<Move>& moves, RepackBudget& budget) {
+    for (std::size_t k = 0; k < moves.size(); ++k) moves[k].seq = static_cast<int>(k);
+    auto by_score = [](const Move& a, const Move& b) {
+      return a.score != b.score ? a.score < b.score : a.seq < b.seq;
+    };
+    std::size_t sorted = std::min<std::size_t>(
+        moves.size(), static_cast<std::size_t>(options_.moves_verified_per_step));
+    std::partial_sort(moves.begin(), moves.begin() + static_cast<std::ptrdiff_t>(sorted),
+                      moves.end(), by_score);
+    auto sort_all = [&] {
+      std::sort(moves.begin() + static_cast<std::ptrdiff_t>(sorted), moves.end(), by_score);
+      sorted = moves.size();
+    };
+    const int tries =
+        std::min<int>(options_.moves_verified_per_step, static_cast<int>(moves.size()));
+    auto charge = [&](int k, RepackBudget& b) {
+      return b.Charge(RepackCost(crit) + RepackCost(moves[static_cast<std::size_t>(k)].to),
+                      k >= tries);
+    };
+    Verified verified;
+    std::vector<MoveOutcome> batch;  // outcomes of tries first_batched.. when evaluated so
+    int first_batched = -1;
+    for (int t = 0; t < static_cast<int>(moves.size()) && budget.Left(); ++t) {
+      if (static_cast<std::size_t>(t) == sorted) sort_all();
+      if (!charge(t, budget)) break;
+      const Move& m = moves[static_cast<std::size_t>(t)];
+      // The level test matters only until the first level move is found, and only on a
+      // cp pipeline. A move evaluated with it gives the same verdict without it.
+      const bool wants_level = verified.level < 0 && problem_.pipelines[crit].scheme.cp > 1;
       // With a thread lent (options_.helpers), once the first try has failed, the rest of
       // the tries the budgets reach are evaluated on both threads (a move's evaluation does
       // not change the state), and then taken in order as without it: the first accepted
       // wins, the budgets are counted up to it. A step that fails its first try mostly
       // fails all of them.
-      std::vector<MoveOutcome> batch;  // outcomes of tries first_batched.. when evaluated so
-      int first_batched = -1;
-      auto sort_all = [&] {
-        std::sort(moves.begin() + static_cast<std::ptrdiff_t>(sorted), moves.end(), by_score);
-        sorted = moves.size();
-      };
-      // Counts try k against the re-pack budgets; false where the extra budget is spent.
-      auto charge = [&](int k, std::int64_t& total, std::int64_t& beyond) {
-        const std::int64_t cost =
-            RepackCost(crit) + RepackCost(moves[static_cast<std::size_t>(k)].to);
-        if (k >= tries) {
-          if (beyond >= extra_budget) return false;
-          beyond += cost;
+      if (t == 1 && options_.helpers != nullptr) {
+        if (sorted < moves.size()) sort_all();
+        // The last try the budgets reach should every one fail.
+        int last = t;
+        for (RepackBudget probe = budget; last + 1 < static_cast<int>(moves.size()) &&
+                                          probe.Left() && charge(last + 1, probe);) {
+          ++last;
         }
-        total += cost;
-        return true;
-      };
-      for (int t = 0; t < static_cast<int>(moves.size()) && !accepted && repacked < budget; ++t) {
-        if (static_cast<std::size_t>(t) == sorted) sort_all();
-        if (!charge(t, repacked, extra)) break;
-        const Move& m = moves[static_cast<std::size_t>(t)];
-        // The level test matters only until the first level move is found, and only on a
-        // cp pipeline. A move evaluated with it gives the same verdict without it.
-        const bool wants_level = level < 0 && problem_.pipelines[crit].scheme.cp > 1;
-        if (t == 1 && options_.helpers != nullptr) {
-          if (sorted < moves.size()) sort_all();
-          // The last try the budgets reach should every one fail.
-          int last = t;
-          for (std::int64_t r = repacked, x = extra;
-               last + 1 < static_cast<int>(moves.size()) && r < budget && charge(last + 1, r, x);) {
-            ++last;
-          }
-          if (last > t && EvaluateOnTwoThreads(crit, moves, t, last, limit, wants_level, batch)) {
-            first_batched = t;
-          }
-        }
-        MoveOutcome outcome = first_batched >= 0
-                                  ? std::move(batch[static_cast<std::size_t>(t - first_batched)])
-                                  : EvaluateMove(crit, m, limit, false, wants_level);
-        accepted = outcome.accepted;
-        if (accepted) {
-          ApplyMove(crit, m.to, std::move(outcome));
-        } else if (wants_level && outcome.keeps_level && level < 0) {
-          level = t;
+        if (last > t && EvaluateOnTwoThreads(crit, moves, t, last, limit, wants_level, batch)) {
+          first_batched = t;
         }
       }
-      // A cp pipeline's time is its slowest rank's: taking one short document off another
-      // rank leaves it where it is, so no single move lowers it, while taking several
-      // would. When nothing lowers the step and the slowest pipeline is a cp one, take the
-      // first verified move that leaves it no slower and its destination below it (a level
-      // move). Documents then only leave pipelines at the step's time for ones below it,
-      // so level moves end; they share the step and re-pack budgets.
-      if (!accepted && level >= 0 && problem_.pipelines[crit].scheme.cp > 1) {
-        const Move& m = moves[static_cast<std::size_t>(level)];
-        repacked += RepackCost(crit) + RepackCost(m.to);
-        MoveOutcome outcome = EvaluateMove(crit, m, limit, true, false);
-        accepted = outcome.accepted;
-        if (accepted) ApplyMove(crit, m.to, std::move(outcome));
+      MoveOutcome outcome = first_batched >= 0
+                                ? std::move(batch[static_cast<std::size_t>(t - first_batched)])
+                                : EvaluateMove(crit, m, limit, false, wants_level);
+      if (outcome.accepted) {
+        ApplyMove(crit, m.to, std::move(outcome));
+        verified.lowered = true;
+        return verified;
       }
-      if (!accepted) return;
+      if (wants_level && outcome.keeps_level && verified.level < 0) verified.level = t;
     }
+    return verified;
   }
 
   // What a move would do, the search's state unchanged: both pipelines' documents and
