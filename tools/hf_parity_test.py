@@ -57,6 +57,22 @@ def documents(src):
     return picked
 
 
+def first_step_loss_and_grad_norm(model, ids):
+    """The first step's loss (mean over the batch's targets) and the global norm of its
+    gradient, of a float64 copy of `model`."""
+    exact = copy.deepcopy(model).double().train()
+    targets = sum(len(doc) - 1 for doc in ids)
+    total = 0.0
+    for doc in ids:
+        logits = exact(torch.tensor([doc])).logits[0, :-1]
+        loss = torch.nn.functional.cross_entropy(logits, torch.tensor(doc[1:]),
+                                                 reduction="sum") / targets
+        loss.backward()
+        total += loss.item()
+    norm = torch.sqrt(sum((p.grad ** 2).sum() for p in exact.parameters())).item()
+    return total, norm
+
+
 def reference_training(model, ids):
     """STEPS AdamW steps of transformers' model, each over every document."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), eps=1e-8,
@@ -78,12 +94,13 @@ def reference_training(model, ids):
 def train_and_export(binary, src, tmp, ckpt, tokens, run_dir, lr, extra):
     """`hydraulis train --init-from ckpt` for STEPS steps at `lr` with `extra` flags, then
     `export` of its checkpoint to run_dir/hf; a failure message, or None."""
+    os.makedirs(run_dir, exist_ok=True)
     train = subprocess.run(
         [binary, "train", "--init-from", ckpt, "--data", os.path.join(tmp, "corpus"),
          "--profile", os.path.join(src, "configs/profiles/tiny-cpu.json"),
          "--tokens-per-batch", str(tokens), "--max-len", str(MAX_LEN), "--steps", str(STEPS),
          "--lr", str(lr), "--checkpoint-dir", os.path.join(run_dir, "ckpt"),
-         "--timeout-s", "60",
+         "--log-json", os.path.join(run_dir, "log.jsonl"), "--timeout-s", "60",
          # The reference trains each document cut to MAX_LEN.
          "--long-documents", "truncate"] + extra, capture_output=True, text=True)
     if train.returncode != 0:
@@ -251,8 +268,9 @@ FAMILY_RUNS = {"1 rank": ["--nproc", "1"], "tp=2": ["--nproc", "2", "--tp", "2"]
 
 
 def family_parity(binary, src, tmp, ids, label, model, cls, want_config, runs=FAMILY_RUNS):
-    """A tiny model of another family built by transformers: eval's logits; three steps on
-    each layout of `runs` against the same PyTorch loop in fp64; the 1-rank export is a checkpoint
+    """A tiny model of another family built by transformers: eval's logits; the first
+    step's loss and gradient norm (1e-5) and three steps on each layout of `runs` against
+    the same PyTorch loop in fp64; the 1-rank export is a checkpoint
     of the same family (config.json holding `want_config`) that transformers loads and
     agrees with."""
     random_norms(model)
@@ -264,6 +282,7 @@ def family_parity(binary, src, tmp, ids, label, model, cls, want_config, runs=FA
     # lr * sign(g)), so the fp32 loop itself lands some distance from the exact answer; ours
     # is held to the exact (fp64) answer within 1e-4, or within twice the fp32 loop's own
     # distance where that is larger.
+    loss0, norm0 = first_step_loss_and_grad_norm(model, ids)
     exact = reference_training(copy.deepcopy(model).double(), ids)
     fp32 = reference_training(model, ids)
     floor = max(((fp32[n].double() - w).abs().max() / w.abs().max()).item()
@@ -276,6 +295,14 @@ def family_parity(binary, src, tmp, ids, label, model, cls, want_config, runs=FA
         if failure:
             failures.append(f"{label} {run}: {failure}")
             continue
+        with open(os.path.join(run_dir, "log.jsonl")) as f:
+            first = json.loads(f.readline())
+        step0 = (abs(first["loss"] - loss0) / loss0, abs(first["grad_norm"] - norm0) / norm0)
+        print(f"{label} train {run}: first step's loss and gradient norm within {step0[0]:.1e} "
+              f"and {step0[1]:.1e} of fp64")
+        if max(step0) > TOLERANCE:
+            failures.append(f"{label} train {run}: first step's loss {first['loss']} vs "
+                            f"{loss0}, gradient norm {first['grad_norm']} vs {norm0}")
         ours = load_file(os.path.join(run_dir, "hf", "model.safetensors"))
         errors = {n: ((ours[n].double() - w).abs().max() / w.abs().max()).item()
                   for n, w in exact.items()}
