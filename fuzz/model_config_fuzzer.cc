@@ -13,7 +13,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::ExpectValidOrInvalidInput([&] {
     const ModelConfig c =
         hf ? ParseHfConfig(text, "config.json") : ParseModelConfig(text, "model.json");
-    fuzz::Require(c.shape.heads >= 1 && c.shape.hidden % c.shape.heads == 0 &&
+    // heads divides hidden unless the head width is given (head_dim).
+    fuzz::Require(c.shape.heads >= 1 &&
+                      (c.shape.head_dim > 0 || c.shape.hidden % c.shape.heads == 0) &&
                       c.shape.kv_heads >= 1 && c.shape.heads % c.shape.kv_heads == 0 &&
                       c.head_dim() % 2 == 0 && c.shape.vocab >= 1 && c.norm_eps > 0,
                   "a valid config satisfies ValidateModelConfig");
@@ -21,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const ModelConfig back = ParseHfConfig(HfConfigJson(c, "float32"), "written.json");
       fuzz::Require(back.shape.hidden == c.shape.hidden &&
                         back.shape.kv_heads == c.shape.kv_heads &&
-                        back.rope_theta == c.rope_theta && back.norm_eps == c.norm_eps,
+                        back.head_dim() == c.head_dim() && back.rope_theta == c.rope_theta &&
+                        back.norm_eps == c.norm_eps,
                     "a Hugging Face config round-trips");
     }
   });
