@@ -355,9 +355,9 @@ def mistral_parity(binary, src, tmp, ids):
 
 
 def qwen_parity(binary, src, tmp, ids):
-    """Tiny Qwen2ForCausalLM (q/k/v biases, drawn at random; tied embeddings; also pp = 2)
-    and Qwen3ForCausalLM (q/k norms, random, whose gradients sum over the tp ranks' heads;
-    also cp = 2) with RoPE base 1e6, which transformers 5 saves inside rope_parameters,
+    """Tiny Qwen2ForCausalLM (q/k/v biases, drawn at random; tied embeddings; also pp = 2
+    and the heterogeneous 2-rank candidates) and Qwen3ForCausalLM (q/k norms, random, whose
+    gradients sum over the tp ranks' heads; head_dim 32; also cp = 2 and pp = 2) with RoPE base 1e6, which transformers 5 saves inside rope_parameters,
     through family_parity."""
     failures = []
     common = dict(vocab_size=256, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
@@ -369,14 +369,19 @@ def qwen_parity(binary, src, tmp, ids):
     failures += family_parity(binary, src, tmp, ids, "qwen2", qwen2, Qwen2ForCausalLM,
                               {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
                                "tie_word_embeddings": True},
-                              dict(FAMILY_RUNS, **{"pp=2": ["--nproc", "2", "--pp", "2"]}))
+                              dict(FAMILY_RUNS, **{"pp=2": ["--nproc", "2", "--pp", "2"],
+                                                   "heterogeneous": [
+                                                       "--nproc", "2", "--candidates",
+                                                       os.path.join(src, "configs/candidates/"
+                                                                         "cpu-2rank.json")]}))
     torch.manual_seed(7)
     qwen3 = Qwen3ForCausalLM(Qwen3Config(head_dim=32, tie_word_embeddings=False,
                                          **common)).float().eval()
     failures += family_parity(binary, src, tmp, ids, "qwen3", qwen3, Qwen3ForCausalLM,
                               {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
                                "head_dim": 32},
-                              dict(FAMILY_RUNS, **{"cp=2": ["--nproc", "2", "--cp", "2"]}))
+                              dict(FAMILY_RUNS, **{"cp=2": ["--nproc", "2", "--cp", "2"],
+                                                   "pp=2": ["--nproc", "2", "--pp", "2"]}))
     return failures
 
 
