@@ -16,14 +16,6 @@ namespace {
 
 constexpr const char* kMeasurementsFormat = "hydraulis.measurements/1";
 
-nlohmann::json ParseLine(const std::string& text, const std::string& source) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InvalidInput(source + ": not JSON: " + e.what());
-  }
-}
-
 // A finite number, else InvalidInput naming the field.
 double FiniteNumber(const nlohmann::json& v, const JsonObjectReader& r, const std::string& key) {
   if (!v.is_number() || !std::isfinite(v.get<double>())) {
@@ -127,7 +119,7 @@ MeasuredRun ParseMeasuredRun(const std::string& text, const std::string& source)
             " header, as train --save-measurements writes)");
       }
     }
-    const nlohmann::json j = ParseLine(line, where);
+    const nlohmann::json j = ParseJson(line, where);
     if (!header) {
       run.header = ParseHeader(j, where);
       header = true;

@@ -283,7 +283,7 @@ TEST(StepCalibrationTest, AMeasurementsFileThatIsNotOneIsRefusedByLineAndField) 
   EXPECT_NE(error(header + "\n{\"step\": 0}").find("m.jsonl: line 2: lengths: missing"),
             std::string::npos)
       << error(header + "\n{\"step\": 0}");
-  EXPECT_NE(error(header + "\nnot json").find("m.jsonl: line 2: not JSON"), std::string::npos);
+  EXPECT_NE(error(header + "\nnot json").find("m.jsonl: line 2: invalid JSON"), std::string::npos);
 }
 
 }  // namespace
