@@ -23,9 +23,9 @@ each whole, within 1e-5; the script prints each scheduler's step balance under t
 drop-in's cost model (max over mean of the ranks' work) and exits 1 on a mismatch.
 
 megatron-core 0.16.1 allocates on CUDA in its schedule, data wrapper and DDP buffers
-(`device="cuda"`, `.cuda()`, `torch.cuda.current_device()`). On a machine without a GPU
-the script runs them under `CudaOnCpu`, a TorchFunctionMode that puts those tensors on the
-CPU; nothing else of megatron-core is replaced.
+(`device="cuda"`, `.cuda()`, `torch.cuda.current_device()`); the script runs them under
+`CudaOnCpu`, a TorchFunctionMode that puts those tensors on the CPU. Nothing else of
+megatron-core is replaced.
 """
 import argparse
 import contextlib
@@ -68,12 +68,10 @@ class CudaOnCpu(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def device_context(device):
-    if device == "cpu":
-        torch.cuda.current_device = lambda: torch.device("cpu")
-        return CudaOnCpu()
-    torch.cuda.set_device(0)
-    return contextlib.nullcontext()
+def cuda_on_cpu():
+    """Megatron-core's CUDA tensors and current device, on the CPU."""
+    torch.cuda.current_device = lambda: torch.device("cpu")
+    return CudaOnCpu()
 
 
 class GatherRows(torch.autograd.Function):
@@ -114,8 +112,9 @@ def make_model_class():
     from megatron.core.transformer.module import MegatronModule
 
     class TinyCausalTransformer(MegatronModule):
-        """Learned positions, pre-norm attention and MLP blocks; one document per call,
-        its rows `positions` on this rank and the others' in `group`."""
+        """Learned positions, pre-norm attention and MLP blocks. Called on one document
+        (its rows `positions` on this rank, the others' in `group`) or on packed documents
+        (`segments` numbers each row's document)."""
 
         def __init__(self, config, max_len):
             super().__init__(config)
@@ -137,7 +136,7 @@ def make_model_class():
         def set_input_tensor(self, tensor):
             """Megatron's pipeline hook: one stage here, so nothing comes in."""
 
-        def attention(self, layer, x, positions, shards, group):
+        def attention(self, layer, x, positions, shards, group, segments):
             q, k, v = self.qkv[layer](x).view(len(x), 3, HEADS, HIDDEN // HEADS).unbind(1)
             key_positions = positions
             if group is not None:
@@ -146,15 +145,17 @@ def make_model_class():
                 v = GatherRows.apply(v, group, counts)
                 key_positions = torch.from_numpy(np.concatenate(shards))
             allowed = key_positions[None, :] <= positions[:, None]
+            if segments is not None:  # packed documents see only themselves
+                allowed &= segments[None, :] == segments[:, None]
             scores = torch.einsum("qhd,khd->hqk", q, k) / (HIDDEN // HEADS) ** 0.5
             weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
-            return self.proj[layer](torch.einsum("hqk,khd->qhd", weights, v).reshape(len(x), -1))
+            return self.proj[layer](torch.einsum("hqk,khd->qhd", weights, v).reshape(len(x), HIDDEN))
 
-        def forward(self, tokens, positions, shards=None, group=None):
+        def forward(self, tokens, positions, shards=None, group=None, segments=None):
             x = self.embed(tokens) + self.pos(positions)
             for layer in range(LAYERS):
                 x = x + self.attention(layer, rms_norm(x, self.norms[2 * layer]), positions,
-                                       shards, group)
+                                       shards, group, segments)
                 h = rms_norm(x, self.norms[2 * layer + 1])
                 x = x + self.down[layer](torch.nn.functional.gelu(self.up[layer](h)))
             return self.out(rms_norm(x, self.norms[-1]))
@@ -247,11 +248,11 @@ class RecordingScheduler:
         return scheduler
 
 
-def rank_main(rank, ranks, steps, name, device, tmp):
+def rank_main(rank, ranks, steps, name, tmp):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous-{name}", rank=rank,
                             world_size=ranks)
-    with device_context(device):
+    with cuda_on_cpu():
         results = train_with_megatron(rank, ranks, steps, name)
     if rank == 0:
         with open(os.path.join(tmp, f"{name}.json"), "w") as f:
@@ -260,13 +261,40 @@ def rank_main(rank, ranks, steps, name, device, tmp):
     dist.destroy_process_group()
 
 
-def train_with_megatron(rank, ranks, steps, name):
-    from megatron.core import parallel_state
-    from megatron.core.datasets import data_schedule
+def megatron_model_and_optimizer(config, max_len):
+    """The model under megatron-core's DistributedDataParallel, its gradient hooks wired
+    into `config` as Megatron's training loop wires them, and megatron-core's optimizer."""
     from megatron.core.distributed import (DistributedDataParallel,
                                            DistributedDataParallelConfig, finalize_model_grads)
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    model = make_model_class()(config, max_len)
+    model = DistributedDataParallel(config, DistributedDataParallelConfig(), model)
+    config.no_sync_func = model.no_sync
+    config.finalize_model_grads_func = finalize_model_grads
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="sgd", lr=LR, sgd_momentum=MOMENTUM, weight_decay=0.0,
+                        clip_grad=0.0), [model])
+    return model, optimizer
+
+
+def megatron_step(model, optimizer, data_iterator, num_microbatches, step_func):
+    """One training step through megatron-core's schedule; the step's loss per target,
+    summed over every rank's micro-batches."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
+    model.zero_grad_buffer()
+    optimizer.zero_grad()
+    stored = get_forward_backward_func()(
+        forward_step_func=step_func, data_iterator=data_iterator, model=[model],
+        num_microbatches=num_microbatches, seq_length=0, micro_batch_size=1)
+    total = torch.stack([s["lm loss"] for s in stored]).sum(0) if stored else torch.zeros(2)
+    dist.all_reduce(total)
+    optimizer.step()
+    return float(total[0] / total[1])
+
+
+def train_with_megatron(rank, ranks, steps, name):
+    from megatron.core import parallel_state
+    from megatron.core.datasets import data_schedule
     from megatron.core.transformer import TransformerConfig
 
     parallel_state.initialize_model_parallel(hybrid_context_parallel=True)
@@ -276,41 +304,27 @@ def train_with_megatron(rank, ranks, steps, name):
                                num_attention_heads=HEADS, hybrid_context_parallel=True,
                                max_seqlen_per_dp_cp_rank=MAX_TOKENS_PER_RANK,
                                calculate_per_token_loss=True, use_cpu_initialization=True)
-    model = make_model_class()(config, ranks * MAX_TOKENS_PER_RANK)
-    model = DistributedDataParallel(config, DistributedDataParallelConfig(), model)
-    config.no_sync_func = model.no_sync
-    config.finalize_model_grads_func = finalize_model_grads
-    optimizer = get_megatron_optimizer(
-        OptimizerConfig(optimizer="sgd", lr=LR, sgd_momentum=MOMENTUM, weight_decay=0.0,
-                        clip_grad=0.0), [model])
+    model, optimizer = megatron_model_and_optimizer(config, ranks * MAX_TOKENS_PER_RANK)
     batches = documents(ranks, steps)
     losses = []
     for step in range(steps):
         data = data_schedule.HybridCPDataLoaderWrapper(
             iter([[packed_sample(batches[step][rank])]]), config)
-        model.zero_grad_buffer()
-        optimizer.zero_grad()
-        stored = get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=data, model=[model],
-            num_microbatches=1, seq_length=0, micro_batch_size=1)
-        total = torch.stack([s["lm loss"] for s in stored]).sum(0) if stored else torch.zeros(2)
-        dist.all_reduce(total)
-        losses.append(float(total[0] / total[1]))
-        optimizer.step()
+        losses.append(megatron_step(model, optimizer, data, 1, forward_step))
     parameters = {n: p.detach().tolist() for n, p in model.module.named_parameters()}
     return {"losses": losses, "parameters": parameters, "schedules": recorder.schedules}
 
 
-def train_in_one_process(ranks, steps):
-    """The same model and optimizer on every step's documents, each whole."""
+def train_in_one_process(step_documents, max_len):
+    """The same model and optimizer on every step's documents (a list per step), each
+    whole; returns the per-step losses (mean over targets) and the final parameters."""
     from megatron.core.transformer import TransformerConfig
     config = TransformerConfig(num_layers=LAYERS, hidden_size=HIDDEN,
                                num_attention_heads=HEADS, use_cpu_initialization=True)
-    model = make_model_class()(config, ranks * MAX_TOKENS_PER_RANK)
+    model = make_model_class()(config, max_len)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     losses = []
-    for step_docs in documents(ranks, steps):
-        docs = [d for rank_docs in step_docs for d in rank_docs]
+    for docs in step_documents:
         optimizer.zero_grad()
         total = torch.zeros(())
         targets = sum(len(d) - 1 for d in docs)
@@ -323,6 +337,14 @@ def train_in_one_process(ranks, steps):
         optimizer.step()
         losses.append(float(total / targets))
     return losses, {n: p.detach() for n, p in model.named_parameters()}
+
+
+def distance(run, reference_losses, reference):
+    """The largest loss and parameter differences of a run from one process's."""
+    loss_diff = max(abs(a - b) for a, b in zip(run["losses"], reference_losses))
+    param_diff = max(float((torch.tensor(v) - reference[n]).abs().max())
+                     for n, v in run["parameters"].items())
+    return loss_diff, param_diff
 
 
 def balance(schedules):
@@ -363,20 +385,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    reference_losses, reference = train_in_one_process(args.ranks, args.steps)
+    reference_losses, reference = train_in_one_process(
+        [[d for rank_docs in step for d in rank_docs]
+         for step in documents(args.ranks, args.steps)], args.ranks * MAX_TOKENS_PER_RANK)
     report, worst = {}, 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("megatron", "hydraulis"):
-            mp.spawn(rank_main, args=(args.ranks, args.steps, name, args.device, tmp),
+            mp.spawn(rank_main, args=(args.ranks, args.steps, name, tmp),
                      nprocs=args.ranks)
             with open(os.path.join(tmp, f"{name}.json")) as f:
                 run = json.load(f)
-            loss_diff = max(abs(a - b) for a, b in zip(run["losses"], reference_losses))
-            param_diff = max(float((torch.tensor(v) - reference[n]).abs().max())
-                             for n, v in run["parameters"].items())
+            loss_diff, param_diff = distance(run, reference_losses, reference)
             worst = max(worst, loss_diff, param_diff)
             report[name] = {"losses": run["losses"], "loss_diff": loss_diff,
                             "parameter_diff": param_diff, "balance": balance(run["schedules"]),
