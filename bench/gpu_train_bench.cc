@@ -26,11 +26,11 @@
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/runtime/communication/comm_group.h"
+#include "hydraulis/runtime/launch/launcher.h"
 #include "hydraulis/runtime/model/compute.h"
 #include "hydraulis/runtime/step/distributed_trainer.h"
 #include "hydraulis/spec/model_config.h"
 #include "hydraulis/spec/model_flops.h"
-#include "launcher.h"
 
 namespace hydraulis {
 namespace {
@@ -259,8 +259,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // The trainer as `hydraulis train` runs it: freed memory kept for reuse (launcher.h).
   if (!a.plain_allocator && std::getenv("GLIBC_TUNABLES") == nullptr) {
-    hydraulis::tools::RestartSelfWith({{"GLIBC_TUNABLES", hydraulis::tools::kAllocatorTunables}},
-                                      std::vector<std::string>(argv, argv + argc));
+    hydraulis::RestartSelfWith({{"GLIBC_TUNABLES", hydraulis::kAllocatorTunables}},
+                               std::vector<std::string>(argv, argv + argc));
   }
   try {
     return hydraulis::Run(a);

@@ -32,7 +32,8 @@ import sys
 import tempfile
 
 
-# tools/launcher.h kAllocatorTunables: what `hydraulis train` (and gpu_train_bench) run under.
+# kAllocatorTunables of include/hydraulis/runtime/launch/launcher.h: what `hydraulis train`
+# (and gpu_train_bench) run under.
 ALLOCATOR_TUNABLES = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776"
 
 

@@ -4,7 +4,7 @@
 
 Usage: .venv/bin/python bench/tokenizer_speed.py BUILD_DIR CORPUS.jsonl [--passes N]
 
-Trains the tokenizer families of tools/hf_tokenizer_files.py on the corpus' first 300
+Trains the tokenizer families of tests/hf_tokenizer_files.py on the corpus' first 300
 documents, then for each encodes every document of the corpus: hydraulis' HfTokenizer in
 C++ (tokenize_bench), and tokenizers' Tokenizer.encode one document at a time on one
 thread (RAYON_NUM_THREADS=1, TOKENIZERS_PARALLELISM=false; its word cache on, as by
@@ -22,7 +22,7 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 from tokenizers import Tokenizer  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import hf_tokenizer_files  # noqa: E402
 
 

@@ -2,5 +2,5 @@
 # Fails when a C++ file is not clang-formatted (.clang-format at the root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-files=$(git ls-files '*.cc' '*.h' 2>/dev/null || find include src tools bench -name '*.cc' -o -name '*.h')
+files=$(git ls-files '*.cc' '*.h' 2>/dev/null || find include src tools bench gen tests -name '*.cc' -o -name '*.h')
 clang-format --dry-run --Werror $files

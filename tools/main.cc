@@ -17,7 +17,7 @@
 #include "commands.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
-#include "launcher.h"
+#include "hydraulis/runtime/launch/launcher.h"
 #include "number_flags.h"
 #ifdef HYDRAULIS_HAVE_RUNTIME
 #include "hydraulis/runtime/model/compute.h"
@@ -48,8 +48,8 @@ void KeepFreedMemoryInTheHeap(int argc, char** argv) {
   if (argc < 2 || std::getenv("GLIBC_TUNABLES") != nullptr) return;
   if (std::string_view(argv[1]) != "train") return;  // profile sets these itself
   // Returns only on failure: then run as we are.
-  hydraulis::tools::RestartSelfWith({{"GLIBC_TUNABLES", hydraulis::tools::kAllocatorTunables}},
-                                    std::vector<std::string>(argv, argv + argc));
+  hydraulis::RestartSelfWith({{"GLIBC_TUNABLES", hydraulis::kAllocatorTunables}},
+                             std::vector<std::string>(argv, argv + argc));
 }
 }  // namespace
 #endif

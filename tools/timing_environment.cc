@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "launcher.h"
+#include "hydraulis/runtime/launch/launcher.h"
 
 namespace hydraulis::tools {
 namespace {

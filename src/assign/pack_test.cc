@@ -318,7 +318,7 @@ TEST(RelaxationTest, WorkPriceGivesALineBelowTheLpEverywhere) {
 }
 
 // The precomputed lines (src/assign/relaxation_lines.inc) are what the LP gives today: a
-// change to the LP that is not followed by tools/make_relaxation_lines fails here.
+// change to the LP that is not followed by gen/make_relaxation_lines fails here.
 TEST(RelaxationTest, PrecomputedLinesMatchTheirLps) {
   for (int pp : {2, 3, 5, RelaxationTable::kPrecomputedMaxPp}) {
     for (int v : {1, 2, 9, 40, RelaxationTable::kMaxExactMicroBatches}) {

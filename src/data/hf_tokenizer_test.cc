@@ -1,7 +1,7 @@
 // Hugging Face tokenizer.json: the pieces checked against brute force or worked out by
 // hand (merge order, added-token matching, regex iteration, Split behaviours, template,
 // normalization), and every refusal naming its field. Parity with the `tokenizers` package
-// on real text is tools/hf_tokenizer_parity_test.py.
+// on real text is tests/hf_tokenizer_parity_test.py.
 #include "hydraulis/data/hf_tokenizer.h"
 
 #include <gtest/gtest.h>

@@ -16,7 +16,7 @@ constexpr std::size_t kMaxJitStackBytes = std::size_t{64} << 20;
 // Where the Unicode tables of Debian's PCRE2 (10.42: Unicode 14) and of the Oniguruma inside
 // tokenizers (Unicode 16) disagree, per class escape: the code points only Oniguruma puts
 // in the class, and those only PCRE2 puts in it. Found by testing every code point against
-// both (tools/onig_class_differences.py): mostly what Unicode 15 and 16 added, and U+180E,
+// both (gen/onig_class_differences.py): mostly what Unicode 15 and 16 added, and U+180E,
 // which PCRE2 still counts as a space.
 struct ClassDifference {
   std::string_view escape;  // after the backslash: "s", "d", "p{L}", ...

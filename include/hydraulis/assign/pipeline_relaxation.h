@@ -52,7 +52,7 @@ class RelaxationTable {
   static SupportingLine SolveLine(int pp, int v, const ScheduleOptions& schedule);
   // The lines of the default schedule (backward_to_forward 2) for 2 <= pp <= this and
   // every v up to kMaxExactMicroBatches are precomputed (SolveLine's results, written by
-  // tools/make_relaxation_lines into src/assign/relaxation_lines.inc), so a fresh planner
+  // gen/make_relaxation_lines into src/assign/relaxation_lines.inc), so a fresh planner
   // solves no LP for a bound; other schedules and depths solve them on first use.
   static constexpr int kPrecomputedMaxPp = 16;
   // The stored line of (pp, v) under `schedule`, or nullptr where none is stored.

@@ -132,7 +132,7 @@ def build(b):
         "binary": "\x00\x01\x02\xff", "json null": "[null]", "json bool": "[true]",
         "json empty": "[]", "spaces inside": "1 2\n", "plus sign": "+5\n",
         "json beyond a double": "[1e400]", "json huge negative": "[-1e309]",
-        # Too large for int64 (issue 25): refused as too long, never wrapped negative.
+        # Too large for int64: refused as too long, never wrapped negative.
         "json 2^63": "[9223372036854775808]", "json 2^64 - 1": "[18446744073709551615]",
         "json 2^64": "[18446744073709551616]", "json 1e30": "[1e30]",
         "20 digits": "99999999999999999999\n",
@@ -190,7 +190,7 @@ def build(b):
         p = b.file(f"overflow-{label}.json", text.replace("{", "{\"x\": 1e400, ", 1))
         b.add(f"{label} values", "a number beyond a double",
               [x if x != path else p for x in plan] + ["--lengths", lengths])
-        # Integers too large for their type (issue 25): 2^63 used to wrap to a negative.
+        # Integers too large for their type: 2^63 used to wrap to a negative.
         int_paths = ([("model", "layers"), ("model", "hidden"), ("schemes", 0, "tp")]
                      if label == "profile" else
                      [("gpus",), ("strategies", 0, "pipelines", 0, "count"),
@@ -540,7 +540,7 @@ def add_train_cases(b, src, profile):
         f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 2, 3) +
                 struct.pack("<2i", 3, 2) + struct.pack("<2q", 0, 6) + struct.pack("<3q", 0, 1, 2))
     b.add("train data", "token id beyond the vocabulary", train + ["--data", prefix])
-    # Issue 25: failures that used to print once per rank plus the launcher's lines.
+    # Failures that used to print once per rank plus the launcher's lines.
     for name, extra in (("--max-len 1", ["--max-len", "1"]),
                         ("--timeout-s 0", ["--timeout-s", "0"]),
                         ("--log-json in a missing folder",
@@ -553,7 +553,7 @@ def add_train_cases(b, src, profile):
     b.add("train, one line per failure", "a model of terabytes",
           ["train", "--nproc", "2", "--model", b.file("huge.json", json.dumps(huge)), "--steps", "1",
            "--timeout-s", "20"])
-    # Models too large for the machine or for their types (issue 25): refused by size or at
+    # Models too large for the machine or for their types: refused by size or at
     # parse time, before anything is allocated; eval counts the weights alone.
     deep = dict(json.load(open(model)), name="deep", layers=2**31 - 1)
     wide = dict(json.load(open(model)), name="wide", hidden=2**30, heads=2**20, kv_heads=2**20,

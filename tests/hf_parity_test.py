@@ -7,7 +7,7 @@ For a tiny LLaMA with grouped-query attention (untied head, kv_heads 2) and one 
 embeddings (kv_heads 1), built by transformers with random weights (norm weights random
 too) and saved with save_pretrained (safetensors, fp32):
   - `hydraulis eval --init-from` packs several real-text documents (paragraphs of the
-    repository's docs, kept in tools/hf_parity_documents.txt, byte-tokenized by
+    repository's docs, kept in tests/hf_parity_documents.txt, byte-tokenized by
     `hydraulis preprocess`) into one micro-batch;
   - transformers runs each document alone (eager attention, fp32);
   - per-document losses and every logit must agree within 1e-5 relative (to the largest
@@ -51,7 +51,7 @@ def documents(src):
     kept in their own file so that editing the docs does not change this test's data (the
     3-step training comparison is sensitive to it: parameters whose gradients are near zero
     take AdamW steps whose size depends on rounding)."""
-    with open(os.path.join(src, "tools", "hf_parity_documents.txt"), encoding="utf-8") as f:
+    with open(os.path.join(src, "tests", "hf_parity_documents.txt"), encoding="utf-8") as f:
         picked = f.read().rstrip("\n").split("\n\n")
     picked.append("Grüße, 世界! 🙂 " * 3 + "naïve café")  # multi-byte UTF-8
     return picked

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hydraulis::tools {
+namespace hydraulis {
 
 // Which stream of a rank a piece of output came from (and so where it is forwarded).
 enum class OutputStream { kStdout, kStderr };
@@ -119,4 +119,4 @@ struct EnvironmentSetting {
 void RestartSelfWith(const std::vector<EnvironmentSetting>& settings,
                      const std::vector<std::string>& argv);
 
-}  // namespace hydraulis::tools
+}  // namespace hydraulis

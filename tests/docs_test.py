@@ -20,8 +20,8 @@ import re
 import subprocess
 import sys
 
-ROOTS = ("configs/", "data/", "docs/", "scripts/", "tools/", "bench/", "fuzz/", "include/",
-         "src/", "python/", "examples/")
+ROOTS = ("configs/", "data/", "docs/", "scripts/", "tools/", "tests/", "gen/", "bench/", "fuzz/",
+         "include/", "src/", "python/", "examples/")
 PLACEHOLDER = re.compile(r"[<>*{}]|\bX\b|PREFIX|\.\.\.")
 PATH = re.compile(r"(?<![\w./-])((?:%s)[\w./+-]*[\w/])" % "|".join(re.escape(r) for r in ROOTS))
 HISTORY = re.compile(r"\b(session|sessions)\b|\bissue \d+|\bturn \d+", re.IGNORECASE)

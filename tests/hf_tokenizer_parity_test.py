@@ -4,7 +4,7 @@ package's Tokenizer.encode(text).ids for the same tokenizer.json, document by do
 
 Usage: hf_tokenizer_parity_test.py HYDRAULIS_BINARY SOURCE_DIR
 
-The tokenizers are byte-level BPEs of six families (tools/hf_tokenizer_files.py) trained
+The tokenizers are byte-level BPEs of six families (tests/hf_tokenizer_files.py) trained
 here on the demo corpus (scripts/make-demo-corpus.sh: the machine's license texts). Each
 encodes the whole demo corpus and a JSON-lines file of hard text made here (CJK, emoji with
 joiners and modifiers, combining marks in NFC and NFD, every kind of Unicode space, digits
@@ -46,7 +46,7 @@ HARD_TEXTS = [
     "mixed123abc 123abc abc123 !!! ??? ... --- ___ (a) [b] {c}; d: e, f.",
     "\U0001d400\U0001d41a math bold, \U00020000 CJK ext B, \U0010fffd private use",
     # Unicode 15/16 letters and digits and U+180E, where PCRE2's tables differ from
-    # Oniguruma's (tools/onig_class_differences.py): a Cyrillic letter, Todhri, CJK ext H,
+    # Oniguruma's (gen/onig_class_differences.py): a Cyrillic letter, Todhri, CJK ext H,
     # Garay digits, each beside ASCII so the split shows.
     "a\u1c89b \U000105c0x \U00031350\U00031351 7\U00010d40\U00010d41 9 x\u180ey \u180e",
 ]

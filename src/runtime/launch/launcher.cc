@@ -1,6 +1,6 @@
 // The local launcher (launcher.h): fork/exec of the ranks, one poll() loop over their output
 // pipes and a self-pipe fed by the signal handlers, and the stop-on-first-failure policy.
-#include "launcher.h"
+#include "hydraulis/runtime/launch/launcher.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -29,7 +29,7 @@
 
 extern char** environ;
 
-namespace hydraulis::tools {
+namespace hydraulis {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -821,4 +821,4 @@ void RestartSelfWith(const std::vector<EnvironmentSetting>& settings,
   execv("/proc/self/exe", pointers.data());
 }
 
-}  // namespace hydraulis::tools
+}  // namespace hydraulis

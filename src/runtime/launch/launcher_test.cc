@@ -1,6 +1,6 @@
 // Tests of the local launcher with real processes (/bin/sh), capturing the forwarded output
 // through LaunchOptions::output instead of this process's file descriptors.
-#include "launcher.h"
+#include "hydraulis/runtime/launch/launcher.h"
 
 #include <gtest/gtest.h>
 
@@ -24,7 +24,7 @@
 
 #include "hydraulis/base/error.h"
 
-namespace hydraulis::tools {
+namespace hydraulis {
 namespace {
 
 using std::chrono::milliseconds;
@@ -413,4 +413,4 @@ TEST(PickFreePortTest, RejectsAnAddressOfAnotherMachine) {
 }
 
 }  // namespace
-}  // namespace hydraulis::tools
+}  // namespace hydraulis

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks that make bench/runtime_overhead.py's comparisons fair (issue 26), on the CPU
+# The checks that make bench/runtime_overhead.py's comparisons fair, on the CPU
 # with the tiny model: the batches come from a data-parallel gpu_train_bench run (2 ranks under
 # torchrun); then bench/peer_train.py --check-parity (transformers vs the eager peer: packed
 # loss sums against transformers' own loss, and 3 training steps) and --check-ddp-parity (the
