@@ -24,6 +24,37 @@ double WorkMs(const DpScheme& s, const IntervalLoad& load) {
   return s.time.a_ms_per_token2 * load.squared_tokens + s.time.b_ms_per_token * load.tokens;
 }
 
+// The smallest d in [lo, hi) with pred(d), or hi if there is none, for a pred that is
+// false up to some d and true from there; each call of pred counts as an evaluation.
+template <class Pred>
+int BisectToFirst(int lo, int hi, Pred pred, std::int64_t* evaluations) {
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    ++*evaluations;
+    if (pred(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// The same, galloping from lo first: the answer is usually near it.
+template <class Pred>
+int GallopToFirst(int lo, int hi, Pred pred, std::int64_t* evaluations) {
+  for (int stride = 1; lo < hi; stride *= 2) {
+    const int probe = std::min(hi - 1, lo + stride - 1);
+    ++*evaluations;
+    if (pred(probe)) {
+      hi = probe;
+      break;
+    }
+    lo = probe + 1;
+  }
+  return BisectToFirst(lo, hi, pred, evaluations);
+}
+
 }  // namespace
 
 double GroupMs(const DpScheme& s, const IntervalLoad& load, int replicas) {
@@ -208,25 +239,10 @@ void ProposalDp::BestOption(int level, int j, const Extra& extra, Best* best,
       // max(A, B) is least where they cross: find the smallest d with A(d) >= B(d). As l
       // grows A falls and B rises, so the crossing never moves left: every d below the last
       // l's crossing still has A < B. Gallop from there, then bisect.
-      int d_lo = std::min(known_below, d_top + 1), d_hi = d_top + 1;
-      for (int stride = 1; d_lo < d_hi; stride *= 2) {
-        const int probe = std::min(d_hi - 1, d_lo + stride - 1);
-        ++*evaluations;
-        if (T(level - Units(k, probe), lo) >= Group(k, lo, j, probe, extra)) {
-          d_hi = probe;
-          break;
-        }
-        d_lo = probe + 1;
-      }
-      while (d_lo < d_hi) {
-        const int mid = d_lo + (d_hi - d_lo) / 2;
-        ++*evaluations;
-        if (T(level - Units(k, mid), lo) >= Group(k, lo, j, mid, extra)) {
-          d_hi = mid;
-        } else {
-          d_lo = mid + 1;
-        }
-      }
+      const int d_lo = GallopToFirst(
+          std::min(known_below, d_top + 1), d_top + 1,
+          [&](int d) { return T(level - Units(k, d), lo) >= Group(k, lo, j, d, extra); },
+          evaluations);
       known_below = d_lo;
       double value = kInf;
       int d = 0;
@@ -240,18 +256,9 @@ void ProposalDp::BestOption(int level, int j, const Extra& extra, Best* best,
         if (b <= value) {
           // B may be flat (the longest document bounds it): the fewest replicas reaching
           // b are the smallest d with B(d) <= b.
-          int lo_d = 1, hi_d = d_lo - 1;
-          while (lo_d < hi_d) {
-            const int mid = lo_d + (hi_d - lo_d) / 2;
-            ++*evaluations;
-            if (Group(k, lo, j, mid, extra) <= b) {
-              hi_d = mid;
-            } else {
-              lo_d = mid + 1;
-            }
-          }
           value = b;
-          d = lo_d;
+          d = BisectToFirst(
+              1, d_lo - 1, [&](int r) { return Group(k, lo, j, r, extra) <= b; }, evaluations);
         }
       }
       if (beats(value, Units(k, d), l)) *best = {value, Choice{k, l, d}};

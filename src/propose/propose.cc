@@ -179,35 +179,26 @@ bool CpSchemesTakePart(const std::vector<DpScheme>& schemes, std::int64_t longes
   return longest > cp1_capacity;
 }
 
-Proposal ProposeStrategies(const Profile& profile, std::span<const std::int64_t> lengths,
-                           const ProposeOptions& options) {
-  CheckOptions(options);
-  return ProposeFromHistogram(
-      profile, BuildLengthHistogram(lengths, options.max_len, options.resolution_tokens), options);
-}
+namespace {
 
-Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& histogram,
-                              const ProposeOptions& options) {
-  CheckOptions(options);
+// The schemes the DP may use: the usable ones, without cp schemes when they take no part;
+// refuses a resolution or a max_len that no scheme can hold.
+std::vector<DpScheme> ProposalSchemes(const Profile& profile, const LengthHistogram& histogram,
+                                      const ProposeOptions& options,
+                                      const OptimizerLayout& layout) {
   const int gpus = options.gpus;
-  if (histogram.bins.empty()) throw InvalidInput("lengths: the dataset has no documents");
-  const OptimizerLayout layout =
-      options.optimizer_layout ? *options.optimizer_layout : DefaultOptimizerLayout(profile, gpus);
-  CheckLayout(profile, layout, gpus);
-
-  Proposal out;
-  out.schemes = UsableSchemes(profile, gpus, layout);
+  std::vector<DpScheme> schemes = UsableSchemes(profile, gpus, layout);
   // cp schemes shard long documents; when every document fits a cp = 1 scheme they are
   // left out unless asked for, so such distributions keep the proposals they had without.
-  if (!CpSchemesTakePart(out.schemes, histogram.bins.back().longest, options.cp_schemes)) {
-    std::erase_if(out.schemes, [](const DpScheme& s) { return s.scheme.cp > 1; });
+  if (!CpSchemesTakePart(schemes, histogram.bins.back().longest, options.cp_schemes)) {
+    std::erase_if(schemes, [](const DpScheme& s) { return s.scheme.cp > 1; });
   }
-  if (out.schemes.empty()) {
+  if (schemes.empty()) {
     throw InvalidInput("gpus " + std::to_string(gpus) +
                        ": no usable scheme with cp = 1 (cp schemes were left out)");
   }
   std::int64_t max_capacity = 0;
-  for (const DpScheme& s : out.schemes) max_capacity = std::max(max_capacity, s.capacity_tokens);
+  for (const DpScheme& s : schemes) max_capacity = std::max(max_capacity, s.capacity_tokens);
   const std::string capacity_note = " (largest capacity " + std::to_string(max_capacity) +
                                     " tokens, optimizer layout " + LayoutName(layout) + ")";
   if (max_capacity < std::min(histogram.resolution_tokens, histogram.max_len)) {
@@ -220,28 +211,26 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
     throw InvalidInput("max-len " + std::to_string(histogram.max_len) +
                        ": longer than every scheme's capacity" + capacity_note);
   }
+  return schemes;
+}
 
-  DpOptions dp_options;
-  if (options.tokens_per_batch > 0) {
-    dp_options.document_scale =
-        static_cast<double>(options.tokens_per_batch) / static_cast<double>(histogram.tokens);
-  }
-  const auto start = std::chrono::steady_clock::now();
-  const ProposalDp dp(out.schemes, histogram, gpus, dp_options);
-
-  // The fallback first, then one DP answer per longest-document bin in decreasing order
-  // of that bin; then, for k = 2..top_documents, one per bin that holds the k longest. An
-  // answer equal to an earlier strategy joins it.
-  std::vector<ProposedStrategy> found(1);
-  found[0].fallback = true;
-  found[0].strategy.name = "homogeneous";
-  found[0].strategy.pipelines.assign(static_cast<std::size_t>(layout.dp),
+ProposedStrategy FallbackStrategy(const OptimizerLayout& layout) {
+  ProposedStrategy fallback;
+  fallback.fallback = true;
+  fallback.strategy.name = "homogeneous";
+  fallback.strategy.pipelines.assign(static_cast<std::size_t>(layout.dp),
                                      Scheme{1, layout.tp, layout.pp});
-  const double batch_documents = std::ceil(BatchDocuments(histogram, options.tokens_per_batch));
-  out.top_documents = batch_documents < options.top_documents ? static_cast<int>(batch_documents)
-                                                              : options.top_documents;
+  return fallback;
+}
+
+// One DP answer per longest-document bin in decreasing order of that bin; then, for
+// k = 2..top_documents, one per bin that holds the k longest. An answer equal to an
+// earlier strategy joins it.
+void AddDpAnswers(const ProposalDp& dp, const LengthHistogram& histogram,
+                  const std::vector<DpScheme>& schemes, int top_documents,
+                  const ProposeOptions& options, std::vector<ProposedStrategy>& found) {
   KthLongestBinShares shares(histogram, options.tokens_per_batch);
-  for (int k = 1; k <= out.top_documents; ++k) {
+  for (int k = 1; k <= top_documents; ++k) {
     const std::vector<double> share = shares.Next();
     for (int bin = dp.bin_count() - 1; bin >= 0; --bin) {
       const DpSolution solution = dp.SolveForLongest(bin, k);
@@ -251,7 +240,7 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
       Strategy strategy;
       for (const DpGroup& g : solution.groups) {
         strategy.pipelines.insert(strategy.pipelines.end(), static_cast<std::size_t>(g.replicas),
-                                  out.schemes[static_cast<std::size_t>(g.scheme)].scheme);
+                                  schemes[static_cast<std::size_t>(g.scheme)].scheme);
       }
       Canonicalize(strategy.pipelines);
       auto same = std::find_if(found.begin(), found.end(), [&](const ProposedStrategy& p) {
@@ -273,14 +262,17 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
       (k == 1 ? same->longest_tokens : same->shared_top_tokens).push_back(longest);
       same->batch_share += share[static_cast<std::size_t>(bin)];
     }
-    if (options.progress) options.progress(k, out.top_documents);
+    if (options.progress) options.progress(k, top_documents);
   }
-  // Megatron's shape beside the DP's answers: every GPU in identical pipelines of one cp
-  // scheme that holds the longest document. The DP plans for an expected batch; a batch
-  // that draws many long documents is served best by pools that shard them all, and
-  // these keep that layout among the strategies a selection or a run can choose.
-  const std::int64_t longest_document = histogram.bins.back().longest;
-  for (const DpScheme& s : out.schemes) {
+}
+
+// Megatron's shape beside the DP's answers: every GPU in identical pipelines of one cp
+// scheme that holds the longest document. The DP plans for an expected batch; a batch
+// that draws many long documents is served best by pools that shard them all, and
+// these keep that layout among the strategies a selection or a run can choose.
+void AddCpPools(const std::vector<DpScheme>& schemes, std::int64_t longest_document, int gpus,
+                std::vector<ProposedStrategy>& found) {
+  for (const DpScheme& s : schemes) {
     if (s.scheme.cp < 2 || gpus % s.scheme.Gpus() != 0 || s.capacity_tokens < longest_document) {
       continue;
     }
@@ -296,29 +288,72 @@ Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& his
                          std::to_string(s.scheme.tp) +
                          (s.scheme.pp > 1 ? "-pp" + std::to_string(s.scheme.pp) : "");
   }
+}
+
+// Indices into `found` of the strategies kept, ascending. found[1] (or found[0] when the
+// DP proposed the fallback for the longest bin) serves the longest bin and is always kept;
+// the other DP strategies are ranked by share (stable: ties keep the longer-document
+// strategy).
+std::vector<std::size_t> KeptStrategies(const std::vector<ProposedStrategy>& found,
+                                        std::int64_t longest_document, int max_strategies) {
+  std::vector<std::size_t> ranked;
+  for (std::size_t i = 1; i < found.size(); ++i) ranked.push_back(i);
+  if (max_strategies > 0 && static_cast<int>(ranked.size()) > max_strategies) {
+    const bool longest_is_fallback =
+        !found[0].longest_tokens.empty() && found[0].longest_tokens.front() == longest_document;
+    const auto first = ranked.begin() + (longest_is_fallback ? 0 : 1);
+    std::stable_sort(first, ranked.end(), [&](std::size_t a, std::size_t b) {
+      return found[a].batch_share > found[b].batch_share;
+    });
+    ranked.resize(static_cast<std::size_t>(max_strategies));
+    std::sort(ranked.begin(), ranked.end());
+  }
+  ranked.insert(ranked.begin(), 0);
+  return ranked;
+}
+
+}  // namespace
+
+Proposal ProposeStrategies(const Profile& profile, std::span<const std::int64_t> lengths,
+                           const ProposeOptions& options) {
+  CheckOptions(options);
+  return ProposeFromHistogram(
+      profile, BuildLengthHistogram(lengths, options.max_len, options.resolution_tokens), options);
+}
+
+Proposal ProposeFromHistogram(const Profile& profile, const LengthHistogram& histogram,
+                              const ProposeOptions& options) {
+  CheckOptions(options);
+  const int gpus = options.gpus;
+  if (histogram.bins.empty()) throw InvalidInput("lengths: the dataset has no documents");
+  const OptimizerLayout layout =
+      options.optimizer_layout ? *options.optimizer_layout : DefaultOptimizerLayout(profile, gpus);
+  CheckLayout(profile, layout, gpus);
+
+  Proposal out;
+  out.schemes = ProposalSchemes(profile, histogram, options, layout);
+  DpOptions dp_options;
+  if (options.tokens_per_batch > 0) {
+    dp_options.document_scale =
+        static_cast<double>(options.tokens_per_batch) / static_cast<double>(histogram.tokens);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const ProposalDp dp(out.schemes, histogram, gpus, dp_options);
+
+  // The fallback first, then the DP's answers, then the cp pools.
+  std::vector<ProposedStrategy> found{FallbackStrategy(layout)};
+  const double batch_documents = std::ceil(BatchDocuments(histogram, options.tokens_per_batch));
+  out.top_documents = batch_documents < options.top_documents ? static_cast<int>(batch_documents)
+                                                              : options.top_documents;
+  AddDpAnswers(dp, histogram, out.schemes, out.top_documents, options, found);
+  const std::int64_t longest_document = histogram.bins.back().longest;
+  AddCpPools(out.schemes, longest_document, gpus, found);
   out.dp_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.bins = dp.bin_count();
   out.gpu_step = dp.gpu_step();
   out.evaluations = dp.evaluations();
 
-  // found[1] (or found[0] when the DP proposed the fallback for the longest bin) serves
-  // the longest bin and is always kept; the other DP strategies are ranked by share
-  // (stable: ties keep the longer-document strategy).
-  std::vector<std::size_t> ranked;
-  for (std::size_t i = 1; i < found.size(); ++i) ranked.push_back(i);
-  if (options.max_strategies > 0 && static_cast<int>(ranked.size()) > options.max_strategies) {
-    const bool longest_is_fallback =
-        !found[0].longest_tokens.empty() &&
-        found[0].longest_tokens.front() == histogram.bins.back().longest;
-    const auto first = ranked.begin() + (longest_is_fallback ? 0 : 1);
-    std::stable_sort(first, ranked.end(), [&](std::size_t a, std::size_t b) {
-      return found[a].batch_share > found[b].batch_share;
-    });
-    ranked.resize(static_cast<std::size_t>(options.max_strategies));
-    std::sort(ranked.begin(), ranked.end());
-  }
-  ranked.insert(ranked.begin(), 0);
-  for (std::size_t i : ranked) {
+  for (std::size_t i : KeptStrategies(found, longest_document, options.max_strategies)) {
     ProposedStrategy& p = found[i];
     std::sort(p.longest_tokens.begin(), p.longest_tokens.end());
     std::sort(p.shared_top_tokens.begin(), p.shared_top_tokens.end());

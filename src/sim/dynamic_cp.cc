@@ -65,26 +65,66 @@ struct Group {
 double MaxOf(const std::vector<double>& x) { return *std::max_element(x.begin(), x.end()); }
 double MinOf(const std::vector<double>& x) { return *std::min_element(x.begin(), x.end()); }
 
-// next_hdp_group: one group of the schedule, and the samples left for later groups.
-std::vector<std::vector<int>> NextGroup(const std::vector<Sample>& samples, int ranks,
-                                        std::int64_t max_tokens, std::vector<Sample>& left) {
-  std::vector<Bucket> buckets = MakeBuckets(samples, max_tokens);
-  const auto P = static_cast<std::size_t>(ranks);
-  std::vector<double> load(P, 0.0);
-  std::vector<std::vector<std::int64_t>> lengths(P);
-  std::vector<std::vector<int>> ids(P);
-  std::vector<int> owner(P, -1);
+// One group of the schedule as it is built: per rank its load, its documents' lengths and
+// ids, and the group that owns it (-1: free).
+struct GroupRanks {
+  explicit GroupRanks(std::size_t ranks)
+      : load(ranks, 0.0), lengths(ranks), ids(ranks), owner(ranks, -1) {}
+
+  int FreeRanks() const { return static_cast<int>(std::count(owner.begin(), owner.end(), -1)); }
+
+  std::vector<double> load;
+  std::vector<std::vector<std::int64_t>> lengths;
+  std::vector<std::vector<int>> ids;
+  std::vector<int> owner;
   std::vector<Group> groups;
+};
+
+// The members a document of cp `size` goes to: a new group on the first free ranks when
+// enough are free, else the same-size group with the least load (the max over its
+// members; the first on ties).
+const std::vector<int>& MembersFor(GroupRanks& g, int size) {
+  const std::size_t P = g.owner.size();
+  if (g.FreeRanks() >= size) {
+    Group opened;
+    opened.size = size;
+    for (std::size_t r = 0; r < P && static_cast<int>(opened.members.size()) < size; ++r) {
+      if (g.owner[r] < 0) opened.members.push_back(static_cast<int>(r));
+    }
+    for (int r : opened.members) {
+      g.owner[static_cast<std::size_t>(r)] = static_cast<int>(g.groups.size());
+    }
+    g.groups.push_back(std::move(opened));
+    return g.groups.back().members;
+  }
+  const std::vector<int>* members = nullptr;
+  double best = 0;
+  for (const Group& group : g.groups) {
+    if (group.size != size) continue;
+    double group_load = 0;
+    for (int r : group.members)
+      group_load = std::max(group_load, g.load[static_cast<std::size_t>(r)]);
+    if (members == nullptr || group_load < best) {
+      best = group_load;
+      members = &group.members;
+    }
+  }
+  return *members;
+}
+
+// Takes documents from the buckets into groups, front bucket first, until none fits or,
+// once a smaller cp size than the first has been placed, the ranks' loads are within 5 %.
+void PlaceDocuments(std::vector<Bucket>& buckets, std::int64_t max_tokens, GroupRanks& g) {
   std::optional<int> first_size;
   bool check = false;
   while (!buckets.empty()) {
-    const auto free_ranks = static_cast<int>(std::count(owner.begin(), owner.end(), -1));
+    const int free_ranks = g.FreeRanks();
     std::optional<std::size_t> pick;
     for (std::size_t b = 0; b < buckets.size() && !pick; ++b) {
       if (buckets[b].empty()) continue;
       const int size = DynamicCpSize(buckets[b].front().length, max_tokens);
-      const bool open =
-          std::any_of(groups.begin(), groups.end(), [&](const Group& g) { return g.size == size; });
+      const bool open = std::any_of(g.groups.begin(), g.groups.end(),
+                                    [&](const Group& group) { return group.size == size; });
       if (open || free_ranks >= size) pick = b;
     }
     if (!pick) break;
@@ -92,105 +132,99 @@ std::vector<std::vector<int>> NextGroup(const std::vector<Sample>& samples, int 
     buckets[*pick].erase(buckets[*pick].begin());
     const int size = DynamicCpSize(sample.length, max_tokens);
     if (!first_size) first_size = size;
-    const std::vector<int>* members = nullptr;
-    if (free_ranks >= size) {
-      Group g;
-      g.size = size;
-      for (std::size_t r = 0; r < P && static_cast<int>(g.members.size()) < size; ++r) {
-        if (owner[r] < 0) g.members.push_back(static_cast<int>(r));
-      }
-      for (int r : g.members) owner[static_cast<std::size_t>(r)] = static_cast<int>(groups.size());
-      groups.push_back(std::move(g));
-      members = &groups.back().members;
-    } else {
-      // The same-size group with the least load (the max over its members); the first on ties.
-      double best = 0;
-      for (const Group& g : groups) {
-        if (g.size != size) continue;
-        double group_load = 0;
-        for (int r : g.members)
-          group_load = std::max(group_load, load[static_cast<std::size_t>(r)]);
-        if (members == nullptr || group_load < best) {
-          best = group_load;
-          members = &g.members;
-        }
-      }
-    }
     const double c = PeerCost(sample.length, max_tokens);
-    for (int r : *members) {
+    for (int r : MembersFor(g, size)) {
       const auto ri = static_cast<std::size_t>(r);
-      lengths[ri].push_back(sample.length);
-      load[ri] += c;
-      ids[ri].push_back(sample.id);
+      g.lengths[ri].push_back(sample.length);
+      g.load[ri] += c;
+      g.ids[ri].push_back(sample.id);
     }
     while (!buckets.empty() && buckets.front().empty()) buckets.erase(buckets.begin());
     if (size < *first_size) check = true;
-    if (check && !buckets.empty() && MaxOf(load) - MinOf(load) <= 0.05 * MaxOf(load)) break;
+    if (check && !buckets.empty() && MaxOf(g.load) - MinOf(g.load) <= 0.05 * MaxOf(g.load)) break;
   }
-  left.clear();
-  for (const Bucket& b : buckets) left.insert(left.end(), b.begin(), b.end());
-  // trim_overload: move the slowest rank's last document back to the leftovers while that
-  // narrows the spread of the ranks' loads.
+}
+
+// trim_overload: move the slowest rank's last document back to the leftovers while that
+// narrows the spread of the ranks' loads.
+void TrimOverload(std::int64_t max_tokens, GroupRanks& g, std::vector<Sample>& left) {
   while (true) {
-    const double mx = MaxOf(load), mn = MinOf(load);
+    const double mx = MaxOf(g.load), mn = MinOf(g.load);
     if (mx - mn <= 0.05 * mx || mn == 0) break;
     const auto r0 =
-        static_cast<std::size_t>(std::max_element(load.begin(), load.end()) - load.begin());
-    const std::vector<int>& members = groups[static_cast<std::size_t>(owner[r0])].members;
-    if (lengths[r0].size() <= 1) break;
-    const std::int64_t length = lengths[r0].back();
+        static_cast<std::size_t>(std::max_element(g.load.begin(), g.load.end()) - g.load.begin());
+    const std::vector<int>& members = g.groups[static_cast<std::size_t>(g.owner[r0])].members;
+    if (g.lengths[r0].size() <= 1) break;
+    const std::int64_t length = g.lengths[r0].back();
     const double c = PeerCost(length, max_tokens);
-    std::vector<double> projected = load;
+    std::vector<double> projected = g.load;
     for (int r : members) projected[static_cast<std::size_t>(r)] -= c;
     if (!(MaxOf(projected) - MinOf(projected) < mx - mn)) break;
-    const int id = ids[r0].back();
+    const int id = g.ids[r0].back();
     for (int r : members) {
       const auto ri = static_cast<std::size_t>(r);
-      lengths[ri].pop_back();
-      ids[ri].pop_back();
-      load[ri] -= c;
+      g.lengths[ri].pop_back();
+      g.ids[ri].pop_back();
+      g.load[ri] -= c;
     }
     left.push_back({id, length});
   }
-  // fill_empty_gpus: double the smallest group (copying its last rank's work) until no rank
-  // is idle, shifting the ranks after it.
+}
+
+// fill_empty_gpus: double the smallest group (copying its last rank's work) until no rank
+// is idle, shifting the ranks after it.
+void FillEmptyRanks(int ranks, GroupRanks& g) {
+  const std::size_t P = g.owner.size();
   auto idle = [&] {
-    return std::any_of(ids.begin(), ids.end(), [](const std::vector<int>& x) { return x.empty(); });
+    return std::any_of(g.ids.begin(), g.ids.end(),
+                       [](const std::vector<int>& x) { return x.empty(); });
   };
   while (idle()) {
-    if (groups.empty()) throw InternalError("dynamic-cp: a group placed no document");
-    int smallest = groups.front().size;
-    for (const Group& g : groups) smallest = std::min(smallest, g.size);
+    if (g.groups.empty()) throw InternalError("dynamic-cp: a group placed no document");
+    int smallest = g.groups.front().size;
+    for (const Group& group : g.groups) smallest = std::min(smallest, group.size);
     const int grown = std::min(2 * smallest, ranks), d = grown - smallest;
     std::size_t gid = 0;
-    while (groups[gid].size != smallest) ++gid;
-    const int s = groups[gid].members.front(), e = groups[gid].members.back();
+    while (g.groups[gid].size != smallest) ++gid;
+    const int s = g.groups[gid].members.front(), e = g.groups[gid].members.back();
     int first_empty = 0;
-    while (!ids[static_cast<std::size_t>(first_empty)].empty()) ++first_empty;
+    while (!g.ids[static_cast<std::size_t>(first_empty)].empty()) ++first_empty;
     std::vector<std::vector<std::int64_t>> new_lengths(P);
     std::vector<std::vector<int>> new_ids(P);
     for (int i = 0; i < s; ++i) {
-      new_lengths[static_cast<std::size_t>(i)] = lengths[static_cast<std::size_t>(i)];
-      new_ids[static_cast<std::size_t>(i)] = ids[static_cast<std::size_t>(i)];
+      new_lengths[static_cast<std::size_t>(i)] = g.lengths[static_cast<std::size_t>(i)];
+      new_ids[static_cast<std::size_t>(i)] = g.ids[static_cast<std::size_t>(i)];
     }
     for (int i = s; i <= e + d; ++i) {
-      new_lengths[static_cast<std::size_t>(i)] = lengths[static_cast<std::size_t>(e)];
-      new_ids[static_cast<std::size_t>(i)] = ids[static_cast<std::size_t>(e)];
+      new_lengths[static_cast<std::size_t>(i)] = g.lengths[static_cast<std::size_t>(e)];
+      new_ids[static_cast<std::size_t>(i)] = g.ids[static_cast<std::size_t>(e)];
     }
     for (int i = e + 1; i < first_empty; ++i) {
-      new_lengths[static_cast<std::size_t>(i + d)] = lengths[static_cast<std::size_t>(i)];
-      new_ids[static_cast<std::size_t>(i + d)] = ids[static_cast<std::size_t>(i)];
+      new_lengths[static_cast<std::size_t>(i + d)] = g.lengths[static_cast<std::size_t>(i)];
+      new_ids[static_cast<std::size_t>(i + d)] = g.ids[static_cast<std::size_t>(i)];
     }
-    groups[gid].members.clear();
-    for (int i = s; i <= e + d; ++i) groups[gid].members.push_back(i);
-    groups[gid].size = grown;
-    for (std::size_t g = gid + 1; g < groups.size(); ++g) {
-      for (int& r : groups[g].members) r += d;
+    g.groups[gid].members.clear();
+    for (int i = s; i <= e + d; ++i) g.groups[gid].members.push_back(i);
+    g.groups[gid].size = grown;
+    for (std::size_t later = gid + 1; later < g.groups.size(); ++later) {
+      for (int& r : g.groups[later].members) r += d;
     }
-    lengths = std::move(new_lengths);
-    ids = std::move(new_ids);
+    g.lengths = std::move(new_lengths);
+    g.ids = std::move(new_ids);
   }
-  return ids;
+}
+
+// next_hdp_group: one group of the schedule, and the samples left for later groups.
+std::vector<std::vector<int>> NextGroup(const std::vector<Sample>& samples, int ranks,
+                                        std::int64_t max_tokens, std::vector<Sample>& left) {
+  std::vector<Bucket> buckets = MakeBuckets(samples, max_tokens);
+  GroupRanks g(static_cast<std::size_t>(ranks));
+  PlaceDocuments(buckets, max_tokens, g);
+  left.clear();
+  for (const Bucket& b : buckets) left.insert(left.end(), b.begin(), b.end());
+  TrimOverload(max_tokens, g, left);
+  FillEmptyRanks(ranks, g);
+  return std::move(g.ids);
 }
 
 }  // namespace

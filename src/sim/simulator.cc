@@ -113,19 +113,10 @@ StepResult DynamicCpStep(const Profile& profile, const CandidateSet& candidates,
   return r;
 }
 
-}  // namespace
-
-SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
-                   std::span<const std::int64_t> dataset, const SimOptions& options,
-                   const SimProgress& progress) {
-  ValidateSimOptions(options);
-  if (dataset.empty()) throw InvalidInput("dataset: no document lengths");
-  if (options.sampler.documents_per_batch == 0 &&
-      options.sampler.tokens_per_batch < options.sampler.max_len) {
-    throw InvalidInput("tokens-per-batch " + std::to_string(options.sampler.tokens_per_batch) +
-                       " is smaller than one full-length document (max-len " +
-                       std::to_string(options.sampler.max_len) + ")");
-  }
+// The planner's options; ours, sync-aware with communication on, is charged each
+// strategy's synchronisation.
+PlannerOptions SimPlannerOptions(const Profile& profile, const CandidateSet& candidates,
+                                 const SimOptions& options) {
   PlannerOptions planner_options;
   planner_options.context_tokens = options.sampler.max_len;
   planner_options.seed = options.planner_seed;
@@ -148,33 +139,61 @@ SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
               : cost.materialize_ms + cost.reduce_scatter_ms);
     }
   }
-  const StepPlanner planner(profile, candidates, options.system, planner_options);
+  return planner_options;
+}
+
+// dynamic-cp's ranks, which must hold a max-len document over all of them.
+DynamicCpRanks CheckedDynamicCpRanks(const Profile& profile, const CandidateSet& candidates,
+                                     const StepPlanner& planner, const SimOptions& options) {
+  const DynamicCpRanks ranks = DynamicCpRanksOf(profile, candidates, planner.planner());
+  const std::int64_t widest = static_cast<std::int64_t>(ranks.ranks) * ranks.tokens_per_rank;
+  if (options.sampler.max_len > widest) {
+    throw InvalidInput("max-len " + std::to_string(options.sampler.max_len) + " exceeds what " +
+                       std::to_string(ranks.ranks) + " dynamic-cp ranks of " +
+                       std::to_string(ranks.tokens_per_rank) + " tokens hold (" +
+                       std::to_string(widest) + ")");
+  }
+  return ranks;
+}
+
+// Every document is cut to max-len; it must then fit a pipeline the system can use (the
+// one candidate a static system's planner is restricted to, or any), or documents would
+// be cut again silently.
+void CheckMaxLenFitsAPipeline(const CandidateSet& candidates, const StepPlanner& planner,
+                              const SimOptions& options) {
+  const int only = planner.planner().options().only_strategy;
+  std::int64_t capacity = 0;
+  for (int i = 0; i < static_cast<int>(candidates.strategies.size()); ++i) {
+    if (only < 0 || i == only) capacity = std::max(capacity, planner.planner().MaxCapacity(i));
+  }
+  if (options.sampler.max_len > capacity) {
+    throw InvalidInput("max-len " + std::to_string(options.sampler.max_len) +
+                       " exceeds the largest micro-batch capacity (" + std::to_string(capacity) +
+                       " tokens) of the strategies system " + SystemName(options.system) +
+                       " can use: every longer document would be truncated");
+  }
+}
+
+}  // namespace
+
+SimResult Simulate(const Profile& profile, const CandidateSet& candidates,
+                   std::span<const std::int64_t> dataset, const SimOptions& options,
+                   const SimProgress& progress) {
+  ValidateSimOptions(options);
+  if (dataset.empty()) throw InvalidInput("dataset: no document lengths");
+  if (options.sampler.documents_per_batch == 0 &&
+      options.sampler.tokens_per_batch < options.sampler.max_len) {
+    throw InvalidInput("tokens-per-batch " + std::to_string(options.sampler.tokens_per_batch) +
+                       " is smaller than one full-length document (max-len " +
+                       std::to_string(options.sampler.max_len) + ")");
+  }
+  const StepPlanner planner(profile, candidates, options.system,
+                            SimPlannerOptions(profile, candidates, options));
   std::optional<DynamicCpRanks> dynamic_cp;
   if (options.system == System::kDynamicCp) {
-    dynamic_cp = DynamicCpRanksOf(profile, candidates, planner.planner());
-    const std::int64_t widest =
-        static_cast<std::int64_t>(dynamic_cp->ranks) * dynamic_cp->tokens_per_rank;
-    if (options.sampler.max_len > widest) {
-      throw InvalidInput("max-len " + std::to_string(options.sampler.max_len) + " exceeds what " +
-                         std::to_string(dynamic_cp->ranks) + " dynamic-cp ranks of " +
-                         std::to_string(dynamic_cp->tokens_per_rank) + " tokens hold (" +
-                         std::to_string(widest) + ")");
-    }
+    dynamic_cp = CheckedDynamicCpRanks(profile, candidates, planner, options);
   } else {
-    // Every document is cut to max-len; it must then fit a pipeline the system can use (the
-    // one candidate a static system's planner is restricted to, or any), or documents would
-    // be cut again silently.
-    const int only = planner.planner().options().only_strategy;
-    std::int64_t capacity = 0;
-    for (int i = 0; i < static_cast<int>(candidates.strategies.size()); ++i) {
-      if (only < 0 || i == only) capacity = std::max(capacity, planner.planner().MaxCapacity(i));
-    }
-    if (options.sampler.max_len > capacity) {
-      throw InvalidInput("max-len " + std::to_string(options.sampler.max_len) +
-                         " exceeds the largest micro-batch capacity (" + std::to_string(capacity) +
-                         " tokens) of the strategies system " + SystemName(options.system) +
-                         " can use: every longer document would be truncated");
-    }
+    CheckMaxLenFitsAPipeline(candidates, planner, options);
   }
   const SyncCost dynamic_cp_sync =
       dynamic_cp

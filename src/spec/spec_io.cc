@@ -62,46 +62,95 @@ Scheme ReadScheme(JsonObjectReader& r) {
   return s;
 }
 
+namespace {
+
+ModelSpec ReadProfileModel(JsonObjectReader& root) {
+  JsonObjectReader m = root.Object("model");
+  ModelSpec model;
+  model.name = m.StringOr("name", "");
+  model.layers = ToInt(m.Int("layers", 1));
+  model.hidden = ToInt(m.Int("hidden", 1));
+  model.ffn = ToInt(m.Int("ffn", 1));
+  model.heads = ToInt(m.Int("heads", 1));
+  model.kv_heads = ToInt(m.Int("kv_heads", 1));
+  model.vocab = ToInt(m.Int("vocab", 1));
+  model.head_dim = ToInt(m.IntOr("head_dim", 0, 2));
+  if (model.head_dim % 2 != 0) m.Fail("head_dim", "must be even (rotary embedding rotates pairs)");
+  if (model.head_dim == 0 && model.hidden % model.heads != 0) {
+    m.Fail("heads", "must divide hidden (" + std::to_string(model.hidden) + "), got " +
+                        std::to_string(model.heads));
+  }
+  if (model.heads % model.kv_heads != 0) {
+    m.Fail("kv_heads", "must divide heads (" + std::to_string(model.heads) + "), got " +
+                           std::to_string(model.kv_heads));
+  }
+  m.RejectUnknown();
+  return model;
+}
+
+ClusterSpec ReadCluster(JsonObjectReader& root) {
+  JsonObjectReader c = root.Object("cluster");
+  ClusterSpec cluster;
+  cluster.gpus_per_node = ToInt(c.Int("gpus_per_node", 1));
+  cluster.gpu_memory_bytes = c.Int("gpu_memory_bytes", 1, std::int64_t{1} << 50);
+  c.RejectUnknown();
+  return cluster;
+}
+
+MemoryModel ReadMemoryModel(JsonObjectReader& root) {
+  JsonObjectReader mem = root.Object("memory");
+  MemoryModel memory;
+  memory.activation_bytes_by_tp = ReadTpMap(mem, "activation_bytes_per_token_hidden_layer");
+  memory.state_bytes_per_h2_layer = mem.Number("state_bytes_per_h2_layer", 0.0);
+  memory.optimizer_share = mem.Number("optimizer_share", 0.0);
+  if (memory.optimizer_share > 1.0) mem.Fail("optimizer_share", "must be <= 1");
+  memory.context_bytes = mem.Number("context_bytes", 0.0);
+  memory.reserved_bytes = mem.Number("reserved_bytes", 0.0);
+  mem.RejectUnknown();
+  return memory;
+}
+
+// One entry of "schemes": the scheme and its time coefficients, each within range.
+SchemeProfile ReadSchemeProfile(JsonObjectReader& s) {
+  SchemeProfile sp;
+  sp.scheme = ReadScheme(s);
+  sp.a_ms_per_token2 = s.Number("a_ms_per_token2", 0.0);
+  sp.b_ms_per_token = s.Number("b_ms_per_token", 0.0);
+  sp.c_ms = s.Number("c_ms", 0.0);
+  sp.kv_ms_per_token = s.NumberOr("kv_ms_per_token", 0.0, 0.0);
+  if (sp.scheme.cp == 1 && sp.kv_ms_per_token != 0) {
+    s.Fail("kv_ms_per_token", "must be 0 (or absent) for a scheme with cp 1: nothing is sharded");
+  }
+  if (sp.a_ms_per_token2 == 0 && sp.b_ms_per_token == 0) {
+    s.Fail("b_ms_per_token", "a and b are both zero: documents would cost nothing");
+  }
+  // Times are summed over millions of documents: a coefficient that makes one
+  // million-token document take longer than ~30 years is a mistake, and would overflow.
+  constexpr double kReferenceTokens = 1 << 20, kMaxMs = 1e12;
+  if (sp.a_ms_per_token2 * kReferenceTokens * kReferenceTokens > kMaxMs) {
+    s.Fail("a_ms_per_token2", "out of range: a 2^20-token document would take more than 1e12 ms");
+  }
+  if (sp.b_ms_per_token * kReferenceTokens > kMaxMs) {
+    s.Fail("b_ms_per_token", "out of range: a 2^20-token document would take more than 1e12 ms");
+  }
+  if (sp.c_ms > kMaxMs) s.Fail("c_ms", "out of range: more than 1e12 ms per micro-batch");
+  if (sp.kv_ms_per_token * kReferenceTokens > kMaxMs) {
+    s.Fail("kv_ms_per_token", "out of range: a 2^20-token document would take more than 1e12 ms");
+  }
+  s.RejectUnknown();
+  return sp;
+}
+
+}  // namespace
+
 Profile ParseProfile(const std::string& json_text, const std::string& source) {
   nlohmann::json doc = ParseJson(json_text, source);
   JsonObjectReader root(doc, source, "");
   CheckFormat(root, kProfileFormat);
   Profile p;
-
-  JsonObjectReader m = root.Object("model");
-  p.model.name = m.StringOr("name", "");
-  p.model.layers = ToInt(m.Int("layers", 1));
-  p.model.hidden = ToInt(m.Int("hidden", 1));
-  p.model.ffn = ToInt(m.Int("ffn", 1));
-  p.model.heads = ToInt(m.Int("heads", 1));
-  p.model.kv_heads = ToInt(m.Int("kv_heads", 1));
-  p.model.vocab = ToInt(m.Int("vocab", 1));
-  p.model.head_dim = ToInt(m.IntOr("head_dim", 0, 2));
-  if (p.model.head_dim % 2 != 0)
-    m.Fail("head_dim", "must be even (rotary embedding rotates pairs)");
-  if (p.model.head_dim == 0 && p.model.hidden % p.model.heads != 0) {
-    m.Fail("heads", "must divide hidden (" + std::to_string(p.model.hidden) + "), got " +
-                        std::to_string(p.model.heads));
-  }
-  if (p.model.heads % p.model.kv_heads != 0) {
-    m.Fail("kv_heads", "must divide heads (" + std::to_string(p.model.heads) + "), got " +
-                           std::to_string(p.model.kv_heads));
-  }
-  m.RejectUnknown();
-
-  JsonObjectReader c = root.Object("cluster");
-  p.cluster.gpus_per_node = ToInt(c.Int("gpus_per_node", 1));
-  p.cluster.gpu_memory_bytes = c.Int("gpu_memory_bytes", 1, std::int64_t{1} << 50);
-  c.RejectUnknown();
-
-  JsonObjectReader mem = root.Object("memory");
-  p.memory.activation_bytes_by_tp = ReadTpMap(mem, "activation_bytes_per_token_hidden_layer");
-  p.memory.state_bytes_per_h2_layer = mem.Number("state_bytes_per_h2_layer", 0.0);
-  p.memory.optimizer_share = mem.Number("optimizer_share", 0.0);
-  if (p.memory.optimizer_share > 1.0) mem.Fail("optimizer_share", "must be <= 1");
-  p.memory.context_bytes = mem.Number("context_bytes", 0.0);
-  p.memory.reserved_bytes = mem.Number("reserved_bytes", 0.0);
-  mem.RejectUnknown();
+  p.model = ReadProfileModel(root);
+  p.cluster = ReadCluster(root);
+  p.memory = ReadMemoryModel(root);
 
   if (root.Has("utilization_tokens")) {
     JsonObjectReader u = root.Object("utilization_tokens");
@@ -121,32 +170,7 @@ Profile ParseProfile(const std::string& json_text, const std::string& source) {
   if (schemes.empty()) root.Fail("schemes", "must list at least one scheme");
   for (std::size_t i = 0; i < schemes.size(); ++i) {
     JsonObjectReader s = root.Element("schemes", schemes, i);
-    SchemeProfile sp;
-    sp.scheme = ReadScheme(s);
-    sp.a_ms_per_token2 = s.Number("a_ms_per_token2", 0.0);
-    sp.b_ms_per_token = s.Number("b_ms_per_token", 0.0);
-    sp.c_ms = s.Number("c_ms", 0.0);
-    sp.kv_ms_per_token = s.NumberOr("kv_ms_per_token", 0.0, 0.0);
-    if (sp.scheme.cp == 1 && sp.kv_ms_per_token != 0) {
-      s.Fail("kv_ms_per_token", "must be 0 (or absent) for a scheme with cp 1: nothing is sharded");
-    }
-    if (sp.a_ms_per_token2 == 0 && sp.b_ms_per_token == 0) {
-      s.Fail("b_ms_per_token", "a and b are both zero: documents would cost nothing");
-    }
-    // Times are summed over millions of documents: a coefficient that makes one
-    // million-token document take longer than ~30 years is a mistake, and would overflow.
-    constexpr double kReferenceTokens = 1 << 20, kMaxMs = 1e12;
-    if (sp.a_ms_per_token2 * kReferenceTokens * kReferenceTokens > kMaxMs) {
-      s.Fail("a_ms_per_token2", "out of range: a 2^20-token document would take more than 1e12 ms");
-    }
-    if (sp.b_ms_per_token * kReferenceTokens > kMaxMs) {
-      s.Fail("b_ms_per_token", "out of range: a 2^20-token document would take more than 1e12 ms");
-    }
-    if (sp.c_ms > kMaxMs) s.Fail("c_ms", "out of range: more than 1e12 ms per micro-batch");
-    if (sp.kv_ms_per_token * kReferenceTokens > kMaxMs) {
-      s.Fail("kv_ms_per_token", "out of range: a 2^20-token document would take more than 1e12 ms");
-    }
-    s.RejectUnknown();
+    const SchemeProfile sp = ReadSchemeProfile(s);
     if (p.Find(sp.scheme)) s.Fail("tp", "duplicate scheme " + SchemeName(sp.scheme));
     if (!p.memory.activation_bytes_by_tp.count(sp.scheme.tp)) {
       s.Fail("tp", "no memory.activation_bytes_per_token_hidden_layer entry for tp " +
