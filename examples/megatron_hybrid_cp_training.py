@@ -71,6 +71,7 @@ class CudaOnCpu(TorchFunctionMode):
 def cuda_on_cpu():
     """Megatron-core's CUDA tensors and current device, on the CPU."""
     torch.cuda.current_device = lambda: torch.device("cpu")
+    torch.cuda.synchronize = lambda device=None: None
     return CudaOnCpu()
 
 
@@ -107,58 +108,88 @@ def rms_norm(x, weight):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
 
 
+def attention(q, k, v, positions, key_positions, segments):
+    """Causal attention of the rows at `positions` over the keys at `key_positions`;
+    with `segments`, packed documents see only themselves."""
+    allowed = key_positions[None, :] <= positions[:, None]
+    if segments is not None:
+        allowed &= segments[None, :] == segments[:, None]
+    scores = torch.einsum("qhd,khd->hqk", q, k) / (HIDDEN // HEADS) ** 0.5
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+    return torch.einsum("hqk,khd->qhd", weights, v).reshape(len(q), HIDDEN)
+
+
+class Block(torch.nn.Module):
+    """A pre-norm attention and MLP block."""
+
+    def __init__(self):
+        super().__init__()
+        self.norms = torch.nn.Parameter(1 + 0.1 * torch.randn(2, HIDDEN))
+        self.qkv = torch.nn.Linear(HIDDEN, 3 * HIDDEN, bias=False)
+        self.proj = torch.nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.up = torch.nn.Linear(HIDDEN, 4 * HIDDEN)
+        self.down = torch.nn.Linear(4 * HIDDEN, HIDDEN)
+
+    def forward(self, x, positions, shards, group, segments):
+        q, k, v = self.qkv(rms_norm(x, self.norms[0])).view(len(x), 3, HEADS,
+                                                             HIDDEN // HEADS).unbind(1)
+        key_positions = positions
+        if group is not None:
+            counts = [len(s) for s in shards]
+            k = GatherRows.apply(k, group, counts)
+            v = GatherRows.apply(v, group, counts)
+            key_positions = torch.from_numpy(np.concatenate(shards))
+        x = x + self.proj(attention(q, k, v, positions, key_positions, segments))
+        return x + self.down(torch.nn.functional.gelu(self.up(rms_norm(x, self.norms[1]))))
+
+
 def make_model_class():
     from megatron.core.enums import ModelType
     from megatron.core.transformer.module import MegatronModule
 
     class TinyCausalTransformer(MegatronModule):
-        """Learned positions, pre-norm attention and MLP blocks. Called on one document
-        (its rows `positions` on this rank, the others' in `group`) or on packed documents
-        (`segments` numbers each row's document)."""
+        """Learned positions, LAYERS blocks, an output layer. Called on one document (its
+        rows `positions` on this rank, the others' in `group`) or on packed documents
+        (`segments` numbers each row's document). As pipeline stage `stage` of `stages`
+        it holds only that stage's part, with the same values as the whole model's."""
 
-        def __init__(self, config, max_len):
+        def __init__(self, config, max_len, stage=0, stages=1):
             super().__init__(config)
             self.model_type = ModelType.encoder_or_decoder
             torch.manual_seed(0)
-            self.embed = torch.nn.Embedding(VOCAB, HIDDEN)
-            self.pos = torch.nn.Embedding(max_len, HIDDEN)
-            self.norms = torch.nn.Parameter(torch.ones(2 * LAYERS + 1, HIDDEN))
-            self.qkv = torch.nn.ModuleList(torch.nn.Linear(HIDDEN, 3 * HIDDEN, bias=False)
-                                           for _ in range(LAYERS))
-            self.proj = torch.nn.ModuleList(torch.nn.Linear(HIDDEN, HIDDEN, bias=False)
-                                            for _ in range(LAYERS))
-            self.up = torch.nn.ModuleList(torch.nn.Linear(HIDDEN, 4 * HIDDEN)
-                                          for _ in range(LAYERS))
-            self.down = torch.nn.ModuleList(torch.nn.Linear(4 * HIDDEN, HIDDEN)
-                                            for _ in range(LAYERS))
-            self.out = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
+            embed = torch.nn.Embedding(VOCAB, HIDDEN)
+            pos = torch.nn.Embedding(max_len, HIDDEN)
+            blocks = [Block() for _ in range(LAYERS)]
+            final_norm = torch.nn.Parameter(torch.ones(HIDDEN))
+            out = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
+            self.first, self.last = stage == 0, stage == stages - 1
+            # What megatron-core's finalize_model_grads asks of a GPT-like model: no weight
+            # shared between the first and the last stage.
+            self.pre_process, self.post_process = self.first, self.last
+            self.share_embeddings_and_output_weights = False
+            per_stage = LAYERS // stages
+            self.blocks = torch.nn.ModuleDict(
+                {str(i): blocks[i] for i in range(stage * per_stage, (stage + 1) * per_stage)})
+            if self.first:
+                self.embed, self.pos = embed, pos
+            if self.last:
+                self.final_norm, self.out = final_norm, out
+            self.input_tensor = None
 
         def set_input_tensor(self, tensor):
-            """Megatron's pipeline hook: one stage here, so nothing comes in."""
-
-        def attention(self, layer, x, positions, shards, group, segments):
-            q, k, v = self.qkv[layer](x).view(len(x), 3, HEADS, HIDDEN // HEADS).unbind(1)
-            key_positions = positions
-            if group is not None:
-                counts = [len(s) for s in shards]
-                k = GatherRows.apply(k, group, counts)
-                v = GatherRows.apply(v, group, counts)
-                key_positions = torch.from_numpy(np.concatenate(shards))
-            allowed = key_positions[None, :] <= positions[:, None]
-            if segments is not None:  # packed documents see only themselves
-                allowed &= segments[None, :] == segments[:, None]
-            scores = torch.einsum("qhd,khd->hqk", q, k) / (HIDDEN // HEADS) ** 0.5
-            weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
-            return self.proj[layer](torch.einsum("hqk,khd->qhd", weights, v).reshape(len(x), HIDDEN))
+            """Megatron's pipeline hook: the previous stage's output, [rows, 1, hidden]."""
+            self.input_tensor = tensor[0] if isinstance(tensor, list) else tensor
 
         def forward(self, tokens, positions, shards=None, group=None, segments=None):
-            x = self.embed(tokens) + self.pos(positions)
-            for layer in range(LAYERS):
-                x = x + self.attention(layer, rms_norm(x, self.norms[2 * layer]), positions,
-                                       shards, group, segments)
-                h = rms_norm(x, self.norms[2 * layer + 1])
-                x = x + self.down[layer](torch.nn.functional.gelu(self.up[layer](h)))
-            return self.out(rms_norm(x, self.norms[-1]))
+            if self.first:
+                x = self.embed(tokens) + self.pos(positions)
+            else:
+                x = self.input_tensor[:, 0]
+            for block in self.blocks.values():
+                x = block(x, positions, shards, group, segments)
+            if self.last:
+                return self.out(rms_norm(x, self.final_norm))
+            return x[:, None]
 
     return TinyCausalTransformer
 
@@ -261,13 +292,14 @@ def rank_main(rank, ranks, steps, name, tmp):
     dist.destroy_process_group()
 
 
-def megatron_model_and_optimizer(config, max_len):
-    """The model under megatron-core's DistributedDataParallel, its gradient hooks wired
-    into `config` as Megatron's training loop wires them, and megatron-core's optimizer."""
+def megatron_model_and_optimizer(config, max_len, stage=0, stages=1):
+    """The model (pipeline stage `stage` of `stages`) under megatron-core's
+    DistributedDataParallel, its gradient hooks wired into `config` as Megatron's training
+    loop wires them, and megatron-core's optimizer."""
     from megatron.core.distributed import (DistributedDataParallel,
                                            DistributedDataParallelConfig, finalize_model_grads)
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    model = make_model_class()(config, max_len)
+    model = make_model_class()(config, max_len, stage, stages)
     model = DistributedDataParallel(config, DistributedDataParallelConfig(), model)
     config.no_sync_func = model.no_sync
     config.finalize_model_grads_func = finalize_model_grads
@@ -277,15 +309,15 @@ def megatron_model_and_optimizer(config, max_len):
     return model, optimizer
 
 
-def megatron_step(model, optimizer, data_iterator, num_microbatches, step_func):
-    """One training step through megatron-core's schedule; the step's loss per target,
-    summed over every rank's micro-batches."""
+def megatron_step(model, optimizer, data_iterator, num_microbatches, step_func, seq_length=0):
+    """One training step through megatron-core's schedule (pipelined when the model has
+    pipeline stages); the step's loss per target, summed over every rank's micro-batches."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
     model.zero_grad_buffer()
     optimizer.zero_grad()
     stored = get_forward_backward_func()(
         forward_step_func=step_func, data_iterator=data_iterator, model=[model],
-        num_microbatches=num_microbatches, seq_length=0, micro_batch_size=1)
+        num_microbatches=num_microbatches, seq_length=seq_length, micro_batch_size=1)
     total = torch.stack([s["lm loss"] for s in stored]).sum(0) if stored else torch.zeros(2)
     dist.all_reduce(total)
     optimizer.step()
@@ -341,6 +373,9 @@ def train_in_one_process(step_documents, max_len):
 
 def distance(run, reference_losses, reference):
     """The largest loss and parameter differences of a run from one process's."""
+    if set(run["parameters"]) != set(reference):
+        raise RuntimeError(f"the run's parameters {sorted(run['parameters'])} are not the "
+                           f"model's {sorted(reference)}")
     loss_diff = max(abs(a - b) for a, b in zip(run["losses"], reference_losses))
     param_diff = max(float((torch.tensor(v) - reference[n]).abs().max())
                      for n, v in run["parameters"].items())

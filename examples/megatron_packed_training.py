@@ -2,25 +2,27 @@
 """hydraulis' packing scheduler inside megatron-core's own training step, against
 Megatron's usual split of a global batch.
 
-    .venv/bin/python examples/megatron_packed_training.py [--ranks 2] [--steps 4]
+    .venv/bin/python examples/megatron_packed_training.py [--dp 2] [--pp 1|2] [--steps 4]
 
-Two gloo ranks (megatron-core's data-parallel group) train the small causal transformer of
-examples/megatron_hybrid_cp_training.py with megatron-core's `forward_backward_no_pipelining`,
-`DistributedDataParallel`, `finalize_model_grads` (loss per token) and optimizer. Each step's
-global batch of documents (random tokens with the shape of Wikipedia's lengths) is split
-into micro-batches of packed documents (cu_seqlens, each document attending only to itself)
-two ways:
+dp x pp gloo ranks train the small causal transformer of
+examples/megatron_hybrid_cp_training.py with megatron-core's own schedule
+(`forward_backward_no_pipelining`, or with --pp 2 the 1F1B
+`forward_backward_pipelining_without_interleaving`, each micro-batch's shape sent ahead as
+`variable_seq_lengths` asks), `DistributedDataParallel`, `finalize_model_grads` (loss per
+token) and optimizer. Each step's global batch of documents (random tokens with the shape
+of Wikipedia's lengths) is split into micro-batches of packed documents (cu_seqlens, each
+document attending only to itself) two ways:
 
-- hydraulis: `MegatronPackingScheduler` plans the batch over the data-parallel ranks under
+- hydraulis: `MegatronPackingScheduler` plans the batch over dp pipelines of pp stages under
   the CPU profile (configs/profiles/tiny-cpu.json), `groups[micro_batch][dp_rank]`;
-- Megatron's usual split: each rank takes an equal, consecutive share of the documents and
-  packs them in order into micro-batches of at most --max-len tokens.
+- Megatron's usual split: each data-parallel rank takes an equal, consecutive share of the
+  documents and packs them in order into micro-batches of at most --max-len tokens.
 
 Megatron runs the same number of micro-batches on every rank, so ranks with fewer get empty
 ones (no tokens, no loss). Both runs must equal one process training on the same documents,
 each whole, within 1e-5 (exit 1 otherwise); the script prints each split's balance (the
-ranks' largest estimated work over their mean, under the profile's time model) and the
-steps' estimated time (the largest rank's work, summed over the steps).
+data-parallel ranks' largest estimated work over their mean, under the profile's time model)
+and the steps' estimated time (the largest rank's work, summed over the steps).
 Megatron-core's CUDA allocations run on the CPU (`CudaOnCpu`, as in the hybrid example).
 """
 import argparse
@@ -54,9 +56,10 @@ def step_documents(steps, max_len):
             for _ in range(steps)]
 
 
-def profile_holding(tokens):
-    """The CPU profile with its memory cut so that a micro-batch holds about `tokens`
-    tokens, Megatron's seq_length here (bisection on the memory the profile states)."""
+def profile_holding(tokens, pp):
+    """The CPU profile with its memory cut so that a micro-batch of a pp-stage pipeline
+    holds about `tokens` tokens, Megatron's seq_length here (bisection on the memory the
+    profile states)."""
     import hydraulis
     with open(PROFILE) as f:
         data = json.load(f)
@@ -64,7 +67,7 @@ def profile_holding(tokens):
     while high - low > 1:
         data["cluster"]["gpu_memory_bytes"] = middle = (low + high) // 2
         try:
-            fits = hydraulis.load_profile(data).capacity_tokens() >= tokens
+            fits = hydraulis.load_profile(data).capacity_tokens(pp=pp) >= tokens
         except hydraulis.InvalidInputError:  # not even the model's state fits
             fits = False
         low, high = (low, middle) if fits else (middle, high)
@@ -72,21 +75,22 @@ def profile_holding(tokens):
     return hydraulis.load_profile(data)
 
 
-def hydraulis_split(docs, ranks, max_len):
-    """groups[micro_batch][rank] -> document indices, from the hydraulis planner with
-    micro-batches of at most about max_len tokens, as Megatron's."""
+def hydraulis_split(docs, dp, pp, max_len):
+    """groups[micro_batch][dp_rank] -> document indices, from the hydraulis planner over
+    dp pipelines of pp stages, micro-batches of at most about max_len tokens as Megatron's."""
     import hydraulis
     from hydraulis.megatron import MegatronPackingScheduler
-    planner = hydraulis.Planner(profile_holding(max_len),
-                                hydraulis.data_parallel_candidates(ranks), max_len=max_len)
-    return MegatronPackingScheduler(planner, dp_size=ranks)(
+    planner = hydraulis.Planner(profile_holding(max_len, pp),
+                                hydraulis.data_parallel_candidates(dp * pp, pp=pp),
+                                max_len=max_len)
+    return MegatronPackingScheduler(planner, dp_size=dp)(
         [(i, len(d)) for i, d in enumerate(docs)])
 
 
-def megatron_split(docs, ranks, max_len):
+def megatron_split(docs, dp, pp, max_len):
     """Equal consecutive shares, packed in order up to max_len tokens per micro-batch,
-    every rank padded to the same number of micro-batches."""
-    shares = np.array_split(np.arange(len(docs)), ranks)
+    every data-parallel rank padded to the same number of micro-batches."""
+    shares = np.array_split(np.arange(len(docs)), dp)
     per_rank = []
     for share in shares:
         micro_batches, current, tokens = [], [], 0
@@ -119,10 +123,13 @@ def micro_batch_sample(docs):
 
 
 def forward_step(data_iterator, model):
-    """Megatron's forward_step_func on one packed micro-batch."""
+    """Megatron's forward_step_func on one packed micro-batch; a stage before the last
+    returns its hidden rows for megatron-core to send on."""
     sample = next(data_iterator)
-    logits = model(sample["tokens"], sample["position_ids"], segments=sample["segments"])
-    losses = torch.nn.functional.cross_entropy(logits, sample["labels"].long(),
+    output = model(sample["tokens"], sample["position_ids"], segments=sample["segments"])
+    if not model.module.last:
+        return output, None
+    losses = torch.nn.functional.cross_entropy(output, sample["labels"].long(),
                                                reduction="none")
     mask = sample["loss_mask"]
 
@@ -134,37 +141,57 @@ def forward_step(data_iterator, model):
     return losses, loss_func
 
 
-def rank_main(rank, ranks, steps, max_len, name, tmp):
+def rank_main(rank, dp, pp, steps, max_len, name, tmp):
     from megatron.core import parallel_state
     from megatron.core.transformer import TransformerConfig
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous-{name}", rank=rank,
-                            world_size=ranks)
+                            world_size=dp * pp)
     with cuda_on_cpu():
-        parallel_state.initialize_model_parallel()
+        parallel_state.initialize_model_parallel(pipeline_model_parallel_size=pp)
+        stage = parallel_state.get_pipeline_model_parallel_rank()
+        dp_rank = parallel_state.get_data_parallel_rank()
+        # Packed micro-batches differ in length: megatron-core sends each one's shape first.
         config = TransformerConfig(num_layers=LAYERS, hidden_size=HIDDEN,
                                    num_attention_heads=HEADS, calculate_per_token_loss=True,
-                                   use_cpu_initialization=True)
-        model, optimizer = megatron_model_and_optimizer(config, max_len)
+                                   pipeline_model_parallel_size=pp, variable_seq_lengths=pp > 1,
+                                   pipeline_dtype=torch.float32, use_cpu_initialization=True,
+                                   moe_token_dispatcher_type="alltoall")  # no MoE; it checks
+        model, optimizer = megatron_model_and_optimizer(config, max_len, stage, pp)
         losses, splits = [], []
         for docs in step_documents(steps, max_len):
-            groups = split_of(name)(docs, ranks, max_len)
+            groups = split_of(name)(docs, dp, pp, max_len)
             splits.append(groups)
-            data = iter([micro_batch_sample([docs[i] for i in g[rank]]) for g in groups])
-            losses.append(megatron_step(model, optimizer, data, len(groups), forward_step))
+            data = iter([micro_batch_sample([docs[i] for i in g[dp_rank]]) for g in groups])
+            losses.append(megatron_step(model, optimizer, data, len(groups), forward_step,
+                                        max_len))
         parameters = {n: p.detach().tolist() for n, p in model.module.named_parameters()}
-    if rank == 0:
-        with open(os.path.join(tmp, f"{name}.json"), "w") as f:
-            json.dump({"losses": losses, "parameters": parameters, "splits": splits}, f)
+    with open(os.path.join(tmp, f"{name}-{rank}.json"), "w") as f:
+        json.dump({"losses": losses, "parameters": parameters, "splits": splits}, f)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def rank_work(splits, steps, max_len):
-    """Per step, each rank's estimated work in ms: each micro-batch a * sum(s^2) +
-    b * sum(s) + c under the profile's scheme, an empty one nothing."""
+def gathered_run(tmp, name, ranks):
+    """Rank 0's losses and splits, and every rank's parameters (each stage holds its own;
+    data-parallel replicas hold the same)."""
+    runs = []
+    for rank in range(ranks):
+        with open(os.path.join(tmp, f"{name}-{rank}.json")) as f:
+            runs.append(json.load(f))
+    run = runs[0]
+    for other in runs[1:]:
+        run["parameters"].update(other["parameters"])
+    return run
+
+
+def rank_work(splits, steps, pp, max_len):
+    """Per step, each data-parallel rank's estimated work in ms: each micro-batch
+    a * sum(s^2) + b * sum(s) + c under the profile's <1, 1, pp> scheme, an empty one
+    nothing."""
     with open(PROFILE) as f:
-        scheme = json.load(f)["schemes"][0]
+        scheme = next(s for s in json.load(f)["schemes"]
+                      if (s["cp"], s["tp"], s["pp"]) == (1, 1, pp))
     out = []
     for docs, groups in zip(step_documents(steps, max_len), splits):
         work = [0.0] * len(groups[0])
@@ -180,7 +207,8 @@ def rank_work(splits, steps, max_len):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--dp", type=int, default=2, help="data-parallel ranks")
+    parser.add_argument("--pp", type=int, choices=[1, 2], default=1, help="pipeline stages")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--max-len", type=int, default=256)
     parser.add_argument("--json", help="also write the results here")
@@ -190,14 +218,14 @@ def main():
     report, worst = {"one_process_losses": reference_losses}, 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("megatron", "hydraulis"):
-            mp.spawn(rank_main, args=(args.ranks, args.steps, args.max_len, name, tmp), nprocs=args.ranks)
-            with open(os.path.join(tmp, f"{name}.json")) as f:
-                run = json.load(f)
+            mp.spawn(rank_main, args=(args.dp, args.pp, args.steps, args.max_len, name, tmp),
+                     nprocs=args.dp * args.pp)
+            run = gathered_run(tmp, name, args.dp * args.pp)
             loss_diff, param_diff = distance(run, reference_losses, reference)
             worst = max(worst, loss_diff, param_diff)
             counts = [[sum(1 for ids in g if ids) for g in zip(*groups)]
                       for groups in run["splits"]]
-            work = rank_work(run["splits"], args.steps, args.max_len)
+            work = rank_work(run["splits"], args.steps, args.pp, args.max_len)
             report[name] = {"losses": run["losses"], "loss_diff": loss_diff,
                             "parameter_diff": param_diff,
                             "balance": [max(w) / (sum(w) / len(w)) for w in work],
