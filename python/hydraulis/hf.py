@@ -20,6 +20,7 @@ gradients are those of the global batch's mean loss, as one process would comput
 """
 import contextlib
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -183,6 +184,12 @@ class BalancedTrainer(transformers.Trainer):
                 raise InvalidInputError(f"{name}: expected an integer >= 1, got {value!r}")
         if self.train_dataset is None:
             raise InvalidInputError("train_dataset: BalancedTrainer needs one")
+        if a.fsdp and not self.is_fsdp_enabled:
+            # accelerate (1.16) shards only on GPU-like devices; elsewhere it silently
+            # trains a replica per rank under DDP.
+            warnings.warn("fsdp: the Trainer's FSDP settings are ignored here: accelerate "
+                          "enables FSDP only on GPU-like devices, so this run trains under DDP "
+                          "(a whole replica per rank)", UserWarning, stacklevel=2)
         self._tokens = _TokenView(self.train_dataset, input_field)
         if lengths is None:
             lengths = dataset_lengths(self.train_dataset, input_field)

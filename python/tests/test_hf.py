@@ -68,6 +68,34 @@ def test_contradicting_arguments_are_refused_by_name(tmp_path, overrides, named)
         make(tmp_path, **overrides)
 
 
+def test_fsdp_settings_accelerate_ignores_are_named(tmp_path):
+    # On the CPU accelerate trains under DDP whatever `fsdp` says; the user hears of it.
+    # Trainer takes fsdp only when distributed: one gloo rank, in its own process.
+    script = f"""
+import os, warnings, sys
+os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                  MASTER_PORT="{free_port()}")
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from test_hf import make
+import pathlib
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    make(pathlib.Path({str(tmp_path)!r}), fsdp="full_shard")
+print("\\n".join(str(w.message) for w in caught))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "fsdp: the Trainer's FSDP settings are ignored here" in out.stdout, out.stdout
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_empty_document_is_named():
     with pytest.raises(hydraulis.InvalidInputError, match="example 1 is empty"):
         dataset_lengths([{"input_ids": [5]}, {"input_ids": []}])
