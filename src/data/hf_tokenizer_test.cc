@@ -298,12 +298,15 @@ TEST(HfTokenizerTest, SplitBehaviours) {
   EXPECT_EQ(encode("Removed", true), Ids{' '});
 }
 
-TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
-  struct Case {
-    std::function<void(json&)> edit;
-    std::string expected;
-  };
-  const std::vector<Case> cases = {
+// An edit of a supported tokenizer.json and the message Load must refuse it with.
+struct RefusalCase {
+  std::function<void(json&)> edit;
+  std::string expected;
+};
+
+// The model's fields: its type, vocabulary, merges and options.
+std::vector<RefusalCase> ModelRefusals() {
+  return {
       {[](json& j) { j["model"]["type"] = "WordPiece"; },
        "tok.json: model.type: type 'WordPiece' is not supported"},
       {[](json& j) { j["model"]["vocab"].erase("A"); },
@@ -322,6 +325,12 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
        "tok.json: model.dropout: dropout is not supported"},
       {[](json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
        "tok.json: model.continuing_subword_prefix: is not supported"},
+  };
+}
+
+// Truncation, the normalizer and the pre-tokenizer.
+std::vector<RefusalCase> PipelineRefusals() {
+  return {
       {[](json& j) {
          j["truncation"] = json{{"max_length", 5}};
        },
@@ -355,6 +364,12 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
          j["pre_tokenizer"] = SplitThenByteLevel("a", "Iso\rlated");
        },
        "unknown behavior 'Iso\\x0dlated' (Removed"},
+  };
+}
+
+// Added tokens and the post-processor's template.
+std::vector<RefusalCase> AddedTokenAndTemplateRefusals() {
+  return {
       {[](json& j) {
          j["added_tokens"] = json::array({{{"id", 300}, {"content", "<x>"}, {"lstrip", true}}});
        },
@@ -381,12 +396,17 @@ TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
        },
        "tok.json: post_processor: template id 999 is outside the vocabulary"},
   };
-  for (const Case& c : cases) {
-    json j = MakeTokenizer();
-    c.edit(j);
-    const std::string m = InvalidInputMessage([&] { Load(j); });
-    EXPECT_NE(m.find(c.expected), std::string::npos)
-        << "expected: " << c.expected << "\n     got: " << m;
+}
+
+TEST(HfTokenizerTest, RefusesWhatItDoesNotSupportNamingTheField) {
+  for (auto cases : {&ModelRefusals, &PipelineRefusals, &AddedTokenAndTemplateRefusals}) {
+    for (const RefusalCase& c : cases()) {
+      json j = MakeTokenizer();
+      c.edit(j);
+      const std::string m = InvalidInputMessage([&] { Load(j); });
+      EXPECT_NE(m.find(c.expected), std::string::npos)
+          << "expected: " << c.expected << "\n     got: " << m;
+    }
   }
   const std::string eos = InvalidInputMessage([] { Load(MakeTokenizer(), "</s>"); });
   EXPECT_NE(eos.find("the end-of-document token '</s>' is neither"), std::string::npos) << eos;

@@ -511,9 +511,9 @@ void ExpectMessage(const std::string& msg, const std::string& source, const Erro
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
 }
 
-TEST(SpecIoTest, ProfileValidationErrors) {
-  const Json base = Json::parse(ReadFileText(ProfilePath("32b")));
-  const std::vector<ErrorCase> cases = {
+// Profiles with unknown fields, or sizes out of range.
+std::vector<ErrorCase> ProfileFieldAndRangeCases() {
+  return {
       // Unknown fields.
       {"unknown at root", [](Json& j) { j["colour"] = "blue"; }, "colour", "unknown field"},
       {"unknown in model", [](Json& j) { j["model"]["depth"] = 60; }, "model.depth",
@@ -557,6 +557,12 @@ TEST(SpecIoTest, ProfileValidationErrors) {
       {"tp 1e30", [](Json& j) { j["schemes"][0]["tp"] = 1e30; }, "schemes[0].tp", "must be <= "},
       {"layers -1e30", [](Json& j) { j["model"]["layers"] = -1e30; }, "model.layers",
        "must be >= 1"},
+  };
+}
+
+// Profiles with values of the wrong type, fields missing, or another format.
+std::vector<ErrorCase> ProfileTypeAndPresenceCases() {
+  return {
       // Wrong types.
       {"layers as string", [](Json& j) { j["model"]["layers"] = "60"; }, "model.layers",
        "expected an integer"},
@@ -590,6 +596,12 @@ TEST(SpecIoTest, ProfileValidationErrors) {
        "hydraulis.profile/1"},
       {"future format", [](Json& j) { j["format"] = "hydraulis.profile/2"; }, "format",
        "hydraulis.profile/2"},
+  };
+}
+
+// Profiles whose fields disagree, or whose values overflow a product.
+std::vector<ErrorCase> ProfileConsistencyCases() {
+  return {
       // Consistency.
       {"kv_heads not dividing heads", [](Json& j) { j["model"]["kv_heads"] = 3; }, "model.kv_heads",
        "must divide heads"},
@@ -626,6 +638,15 @@ TEST(SpecIoTest, ProfileValidationErrors) {
       {"fractional utilization", [](Json& j) { j["utilization_tokens"]["1"] = 1.5; },
        "utilization_tokens.1", "integer"},
   };
+}
+
+TEST(SpecIoTest, ProfileValidationErrors) {
+  const Json base = Json::parse(ReadFileText(ProfilePath("32b")));
+  std::vector<ErrorCase> cases;
+  for (auto cases_of :
+       {&ProfileFieldAndRangeCases, &ProfileTypeAndPresenceCases, &ProfileConsistencyCases}) {
+    for (ErrorCase& c : cases_of()) cases.push_back(std::move(c));
+  }
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
     Json doc = base;
@@ -653,9 +674,9 @@ TEST(SpecIoTest, ProfileInvalidJsonAndNonObject) {
   }
 }
 
-TEST(SpecIoTest, CandidateValidationErrors) {
-  const Json base = Json::parse(ReadFileText(CandidatesPath(64)));
-  const std::vector<ErrorCase> cases = {
+// Candidates with unknown fields, or sizes out of range.
+std::vector<ErrorCase> CandidateFieldAndRangeCases() {
+  return {
       // Unknown fields.
       {"unknown at root", [](Json& j) { j["comment"] = "x"; }, "comment", "unknown field"},
       {"unknown in strategy", [](Json& j) { j["strategies"][1]["weight"] = 2; },
@@ -685,6 +706,12 @@ TEST(SpecIoTest, CandidateValidationErrors) {
       {"count 2^64 as a double",
        [](Json& j) { j["strategies"][0]["pipelines"][0]["count"] = 0x1p64; },
        "strategies[0].pipelines[0].count", "must be <= "},
+  };
+}
+
+// Candidates with values of the wrong type, fields missing, or another format.
+std::vector<ErrorCase> CandidateTypeAndPresenceCases() {
+  return {
       // Wrong types.
       {"gpus as string", [](Json& j) { j["gpus"] = "64"; }, "gpus", "expected an integer"},
       {"tp fractional", [](Json& j) { j["strategies"][2]["pipelines"][1]["tp"] = 8.5; },
@@ -715,6 +742,12 @@ TEST(SpecIoTest, CandidateValidationErrors) {
       // Wrong format.
       {"wrong format", [](Json& j) { j["format"] = "hydraulis.profile/1"; }, "format",
        "hydraulis.candidates/1"},
+  };
+}
+
+// Candidates that do not fit the cluster or the profile, or list nothing.
+std::vector<ErrorCase> CandidateClusterCases() {
+  return {
       // tp*cp must divide the cluster: 72 GPUs cannot be tiled by TP16 groups.
       {"tp not dividing gpus",
        [](Json& j) {
@@ -780,6 +813,15 @@ TEST(SpecIoTest, CandidateValidationErrors) {
       {"dp beyond int", [](Json& j) { j["optimizer_layout"]["dp"] = 4294967300LL; },
        "optimizer_layout.dp", "must be <="},
   };
+}
+
+TEST(SpecIoTest, CandidateValidationErrors) {
+  const Json base = Json::parse(ReadFileText(CandidatesPath(64)));
+  std::vector<ErrorCase> cases;
+  for (auto cases_of :
+       {&CandidateFieldAndRangeCases, &CandidateTypeAndPresenceCases, &CandidateClusterCases}) {
+    for (ErrorCase& c : cases_of()) cases.push_back(std::move(c));
+  }
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
     Json doc = base;
