@@ -27,6 +27,75 @@ namespace {
 using test_support::Adam;
 using test_support::Tiny;
 
+// Damaged files of the checkpoint at `path` are named when `into` loads it: one flipped bit
+// anywhere in the shard, a truncated shard, an edited meta.json. Leaves it as it was.
+void ExpectDamageNamed(const std::string& path, ShardedAdamW& into) {
+  auto load_error = [&](const std::string& checkpoint) {
+    try {
+      LoadCheckpoint(checkpoint, into);
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string shard = path + "/rank-00000.bin";
+  const std::string meta_path = path + "/meta.json";
+  const std::string pristine_shard = ReadFileText(shard), pristine_meta = ReadFileText(meta_path);
+  // One flipped bit anywhere in the shard: the checksum names it.
+  for (std::size_t at : {std::size_t{3}, pristine_shard.size() / 2, pristine_shard.size() - 1}) {
+    std::string damaged = pristine_shard;
+    damaged[at] = static_cast<char>(damaged[at] ^ 0x10);
+    WriteFileAtomically(shard, damaged);
+    EXPECT_EQ(load_error(path), shard + ": checksum mismatch (damaged shard)") << "byte " << at;
+  }
+  WriteFileAtomically(shard, pristine_shard.substr(0, pristine_shard.size() - 4));
+  EXPECT_NE(load_error(path).find(shard + ": " + std::to_string(pristine_shard.size() - 4) +
+                                  " bytes, meta.json recorded"),
+            std::string::npos);
+  WriteFileAtomically(shard, pristine_shard);
+  // meta.json edited (a step of 1000, or -4): its own checksum catches it.
+  for (const char* step : {"1000", "-4"}) {
+    std::string edited = pristine_meta;
+    const std::size_t pos = edited.find("\"step\": 7");
+    ASSERT_NE(pos, std::string::npos) << edited;
+    edited.replace(pos, 9, std::string("\"step\": ") + step);
+    WriteFileAtomically(meta_path, edited);
+    EXPECT_NE(load_error(path).find("meta.json: checksum mismatch"), std::string::npos);
+  }
+  WriteFileAtomically(meta_path, pristine_meta);
+  EXPECT_EQ(load_error(path), "no error");
+}
+
+// `latest` may only name a checkpoint of `dir` (whose newest is step 9): a path out of it
+// (relative or absolute) or a checkpoint that is a link out of it is refused, naming the file.
+void ExpectLatestStaysInDirectory(const std::string& dir) {
+  const std::string outside = dir + "-outside";
+  std::filesystem::create_directories(outside);
+  std::filesystem::copy(dir + "/step-00000009", outside + "/step-00000011",
+                        std::filesystem::copy_options::recursive);
+  auto latest_error = [&](const std::string& pointer) {
+    WriteFileAtomically(dir + "/latest", pointer + "\n");
+    try {
+      LatestCheckpoint(dir);
+      return std::string("no error");
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+  };
+  for (const std::string& pointer :
+       {"../" + std::filesystem::path(outside).filename().string() + "/step-00000011",
+        outside + "/step-00000011", std::string("step-00000009/.."), std::string("step-9")}) {
+    EXPECT_NE(latest_error(pointer).find("not a checkpoint name of this directory"),
+              std::string::npos)
+        << pointer;
+  }
+  std::filesystem::create_directory_symlink(outside + "/step-00000011", dir + "/step-00000011");
+  EXPECT_NE(latest_error("step-00000011").find("outside the checkpoint directory"),
+            std::string::npos);
+  EXPECT_EQ(latest_error("step-00000009"), "no error");
+  std::filesystem::remove_all(outside);
+}
+
 // A checkpoint round-trips the optimizer state; damaged files are named in the error.
 TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   DistributedOptions options;
@@ -66,40 +135,7 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find("meta.json: parameters"), std::string::npos) << e.what();
   }
-  auto load_error = [&](const std::string& checkpoint) {
-    try {
-      LoadCheckpoint(checkpoint, b);
-    } catch (const InvalidInput& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  const std::string shard = *path + "/rank-00000.bin";
-  const std::string meta_path = *path + "/meta.json";
-  const std::string pristine_shard = ReadFileText(shard), pristine_meta = ReadFileText(meta_path);
-  // One flipped bit anywhere in the shard: the checksum names it.
-  for (std::size_t at : {std::size_t{3}, pristine_shard.size() / 2, pristine_shard.size() - 1}) {
-    std::string damaged = pristine_shard;
-    damaged[at] = static_cast<char>(damaged[at] ^ 0x10);
-    WriteFileAtomically(shard, damaged);
-    EXPECT_EQ(load_error(*path), shard + ": checksum mismatch (damaged shard)") << "byte " << at;
-  }
-  WriteFileAtomically(shard, pristine_shard.substr(0, pristine_shard.size() - 4));
-  EXPECT_NE(load_error(*path).find(shard + ": " + std::to_string(pristine_shard.size() - 4) +
-                                   " bytes, meta.json recorded"),
-            std::string::npos);
-  WriteFileAtomically(shard, pristine_shard);
-  // meta.json edited (a step of 1000, or -4): its own checksum catches it.
-  for (const char* step : {"1000", "-4"}) {
-    std::string edited = pristine_meta;
-    const std::size_t pos = edited.find("\"step\": 7");
-    ASSERT_NE(pos, std::string::npos) << edited;
-    edited.replace(pos, 9, std::string("\"step\": ") + step);
-    WriteFileAtomically(meta_path, edited);
-    EXPECT_NE(load_error(*path).find("meta.json: checksum mismatch"), std::string::npos);
-  }
-  WriteFileAtomically(meta_path, pristine_meta);
-  EXPECT_EQ(load_error(*path), "no error");
+  ExpectDamageNamed(*path, b);
 
   // `latest` deleted while a complete checkpoint exists: never a silent fresh start.
   std::filesystem::remove(dir + "/latest");
@@ -127,33 +163,7 @@ TEST(CheckpointTest, RoundTripAndDamagedFiles) {
   EXPECT_THROW(SaveCheckpoint(dir, meta, a, c, world, 2), IoError);
   EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000010"));
   EXPECT_EQ(*LatestCheckpoint(dir), dir + "/step-00000009");
-  // `latest` may only name a checkpoint of this directory: a path out of it (relative or
-  // absolute) or a checkpoint that is a link out of it is refused, naming the file.
-  const std::string outside = dir + "-outside";
-  std::filesystem::create_directories(outside);
-  std::filesystem::copy(dir + "/step-00000009", outside + "/step-00000011",
-                        std::filesystem::copy_options::recursive);
-  auto latest_error = [&](const std::string& pointer) {
-    WriteFileAtomically(dir + "/latest", pointer + "\n");
-    try {
-      LatestCheckpoint(dir);
-      return std::string("no error");
-    } catch (const InvalidInput& e) {
-      return std::string(e.what());
-    }
-  };
-  for (const std::string& pointer :
-       {"../" + std::filesystem::path(outside).filename().string() + "/step-00000011",
-        outside + "/step-00000011", std::string("step-00000009/.."), std::string("step-9")}) {
-    EXPECT_NE(latest_error(pointer).find("not a checkpoint name of this directory"),
-              std::string::npos)
-        << pointer;
-  }
-  std::filesystem::create_directory_symlink(outside + "/step-00000011", dir + "/step-00000011");
-  EXPECT_NE(latest_error("step-00000011").find("outside the checkpoint directory"),
-            std::string::npos);
-  EXPECT_EQ(latest_error("step-00000009"), "no error");
-  std::filesystem::remove_all(outside);
+  ExpectLatestStaysInDirectory(dir);
   std::filesystem::remove_all(dir);
   EXPECT_FALSE(LatestCheckpoint(dir).has_value());
 }

@@ -127,74 +127,49 @@ TEST(TrainingJobTest, ResumedRunEqualsUninterruptedRun) {
   std::filesystem::remove_all(dir);
 }
 
-// The set-up `hydraulis train` runs, in-process on one rank: TrainingRun builds from its
-// options the same run as the pieces built by hand (same losses, bit for bit), and its
-// checks name the flag a user gave.
-TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
-  const std::string root = HYDRAULIS_SOURCE_DIR;
-  const std::string dir = ::testing::TempDir() + "/hydraulis_run_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const ModelConfig c = Tiny();
-  WriteTestCorpus(dir + "/corpus", c.shape.vocab);
-  TrainingRunOptions options;
-  options.model = root + "/configs/models/tiny.json";
-  options.profile = root + "/configs/profiles/tiny-cpu.json";
-  options.data = dir + "/corpus";
-  options.tokens_per_batch = 2048;
-  options.max_len = 512;
-  options.adam = Adam(1e-8);
-  options.job.steps = 3;
-  options.job.seed = 7;
-  options.job.calibrate = false;  // bit for bit: plans of the profile as given
-  options.timeout_s = 10;
-
-  std::vector<double> by_run;
-  {
-    DistributedOptions distributed;
-    distributed.master_port = test_support::FreePort();
-    TrainingRun run(options, distributed, 0);
-    while (!run.job().done()) by_run.push_back(run.job().RunStep().result.loss);
+// The losses of the run `options` describes (one rank, the corpus in `dir`), built from
+// the pieces by hand as TrainingRun builds it.
+std::vector<double> LossesOfTheRunBuiltByHand(const TrainingRunOptions& options,
+                                              const std::string& dir) {
+  const MegatronDataset dataset(dir + "/corpus");
+  std::vector<std::int64_t> lengths;
+  for (std::size_t i = 0; i < dataset.num_documents(); ++i) {
+    lengths.push_back(dataset.DocumentLength(i));
   }
-  std::vector<double> by_hand;
-  {
-    const MegatronDataset dataset(dir + "/corpus");
-    std::vector<std::int64_t> lengths;
-    for (std::size_t i = 0; i < dataset.num_documents(); ++i) {
-      lengths.push_back(dataset.DocumentLength(i));
-    }
-    const Profile profile = LoadProfile(options.profile);
-    CandidateSet candidates;
-    candidates.gpus = 1;
-    candidates.optimizer_layout = {1, 1, 1};
-    candidates.strategies.push_back(Strategy{"1xtp1", {Scheme{}}});
-    PlannerOptions planning;
-    planning.context_tokens = 512;
-    planning.seed = 7;
-    const Planner planner(profile, candidates, planning);
-    // What `train` does by default: documents over the context in pieces, and a batch never
-    // cutting its last document to the budget.
-    const std::vector<DocumentPiece> pieces =
-        MakeDocumentPieces(lengths, 512, LongDocuments::kSplit, "corpus");
-    std::vector<std::int64_t> piece_lengths;
-    for (const DocumentPiece& p : pieces) piece_lengths.push_back(p.length);
-    SamplerOptions sampling{2048, 512, 7};
-    sampling.whole_documents = true;
-    BatchSampler sampler(piece_lengths, sampling);
-    DistributedOptions distributed;
-    distributed.master_port = test_support::FreePort();
-    distributed.timeout = std::chrono::milliseconds(10000);
-    Rendezvous rendezvous(distributed);
-    DistributedTrainer trainer(c, 7, Adam(1e-8), rendezvous, candidates.strategies);
-    TrainingJobOptions job_options = options.job;
-    job_options.long_documents = LongDocuments::kSplit;
-    job_options.max_len = 512;
-    TrainingJob job(planner, profile, sampler, dataset, pieces, trainer, job_options);
-    while (!job.done()) by_hand.push_back(job.RunStep().result.loss);
-  }
-  ASSERT_EQ(by_run.size(), 3u);
-  EXPECT_EQ(by_run, by_hand);
+  const Profile profile = LoadProfile(options.profile);
+  CandidateSet candidates;
+  candidates.gpus = 1;
+  candidates.optimizer_layout = {1, 1, 1};
+  candidates.strategies.push_back(Strategy{"1xtp1", {Scheme{}}});
+  PlannerOptions planning;
+  planning.context_tokens = 512;
+  planning.seed = 7;
+  const Planner planner(profile, candidates, planning);
+  // What `train` does by default: documents over the context in pieces, and a batch never
+  // cutting its last document to the budget.
+  const std::vector<DocumentPiece> pieces =
+      MakeDocumentPieces(lengths, 512, LongDocuments::kSplit, "corpus");
+  std::vector<std::int64_t> piece_lengths;
+  for (const DocumentPiece& p : pieces) piece_lengths.push_back(p.length);
+  SamplerOptions sampling{2048, 512, 7};
+  sampling.whole_documents = true;
+  BatchSampler sampler(piece_lengths, sampling);
+  DistributedOptions distributed;
+  distributed.master_port = test_support::FreePort();
+  distributed.timeout = std::chrono::milliseconds(10000);
+  Rendezvous rendezvous(distributed);
+  DistributedTrainer trainer(Tiny(), 7, Adam(1e-8), rendezvous, candidates.strategies);
+  TrainingJobOptions job_options = options.job;
+  job_options.long_documents = LongDocuments::kSplit;
+  job_options.max_len = 512;
+  TrainingJob job(planner, profile, sampler, dataset, pieces, trainer, job_options);
+  std::vector<double> losses;
+  while (!job.done()) losses.push_back(job.RunStep().result.loss);
+  return losses;
+}
 
+// CheckTrainingRun names the flag a user gave, for variations of the good `options`.
+void ExpectBadFlagsNamed(const TrainingRunOptions& options, const std::string& root) {
   auto error_of = [&](const TrainingRunOptions& o, int world) {
     try {
       CheckTrainingRun(o, world);
@@ -233,6 +208,42 @@ TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
   bad.comm_backend = "mpi";
   EXPECT_EQ(error_of(bad, 1), "--comm-backend: expected gloo or nccl, got 'mpi'");
   EXPECT_EQ(error_of(options, 1), "no error");
+}
+
+// The set-up `hydraulis train` runs, in-process on one rank: TrainingRun builds from its
+// options the same run as the pieces built by hand (same losses, bit for bit), and its
+// checks name the flag a user gave.
+TEST(TrainingRunTest, BuildsTheRunThePiecesBuildAndNamesBadFlags) {
+  const std::string root = HYDRAULIS_SOURCE_DIR;
+  const std::string dir = ::testing::TempDir() + "/hydraulis_run_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const ModelConfig c = Tiny();
+  WriteTestCorpus(dir + "/corpus", c.shape.vocab);
+  TrainingRunOptions options;
+  options.model = root + "/configs/models/tiny.json";
+  options.profile = root + "/configs/profiles/tiny-cpu.json";
+  options.data = dir + "/corpus";
+  options.tokens_per_batch = 2048;
+  options.max_len = 512;
+  options.adam = Adam(1e-8);
+  options.job.steps = 3;
+  options.job.seed = 7;
+  options.job.calibrate = false;  // bit for bit: plans of the profile as given
+  options.timeout_s = 10;
+
+  std::vector<double> by_run;
+  {
+    DistributedOptions distributed;
+    distributed.master_port = test_support::FreePort();
+    TrainingRun run(options, distributed, 0);
+    while (!run.job().done()) by_run.push_back(run.job().RunStep().result.loss);
+  }
+  const std::vector<double> by_hand = LossesOfTheRunBuiltByHand(options, dir);
+  ASSERT_EQ(by_run.size(), 3u);
+  EXPECT_EQ(by_run, by_hand);
+
+  ExpectBadFlagsNamed(options, root);
   std::filesystem::remove_all(dir);
 }
 

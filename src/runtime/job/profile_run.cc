@@ -149,6 +149,62 @@ void CheckProfileOptions(const ProfileOptions& options, int ranks) {
   }
 }
 
+namespace {
+
+// The micro-batches every scheme is timed on, drawn from --lengths.
+std::vector<std::vector<std::int64_t>> ProfileBatches(const ProfileOptions& options) {
+  std::vector<std::int64_t> pool;
+  try {
+    pool = ReadLengths(options.lengths);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(std::string("--lengths: ") + e.what());
+  }
+  ProfileBatchOptions batch_options;
+  batch_options.min_len = std::min(options.min_len, options.max_len);
+  batch_options.max_len = options.max_len;
+  batch_options.packed = options.packed;
+  batch_options.seed = options.seed;
+  return ProfileMicroBatches(pool, batch_options);
+}
+
+StageProfileOptions TimingOf(const ProfileOptions& options) {
+  StageProfileOptions timing;
+  timing.warmup = options.warmup;
+  timing.repeats = options.repeats;
+  timing.seed = options.seed;
+  timing.compute = options.compute;
+  return timing;
+}
+
+// GPU ranks time their tp groups over NCCL, as training runs them.
+std::unique_ptr<ProfileRanks> MakeProfileRanks(const DistributedOptions& distributed,
+                                               const ComputeOptions& compute,
+                                               const std::vector<int>& tps,
+                                               const std::set<std::pair<int, int>>& cp_blocks) {
+  DistributedOptions on_device = distributed;
+  if (compute.device == DeviceKind::kCuda) {
+    on_device.backend = CommBackend::kNccl;
+    on_device.device_index = compute.device_index;
+  }
+  return std::make_unique<ProfileRanks>(on_device, std::set<int>(tps.begin(), tps.end()),
+                                        cp_blocks);
+}
+
+// This rank's samples of scheme `s`: its cp x tp block's for a cp scheme, else its tp
+// group's (no group: a single process).
+std::vector<TimeSample> TimeScheme(const ModelConfig& model, const Scheme& s, ProfileRanks* ranks,
+                                   const std::vector<std::vector<std::int64_t>>& batches,
+                                   const StageProfileOptions& timing) {
+  if (s.cp > 1) {
+    const ProfileRanks::ContextParallelGroups g = ranks->ContextParallelBlock(s.cp, s.tp);
+    return ProfileShardedStage(model, *g.cp, g.tp, *g.block, batches, timing);
+  }
+  CommGroup* group = ranks == nullptr ? nullptr : ranks->TensorParallelGroup(BlockRanks(s));
+  return ProfileStage(model, s.pp, group, batches, timing);
+}
+
+}  // namespace
+
 ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* distributed,
                       const ProfileProgress& progress) {
   CheckProfileOptions(options, distributed != nullptr ? distributed->world_size : 1);
@@ -172,35 +228,13 @@ ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* d
   CheckComputeAvailable(options.compute);
   UseDevice(options.compute);
 
-  std::vector<std::int64_t> pool;
-  try {
-    pool = ReadLengths(options.lengths);
-  } catch (const InvalidInput& e) {
-    throw InvalidInput(std::string("--lengths: ") + e.what());
-  }
-  ProfileBatchOptions batch_options;
-  batch_options.min_len = std::min(options.min_len, options.max_len);
-  batch_options.max_len = options.max_len;
-  batch_options.packed = options.packed;
-  batch_options.seed = options.seed;
-  const std::vector<std::vector<std::int64_t>> batches = ProfileMicroBatches(pool, batch_options);
-  StageProfileOptions timing;
-  timing.warmup = options.warmup;
-  timing.repeats = options.repeats;
-  timing.seed = options.seed;
-  timing.compute = options.compute;
+  const std::vector<std::vector<std::int64_t>> batches = ProfileBatches(options);
+  const StageProfileOptions timing = TimingOf(options);
 
   ProfileRun run;
   std::unique_ptr<ProfileRanks> ranks;
   if (distributed != nullptr) {
-    // GPU ranks time their tp groups over NCCL, as training runs them.
-    DistributedOptions on_device = *distributed;
-    if (options.compute.device == DeviceKind::kCuda) {
-      on_device.backend = CommBackend::kNccl;
-      on_device.device_index = options.compute.device_index;
-    }
-    ranks =
-        std::make_unique<ProfileRanks>(on_device, std::set<int>(tps.begin(), tps.end()), cp_blocks);
+    ranks = MakeProfileRanks(*distributed, options.compute, tps, cp_blocks);
     run.rank = ranks->rank();
     run.world_size = ranks->world_size();
   }
@@ -217,14 +251,7 @@ ProfileRun RunProfile(const ProfileOptions& options, const DistributedOptions* d
       const int block = BlockRanks(s);
       if (ranks == nullptr || ranks->Runs(block)) {
         const auto start = std::chrono::steady_clock::now();
-        std::vector<TimeSample> timed;
-        if (sharded) {
-          const ProfileRanks::ContextParallelGroups g = ranks->ContextParallelBlock(s.cp, s.tp);
-          timed = ProfileShardedStage(model, *g.cp, g.tp, *g.block, batches, timing);
-        } else {
-          CommGroup* group = ranks == nullptr ? nullptr : ranks->TensorParallelGroup(block);
-          timed = ProfileStage(model, s.pp, group, batches, timing);
-        }
+        std::vector<TimeSample> timed = TimeScheme(model, s, ranks.get(), batches, timing);
         if (chief) {
           if (sharded) {
             const auto placed = static_cast<std::size_t>(

@@ -111,6 +111,26 @@ SamplerOptions SamplerFor(const TrainingRunOptions& o, LongDocuments rule) {
 constexpr EnumNames<Algorithm, 2> kTrainingAlgorithms{
     {{Algorithm::kOurs, "ours"}, {Algorithm::kStaticFixed, "static-fixed"}}};
 
+// The flags that contradict each other or leave nothing to train on.
+void CheckFlagCombinations(const TrainingRunOptions& o) {
+  if (o.max_len < 2) {
+    throw InvalidInput("--max-len " + std::to_string(o.max_len) +
+                       ": every document would be cut to fewer than 2 tokens, which leaves no "
+                       "next-token target to train on; give at least 2");
+  }
+  if (!o.candidates.empty() && o.cp != 1) {
+    // A candidates file names each scheme's cp itself.
+    throw InvalidInput("train: --cp " + std::to_string(o.cp) +
+                       " and --candidates: give one (a candidates file sets each scheme's cp)");
+  }
+  if (!o.candidates.empty() && (o.tp != 1 || o.pp != 1)) {
+    throw InvalidInput("train: give --candidates or --tp/--pp, not both");
+  }
+  if (o.resume && o.job.checkpoint_dir.empty()) {
+    throw InvalidInput("train: --resume needs --checkpoint-dir");
+  }
+}
+
 }  // namespace
 
 // Everything a rank needs besides its peers, loaded and checked.
@@ -136,22 +156,7 @@ struct TrainingInputs {
   // `compute`: the device the training state must fit (CheckTrainingStateFits).
   TrainingInputs(const TrainingRunOptions& o, int world_size, const ComputeOptions& compute,
                  bool in_launcher = false) {
-    if (o.max_len < 2) {
-      throw InvalidInput("--max-len " + std::to_string(o.max_len) +
-                         ": every document would be cut to fewer than 2 tokens, which leaves no "
-                         "next-token target to train on; give at least 2");
-    }
-    if (!o.candidates.empty() && o.cp != 1) {
-      // A candidates file names each scheme's cp itself.
-      throw InvalidInput("train: --cp " + std::to_string(o.cp) +
-                         " and --candidates: give one (a candidates file sets each scheme's cp)");
-    }
-    if (!o.candidates.empty() && (o.tp != 1 || o.pp != 1)) {
-      throw InvalidInput("train: give --candidates or --tp/--pp, not both");
-    }
-    if (o.resume && o.job.checkpoint_dir.empty()) {
-      throw InvalidInput("train: --resume needs --checkpoint-dir");
-    }
+    CheckFlagCombinations(o);
     CheckCheckpointDir(o.job.checkpoint_dir, o.resume, in_launcher);
     const std::string model_source = o.init_from.empty() ? o.model : o.init_from + "/config.json";
     if (!o.init_from.empty()) {
@@ -164,33 +169,7 @@ struct TrainingInputs {
     // Before anything of the model's size is built: the flat layout below lists every
     // parameter (2^31 layers would exhaust memory listing them) and counts in int64.
     CheckTrainingStateFits(model, world_size, compute);
-    if (o.profile.empty()) {
-      // The engine's bundled profile when it is this model's, else one derived from it.
-      profile = LoadProfile(o.engine_profile);
-      if (!ProfiledFor(profile, model) || profile.recompute != compute.recompute) {
-        profile = DeriveProfile(profile, model, compute.recompute);
-        profile_derived = true;
-      }
-    } else {
-      profile = LoadProfile(o.profile);
-      if (profile.recompute != compute.recompute) {
-        throw InvalidInput(
-            o.profile + ": recompute: the profile is for " + ToString(profile.recompute) +
-            ", the run asks " + "--recompute-granularity " + ToString(compute.recompute) +
-            ": its capacities and times are another run's (fit one with "
-            "`hydraulis profile --recompute-granularity " +
-            ToString(compute.recompute) + "`, or leave --profile out to derive one)");
-      }
-      if (!ProfiledFor(profile, model)) {
-        throw InvalidInput(o.profile + ": model: profiled for " +
-                           std::to_string(profile.model.layers) + " layers of hidden " +
-                           std::to_string(profile.model.hidden) + ", " + model_source + " has " +
-                           std::to_string(model.shape.layers) + " of " +
-                           std::to_string(model.shape.hidden) +
-                           " (fit one for this model with `hydraulis profile --model "
-                           "MODEL.json -o PROFILE.json`, or leave --profile out to derive one)");
-      }
-    }
+    ChooseProfile(o, compute, model_source);
     if (o.candidates.empty() && world_size % (std::int64_t{o.cp} * o.tp * o.pp) == 0) {
       derived_cp_scheme = DeriveContextParallelScheme(o, profile, Scheme{o.cp, o.tp, o.pp});
     }
@@ -215,6 +194,38 @@ struct TrainingInputs {
     planner.algorithm = ParseName(o.plan_algorithm, kTrainingAlgorithms, "--plan-algorithm");
     planner.context_tokens = o.max_len;
     planner.seed = o.job.seed;
+  }
+
+  // --profile, which must be this model's and this recompute's, or without it the engine's
+  // bundled profile when it is this model's, else one derived from it.
+  void ChooseProfile(const TrainingRunOptions& o, const ComputeOptions& compute,
+                     const std::string& model_source) {
+    if (o.profile.empty()) {
+      profile = LoadProfile(o.engine_profile);
+      if (!ProfiledFor(profile, model) || profile.recompute != compute.recompute) {
+        profile = DeriveProfile(profile, model, compute.recompute);
+        profile_derived = true;
+      }
+      return;
+    }
+    profile = LoadProfile(o.profile);
+    if (profile.recompute != compute.recompute) {
+      throw InvalidInput(o.profile + ": recompute: the profile is for " +
+                         ToString(profile.recompute) + ", the run asks " +
+                         "--recompute-granularity " + ToString(compute.recompute) +
+                         ": its capacities and times are another run's (fit one with "
+                         "`hydraulis profile --recompute-granularity " +
+                         ToString(compute.recompute) + "`, or leave --profile out to derive one)");
+    }
+    if (!ProfiledFor(profile, model)) {
+      throw InvalidInput(o.profile + ": model: profiled for " +
+                         std::to_string(profile.model.layers) + " layers of hidden " +
+                         std::to_string(profile.model.hidden) + ", " + model_source + " has " +
+                         std::to_string(model.shape.layers) + " of " +
+                         std::to_string(model.shape.hidden) +
+                         " (fit one for this model with `hydraulis profile --model "
+                         "MODEL.json -o PROFILE.json`, or leave --profile out to derive one)");
+    }
   }
 
   // --eval-every's documents: from --eval-data, or the last pieces of --data, which leave

@@ -52,17 +52,14 @@ void CheckInputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
-ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::Device device) {
-  const int cp = local.cp;
-  const auto ranks_count = static_cast<std::size_t>(cp);
-  const std::int64_t storage = local.storage_tokens();
-  ContextParallelRows rows;
-  rows.local = local;
-  rows.send_counts.assign(ranks_count, 0);
-  rows.receive_counts.assign(ranks_count, 0);
+namespace {
+
+// Per shared document, where each other rank's chunks start in the block that rank sends
+// (by position among the document's ranks); the same sums on every rank. Adds what each
+// rank sends here to `receive_counts`.
+std::vector<std::vector<std::int64_t>> SharedDocumentBases(
+    const LocalTokenLayout& local, std::vector<std::int64_t>& receive_counts) {
   const std::size_t n = local.lengths.size();
-  // Per shared document, where each other rank's chunks start in the block that rank sends
-  // (by position among the document's ranks); the same sums on every rank.
   std::vector<std::vector<std::int64_t>> base(n);
   for (std::size_t d = 0; d < n; ++d) {
     if (local.layout.empty() || local.layout.Width(d) < 2) continue;
@@ -73,18 +70,27 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
     for (int j = 0; j < k; ++j) {
       const auto q = static_cast<std::size_t>(ranks[static_cast<std::size_t>(j)]);
       if (ranks[static_cast<std::size_t>(j)] == local.rank) continue;
-      base[d][static_cast<std::size_t>(j)] = rows.receive_counts[q];
-      rows.receive_counts[q] += RankShardTokens(local.lengths[d], k, j);
+      base[d][static_cast<std::size_t>(j)] = receive_counts[q];
+      receive_counts[q] += RankShardTokens(local.lengths[d], k, j);
     }
   }
-  std::vector<std::int64_t> receive_offset(ranks_count, storage);
-  for (std::size_t q = 1; q < ranks_count; ++q) {
-    receive_offset[q] = receive_offset[q - 1] + rows.receive_counts[q - 1];
-  }
+  return base;
+}
 
-  // This rank's own segments of each shared document: the storage row of its head (slot 0)
-  // and tail (slot 1) chunk, -1 where the chunk is empty; and what it sends to each peer.
-  std::vector<std::array<std::int64_t, 2>> own(n, {-1, -1});
+// This rank's own segments of each shared document: the storage row of its head (slot 0)
+// and tail (slot 1) chunk, -1 where the chunk is empty; and the rows it sends, by receiver
+// in rank order.
+struct OwnRows {
+  std::vector<std::array<std::int64_t, 2>> own;
+  std::vector<std::int64_t> send;
+};
+
+OwnRows OwnAndSentRows(const LocalTokenLayout& local,
+                       const std::vector<std::vector<std::int64_t>>& base,
+                       std::vector<std::int64_t>& send_counts) {
+  const auto ranks_count = static_cast<std::size_t>(local.cp);
+  OwnRows out;
+  out.own.assign(local.lengths.size(), {-1, -1});
   std::vector<std::vector<std::int64_t>> send_to(ranks_count);
   for (std::size_t i = 0; i < local.segments.size(); ++i) {
     const RankSegment& seg = local.segments[i];
@@ -96,7 +102,7 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
         static_cast<int>(std::find(ranks.begin(), ranks.end(), local.rank) - ranks.begin());
     const TokenRange head = RankChunks(local.lengths[d], k, me)[0];
     const int slot = seg.range.begin == head.begin && head.Size() > 0 ? 0 : 1;
-    own[d][static_cast<std::size_t>(slot)] = local.storage_offsets[i];
+    out.own[d][static_cast<std::size_t>(slot)] = local.storage_offsets[i];
     for (int q : ranks) {
       if (q == local.rank) continue;
       for (std::int64_t p = 0; p < seg.range.Size(); ++p) {
@@ -104,11 +110,54 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
       }
     }
   }
-  std::vector<std::int64_t> send;
   for (std::size_t q = 0; q < ranks_count; ++q) {
-    rows.send_counts[q] = static_cast<std::int64_t>(send_to[q].size());
-    send.insert(send.end(), send_to[q].begin(), send_to[q].end());
+    send_counts[q] = static_cast<std::int64_t>(send_to[q].size());
+    out.send.insert(out.send.end(), send_to[q].begin(), send_to[q].end());
   }
+  return out;
+}
+
+// Keys [0, end) of shared document d, chunk by chunk: this rank's own from its storage,
+// the others' from the block their rank sent.
+void AppendSharedKeys(const LocalTokenLayout& local, std::size_t d, std::int64_t end,
+                      const std::array<std::int64_t, 2>& own, const std::vector<std::int64_t>& base,
+                      const std::vector<std::int64_t>& receive_offset,
+                      std::vector<std::int64_t>& keys) {
+  const std::span<const int> ranks = local.layout.Ranks(d);
+  const int k = static_cast<int>(ranks.size());
+  const std::int64_t length = local.lengths[d];
+  for (int c = 0; c < 2 * k; ++c) {
+    const TokenRange chunk = ShardChunk(length, k, c);
+    if (chunk.begin >= end) break;
+    const ChunkHolder h = HolderOfChunk(k, c);
+    const auto position = static_cast<std::size_t>(h.rank);
+    const int holder = ranks[position];
+    const std::int64_t start =
+        holder == local.rank ? own[static_cast<std::size_t>(h.slot)]
+                             : receive_offset[static_cast<std::size_t>(holder)] + base[position] +
+                                   (h.slot == 1 ? RankChunks(length, k, h.rank)[0].Size() : 0);
+    for (std::int64_t p = chunk.begin; p < std::min(chunk.end, end); ++p) {
+      keys.push_back(start + (p - chunk.begin));
+    }
+  }
+}
+
+}  // namespace
+
+ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::Device device) {
+  const auto ranks_count = static_cast<std::size_t>(local.cp);
+  const std::int64_t storage = local.storage_tokens();
+  ContextParallelRows rows;
+  rows.local = local;
+  rows.send_counts.assign(ranks_count, 0);
+  rows.receive_counts.assign(ranks_count, 0);
+  const std::vector<std::vector<std::int64_t>> base =
+      SharedDocumentBases(local, rows.receive_counts);
+  std::vector<std::int64_t> receive_offset(ranks_count, storage);
+  for (std::size_t q = 1; q < ranks_count; ++q) {
+    receive_offset[q] = receive_offset[q - 1] + rows.receive_counts[q - 1];
+  }
+  const OwnRows own = OwnAndSentRows(local, base, rows.send_counts);
 
   std::vector<std::int64_t> real, keys;
   rows.cu_seqlens_k.push_back(0);
@@ -122,32 +171,12 @@ ContextParallelRows MakeContextParallelRows(const LocalTokenLayout& local, at::D
       rows.cu_seqlens_k.push_back(rows.cu_seqlens_k.back() + seg.range.Size());
       continue;
     }
-    // Keys [0, end) of the document, chunk by chunk: this rank's own from its storage, the
-    // others' from the block their rank sent.
-    const std::span<const int> ranks = local.layout.Ranks(d);
-    const int k = static_cast<int>(ranks.size());
-    const std::int64_t length = local.lengths[d];
-    const std::int64_t end = seg.range.end;
-    for (int c = 0; c < 2 * k; ++c) {
-      const TokenRange chunk = ShardChunk(length, k, c);
-      if (chunk.begin >= end) break;
-      const ChunkHolder h = HolderOfChunk(k, c);
-      const auto position = static_cast<std::size_t>(h.rank);
-      const int holder = ranks[position];
-      const std::int64_t start =
-          holder == local.rank
-              ? own[d][static_cast<std::size_t>(h.slot)]
-              : receive_offset[static_cast<std::size_t>(holder)] + base[d][position] +
-                    (h.slot == 1 ? RankChunks(length, k, h.rank)[0].Size() : 0);
-      for (std::int64_t p = chunk.begin; p < std::min(chunk.end, end); ++p) {
-        keys.push_back(start + (p - chunk.begin));
-      }
-    }
-    rows.cu_seqlens_k.push_back(rows.cu_seqlens_k.back() + end);
+    AppendSharedKeys(local, d, seg.range.end, own.own[d], base[d], receive_offset, keys);
+    rows.cu_seqlens_k.push_back(rows.cu_seqlens_k.back() + seg.range.end);
   }
   const auto on_device = [&](const std::vector<std::int64_t>& v) { return IndicesOn(v, device); };
   if (local.has_padding()) rows.real_rows = on_device(real);
-  rows.send_rows = on_device(send);
+  rows.send_rows = on_device(own.send);
   rows.key_rows = on_device(keys);
   if (device.is_cuda()) {
     rows.cu_seqlens_q_device = CuSeqlensOnDevice(local.cu_seqlens, device);

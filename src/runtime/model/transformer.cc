@@ -90,6 +90,39 @@ at::Tensor Residual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& 
   return x + ReduceFromTensorParallel::apply(Linear(y, weight), group);
 }
 
+void CheckLayerRange(const ModelPart& part, int layers) {
+  if (part.first_layer < 0 || part.first_layer > part.end_layer || part.end_layer > layers) {
+    throw InvalidInput("model part: layers [" + std::to_string(part.first_layer) + ", " +
+                       std::to_string(part.end_layer) + ") out of range for " +
+                       std::to_string(layers) + " layers");
+  }
+}
+
+// Whether a rank with `part` holds (a shard of) `p`: only those are read from the initial
+// weights.
+bool Holds(const ModelPart& part, const ModelConfig& config, const FullParameter& p) {
+  if (p.name == "embed") return part.has_embedding || (config.tie_embeddings && part.has_head);
+  if (p.name == "final_norm" || p.name == "head") return part.has_head;
+  const int layer = std::stoi(p.name.substr(7, p.name.find('.', 7) - 7));
+  return layer >= part.first_layer && layer < part.end_layer;
+}
+
+void CheckPreviousStageHidden(const at::Tensor& hidden, std::int64_t tokens,
+                              std::int64_t hidden_size) {
+  if (!hidden.defined() || hidden.dim() != 2 || hidden.size(0) != tokens ||
+      hidden.size(1) != hidden_size) {
+    throw InvalidInput("ForwardStage: expected hidden states [" + std::to_string(tokens) + ", " +
+                       std::to_string(hidden_size) + "] from the previous stage");
+  }
+}
+
+// fn's one output; under selective recomputation its activations are not kept but
+// computed again in the backward.
+at::Tensor SelectivelyRecomputed(Recompute mode, const TensorFunction& fn,
+                                 const std::vector<at::Tensor>& inputs) {
+  return mode == Recompute::kSelective ? Recomputed(fn, inputs)[0] : fn(inputs)[0];
+}
+
 }  // namespace
 
 void ValidateTensorParallel(const ModelConfig& config, int tp_size) {
@@ -259,22 +292,10 @@ Transformer::Transformer(const ModelConfig& config, std::uint64_t seed, CommGrou
   CheckComputeAvailable(compute_);
   ValidateTensorParallel(config_, tp_size());
   if (part_.end_layer < 0) part_.end_layer = config_.shape.layers;
-  if (part_.first_layer < 0 || part_.first_layer > part_.end_layer ||
-      part_.end_layer > config_.shape.layers) {
-    throw InvalidInput("model part: layers [" + std::to_string(part_.first_layer) + ", " +
-                       std::to_string(part_.end_layer) + ") out of range for " +
-                       std::to_string(config_.shape.layers) + " layers");
-  }
+  CheckLayerRange(part_, config_.shape.layers);
   const InitialWeights seeded = initial ? InitialWeights() : SeededWeights(config_, seed);
-  // Whether this rank holds (a shard of) `p`: only those are read from `initial`.
-  auto held = [&](const FullParameter& p) {
-    if (p.name == "embed") return part_.has_embedding || (config_.tie_embeddings && part_.has_head);
-    if (p.name == "final_norm" || p.name == "head") return part_.has_head;
-    const int layer = std::stoi(p.name.substr(7, p.name.find('.', 7) - 7));
-    return layer >= part_.first_layer && layer < part_.end_layer;
-  };
   auto value_of = [&](const FullParameter& p) {
-    if (!held(p)) return at::Tensor();
+    if (!Holds(part_, config_, p)) return at::Tensor();
     at::Tensor v = initial ? initial(p) : seeded(p);
     if (v.sizes().vec() != p.shape) {
       throw InvalidInput("initial weights: " + p.name + " has shape " + c10::str(v.sizes()) +
@@ -405,11 +426,7 @@ at::Tensor Transformer::RunStage(const at::Tensor& token_ids, const at::Tensor& 
     fetch(1);                               // the embedding is parameter 0
     x = embed_.index_select(0, token_ids);  // [tokens, hidden]
   } else {
-    if (!hidden.defined() || hidden.dim() != 2 || hidden.size(0) != tokens ||
-        hidden.size(1) != s.hidden) {
-      throw InvalidInput("ForwardStage: expected hidden states [" + std::to_string(tokens) + ", " +
-                         std::to_string(s.hidden) + "] from the previous stage");
-    }
+    CheckPreviousStageHidden(hidden, tokens, s.hidden);
     x = hidden;
   }
   // This rank's heads: contiguous blocks of q heads and of kv heads, so local q head j
@@ -438,29 +455,21 @@ at::Tensor Transformer::RunStage(const at::Tensor& token_ids, const at::Tensor& 
         HeadNorm(Linear(h, l.wk, l.bk).view({tokens, kv_heads, dim}), shared(l.k_norm), eps),
         rotary);
     at::Tensor v = Linear(h, l.wv, l.bv).view({tokens, kv_heads, dim});
-    at::Tensor attn;
-    if (mode == Recompute::kSelective) {
-      attn = Recomputed(
-          [attend](const std::vector<at::Tensor>& in) {
-            return std::vector<at::Tensor>{attend(in[0], in[1], in[2])};
-          },
-          {q, k, v})[0];
-    } else {
-      attn = attend(q, k, v);
-    }
+    const at::Tensor attn =
+        SelectivelyRecomputed(mode,
+                              [attend](const std::vector<at::Tensor>& in) {
+                                return std::vector<at::Tensor>{attend(in[0], in[1], in[2])};
+                              },
+                              {q, k, v});
     const at::Tensor mid = Residual(input, attn.reshape({tokens, heads * dim}), l.wo, group);
     h = f(RmsNorm(mid, l.mlp_norm, eps));
     const at::Tensor gate = Linear(h, l.w_gate), up = Linear(h, l.w_up);
-    at::Tensor act;
-    if (mode == Recompute::kSelective) {
-      act = Recomputed(
-          [](const std::vector<at::Tensor>& in) {
-            return std::vector<at::Tensor>{at::silu(in[0]) * in[1]};
-          },
-          {gate, up})[0];
-    } else {
-      act = at::silu(gate) * up;
-    }
+    const at::Tensor act =
+        SelectivelyRecomputed(mode,
+                              [](const std::vector<at::Tensor>& in) {
+                                return std::vector<at::Tensor>{at::silu(in[0]) * in[1]};
+                              },
+                              {gate, up});
     return Residual(mid, act, l.w_down, group);
   };
   for (std::size_t i = 0; i < layers_.size(); ++i) {

@@ -106,6 +106,38 @@ std::uint64_t StepHash(const Plan& plan, const std::vector<std::vector<std::int6
   return h.value();
 }
 
+namespace {
+
+// Every candidate fits the job's ranks and splits the model, each error naming the
+// candidate and its scheme.
+void CheckCandidates(const std::vector<Strategy>& candidates, const ModelConfig& config,
+                     int world_size) {
+  if (candidates.empty()) throw InvalidInput("distributed training: no candidate strategy");
+  for (std::size_t c = 0; c < candidates.size(); ++c) {
+    const Strategy& s = candidates[c];
+    const std::string where = "candidate " + std::to_string(c) + " (" +
+                              (s.name.empty() ? StrategyDescription(s) : s.name) + ")";
+    if (s.pipelines.empty()) throw InvalidInput(where + ": has no pipeline");
+    if (s.Gpus() > world_size) {
+      throw InvalidInput(where + ": needs " + std::to_string(s.Gpus()) + " ranks, the job has " +
+                         std::to_string(world_size));
+    }
+    for (const Scheme& scheme : s.pipelines) {
+      if (scheme.cp < 1) {
+        throw InvalidInput(where + ": " + SchemeName(scheme) + ": cp must be at least 1");
+      }
+      try {
+        ValidateTensorParallel(config, scheme.tp);
+        (void)ModelPart::Stage(config, 0, scheme.pp);
+      } catch (const InvalidInput& e) {
+        throw InvalidInput(where + ": " + SchemeName(scheme) + ": " + e.what());
+      }
+    }
+  }
+}
+
+}  // namespace
+
 struct DistributedTrainer::Compute {
   ComputeRole role;  // pipeline -1: idle in this candidate
   int cp = 1;        // of this rank's pipeline
@@ -128,28 +160,7 @@ DistributedTrainer::DistributedTrainer(const ModelConfig& config, std::uint64_t 
   CheckComputeAvailable(compute_);
   UseDevice(compute_);  // this thread's current GPU (a test runs ranks as threads)
   const DistributedOptions& o = rendezvous_.options();
-  if (candidates_.empty()) throw InvalidInput("distributed training: no candidate strategy");
-  for (std::size_t c = 0; c < candidates_.size(); ++c) {
-    const Strategy& s = candidates_[c];
-    const std::string where = "candidate " + std::to_string(c) + " (" +
-                              (s.name.empty() ? StrategyDescription(s) : s.name) + ")";
-    if (s.pipelines.empty()) throw InvalidInput(where + ": has no pipeline");
-    if (s.Gpus() > o.world_size) {
-      throw InvalidInput(where + ": needs " + std::to_string(s.Gpus()) + " ranks, the job has " +
-                         std::to_string(o.world_size));
-    }
-    for (const Scheme& scheme : s.pipelines) {
-      if (scheme.cp < 1) {
-        throw InvalidInput(where + ": " + SchemeName(scheme) + ": cp must be at least 1");
-      }
-      try {
-        ValidateTensorParallel(config_, scheme.tp);
-        (void)ModelPart::Stage(config_, 0, scheme.pp);
-      } catch (const InvalidInput& e) {
-        throw InvalidInput(where + ": " + SchemeName(scheme) + ": " + e.what());
-      }
-    }
-  }
+  CheckCandidates(candidates_, config_, o.world_size);
   world_ = MakeCommGroup(rendezvous_, "world");
   // The step's control messages (the plan-hash check, the loss sums) are a few host values:
   // over Gloo they never wait behind the world's GPU collectives (under NCCL, the previous

@@ -177,8 +177,7 @@ StageResult RunForwards(const StageWork& work, const StageLinks& links, StageIo&
   return result;
 }
 
-StageResult RunSchedule(const Transformer& model, const StageWork& work, const StageLinks& links,
-                        std::int64_t global_targets) {
+void CheckLinks(const StageLinks& links, std::int64_t global_targets) {
   const bool first = links.stage == 0;
   const bool last = links.stage == links.pp - 1;
   if (links.pp > 1 &&
@@ -188,26 +187,74 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
   if (global_targets <= 0) {
     throw InvalidInput("training step: the global batch has no target token");
   }
+}
+
+// The receives of the 1F1B schedule, posted in the order above: each call posts a_j (or
+// g_i) and every earlier one not yet posted.
+class ReceivePosts {
+ public:
+  ReceivePosts(const StageWork& work, const StageLinks& links, StageIo& io)
+      : work_(work), links_(links), io_(io) {}
+
+  void ForwardsUntil(int j) {
+    for (; forwards_ <= std::min(j, work_.micro_batches - 1); ++forwards_) {
+      io_.Post(links_.prev, forwards_, true, work_.rows(forwards_));
+    }
+  }
+  void GradsUntil(int i) {
+    for (; grads_ <= std::min(i, work_.micro_batches - 1); ++grads_) {
+      io_.Post(links_.next, grads_, false, work_.rows(grads_));
+    }
+  }
+
+ private:
+  const StageWork& work_;
+  const StageLinks& links_;
+  StageIo& io_;
+  int forwards_ = 0;  // a_0 .. a_{forwards_ - 1} posted (from prev)
+  int grads_ = 0;     // g_0 .. g_{grads_ - 1} posted (from next)
+};
+
+// Adds a micro-batch's loss sum to the total, in double.
+void AddLoss(const at::Tensor& sum, at::Tensor& total) {
+  const at::Tensor in_double = sum.detach().to(at::kDouble);
+  if (total.defined()) {
+    total.add_(in_double);
+  } else {
+    total = in_double.clone();
+  }
+}
+
+// From the scaled loss on the last stage (upstream undefined), else from the hidden states
+// with the gradient the next stage sent back.
+void Backward(const at::Tensor& output, const at::Tensor& upstream) {
+  if (upstream.defined()) {
+    output.backward(upstream);
+  } else {
+    output.backward();
+  }
+}
+
+// What goes back to the previous stage. A cp rank without tokens in this micro-batch has an
+// empty input, whose gradient autograd may leave undefined; its peer still waits for the
+// (empty) message.
+at::Tensor InputGradient(const at::Tensor& input) {
+  return input.grad().defined() ? input.grad() : at::zeros_like(input);
+}
+
+StageResult RunSchedule(const Transformer& model, const StageWork& work, const StageLinks& links,
+                        std::int64_t global_targets) {
+  CheckLinks(links, global_targets);
+  const bool first = links.stage == 0;
+  const bool last = links.stage == links.pp - 1;
   const int v = work.micro_batches;
   StageIo io(links, model.config().shape.hidden, model.activation_options(), v);
-  const auto& tokens_of = work.rows;
   if (links.forward_only) return RunForwards(work, links, io);
   // Warm-ups of the previous stage and of this one.
   const int warmup_prev = std::min(links.pp - links.stage, v);
   const int warmup = std::min(links.pp - 1 - links.stage, v);
-  int forwards_posted = 0;                 // a_0 .. a_{forwards_posted - 1} posted (from prev)
-  int grads_posted = 0;                    // g_0 .. g_{grads_posted - 1} posted (from next)
-  auto post_forwards_until = [&](int j) {  // posts a_j and everything before it
-    for (; forwards_posted <= std::min(j, v - 1); ++forwards_posted) {
-      io.Post(links.prev, forwards_posted, true, tokens_of(forwards_posted));
-    }
-  };
-  auto post_grads_until = [&](int i) {
-    for (; grads_posted <= std::min(i, v - 1); ++grads_posted) {
-      io.Post(links.next, grads_posted, false, tokens_of(grads_posted));
-    }
-  };
-  if (!first) post_forwards_until(warmup_prev);
+  ReceivePosts post(work, links, io);
+  if (!first) post.ForwardsUntil(warmup_prev);
 
   struct InFlight {
     at::Tensor input;   // received activations (requires grad), undefined on the first stage
@@ -238,12 +285,7 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
         TokenLoss loss = work.loss(op.micro_batch, out);
         // Divided by the global count, so the gradients add up to those of the global mean.
         f.output = loss.sum / static_cast<double>(global_targets);
-        const at::Tensor sum = loss.sum.detach().to(at::kDouble);
-        if (loss_total.defined()) {
-          loss_total.add_(sum);
-        } else {
-          loss_total = sum.clone();
-        }
+        AddLoss(loss.sum, loss_total);
         result.targets += loss.tokens;
         result.forward_ms += MsSince(forward_start);
         if (clock) clock->Stop(op.micro_batch);
@@ -252,28 +294,21 @@ StageResult RunSchedule(const Transformer& model, const StageWork& work, const S
         if (clock) clock->Stop(op.micro_batch);
         io.Send(out, links.next, op.micro_batch, true);
         f.output = out;
-        post_grads_until(op.micro_batch == v - 1 ? v - 1 : op.micro_batch - warmup);
+        post.GradsUntil(op.micro_batch == v - 1 ? v - 1 : op.micro_batch - warmup);
       }
       continue;
     }
     const at::Tensor upstream = last ? at::Tensor() : io.Take(op.micro_batch, false);
     const auto backward_start = std::chrono::steady_clock::now();
     if (clock) clock->Start();
-    if (last) {
-      f.output.backward();
-    } else {
-      f.output.backward(upstream);
-    }
+    Backward(f.output, upstream);
     result.backward_ms += MsSince(backward_start);
     if (clock) clock->Stop(op.micro_batch);
     // No AccumulateMainGradients here: the distributed trainer's optimizer collects every
     // backward pass's gradients itself, in fp32 (ShardedAdamW::BeginStep).
     if (!first) {
-      // A cp rank without tokens in this micro-batch has an empty input, whose gradient
-      // autograd may leave undefined; its peer still waits for the (empty) message.
-      const at::Tensor grad = f.input.grad().defined() ? f.input.grad() : at::zeros_like(f.input);
-      io.Send(grad, links.prev, op.micro_batch, false);
-      post_forwards_until(op.micro_batch + warmup_prev + 1);
+      io.Send(InputGradient(f.input), links.prev, op.micro_batch, false);
+      post.ForwardsUntil(op.micro_batch + warmup_prev + 1);
     }
     f = InFlight{};  // frees the activations of this micro-batch
   }

@@ -193,6 +193,68 @@ std::int64_t WorkChunk(const at::Tensor& t) {
   return t.is_cuda() ? std::int64_t{1} << 24 : std::int64_t{1} << 20;
 }
 
+// Without BeginStep's hooks: every contributing parameter's accumulated gradient, added
+// into its region of `grad`.
+void CollectGradients(const Transformer& model, const FlatLayout& layout, at::Tensor& grad) {
+  for (const NamedParameter& p : model.named_parameters()) {
+    if (!Contributes(model, p)) continue;
+    const at::Tensor& g = GradientOf(p);
+    if (!g.defined()) {
+      throw InternalError("ShardedAdamW: parameter '" + p.name + "' has no gradient");
+    }
+    RegionOf(grad, layout, p, model.tp_size(), model.tp_rank()).add_(g);
+  }
+}
+
+// The squared norm of `shard`, on the CPU. Summed in double chunk by chunk: a double copy
+// of the whole shard would cost 8 (and its square another 8) bytes per parameter at the
+// step's peak.
+at::Tensor SquaredNorm(const at::Tensor& shard) {
+  const std::int64_t chunk_numel = WorkChunk(shard);
+  at::Tensor norm_sq = at::zeros({1}, shard.options().dtype(at::kDouble));
+  for (std::int64_t begin = 0; begin < shard.numel(); begin += chunk_numel) {
+    const at::Tensor chunk = shard.slice(0, begin, std::min(begin + chunk_numel, shard.numel()));
+    norm_sq.add_(chunk.to(at::kDouble).square().sum());
+  }
+  return norm_sq.cpu();
+}
+
+// One AdamW step on elements [0, n) of `state`'s tensors (updated in place) with `grad`.
+// The fused kernel in one call (no temporaries); the reference chunk by chunk, so its
+// temporaries stay small. The update is elementwise: the values are the same as in one
+// piece. `full` is the full vector, whose device picks the kernel and the chunk.
+void UpdateShard(const ShardedAdamW::ShardState& state, const at::Tensor& grad, std::int64_t n,
+                 const at::Tensor& full, const AdamWOptions& options,
+                 const std::vector<std::pair<std::int64_t, std::int64_t>>& no_decay_ranges) {
+  const AdamWKernel kernel = DefaultAdamWKernel(full.device());
+  const std::int64_t piece =
+      kernel == AdamWKernel::kFused ? std::max<std::int64_t>(n, 1) : WorkChunk(full);
+  // Weight decay skips the no-decay ranges: the shard is updated in segments, with or
+  // without decay, each in pieces (the update is elementwise, so segments change nothing
+  // else).
+  AdamWOptions no_decay = options;
+  no_decay.weight_decay = 0;
+  auto update = [&](std::int64_t first, std::int64_t last, const AdamWOptions& o) {
+    for (std::int64_t begin = first; begin < last; begin += piece) {
+      const std::int64_t end = std::min(begin + piece, last);
+      AdamWUpdate(state.master.slice(0, begin, end), grad.slice(0, begin, end),
+                  state.exp_avg.slice(0, begin, end), state.exp_avg_sq.slice(0, begin, end),
+                  state.steps, o, kernel);
+    }
+  };
+  if (options.weight_decay == 0 || no_decay_ranges.empty()) {
+    update(0, n, options);
+  } else {
+    std::int64_t at = 0;
+    for (const auto& [begin, end] : no_decay_ranges) {
+      update(at, begin, options);
+      update(begin, end, no_decay);
+      at = end;
+    }
+    update(at, n, options);
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -300,16 +362,7 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   if (!begun_) {
     // No BeginStep: collect the accumulated gradients now, then reduce every shard.
     grad_.zero_();
-    if (model != nullptr) {
-      for (const NamedParameter& p : model->named_parameters()) {
-        if (!Contributes(*model, p)) continue;
-        const at::Tensor& grad = GradientOf(p);
-        if (!grad.defined()) {
-          throw InternalError("ShardedAdamW: parameter '" + p.name + "' has no gradient");
-        }
-        RegionOf(grad_, layout_, p, model->tp_size(), model->tp_rank()).add_(grad);
-      }
-    }
+    if (model != nullptr) CollectGradients(*model, layout_, grad_);
     pending_.clear();
     stats_ = OverlapStats{};
     stats_.buckets = static_cast<int>(shards_.buckets.size());
@@ -332,16 +385,7 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   const ElapsedInto timed(stats_.update_ms);
   // This rank's pieces of the sum are in grad_shard_. One small collective gives every rank
   // the global norm, so all of them decide alike.
-  // Summed in double chunk by chunk: a double copy of the whole shard would cost 8 (and its
-  // square another 8) bytes per parameter at the step's peak.
-  const at::Tensor& shard = grad_shard_;
-  const std::int64_t chunk_numel = WorkChunk(shard);
-  at::Tensor norm_sq = at::zeros({1}, shard.options().dtype(at::kDouble));
-  for (std::int64_t begin = 0; begin < shard.numel(); begin += chunk_numel) {
-    const at::Tensor chunk = shard.slice(0, begin, std::min(begin + chunk_numel, shard.numel()));
-    norm_sq.add_(chunk.to(at::kDouble).square().sum());
-  }
-  norm_sq = norm_sq.cpu();
+  at::Tensor norm_sq = SquaredNorm(grad_shard_);
   world_.AllReduceSum(norm_sq);
   StepOutcome outcome;
   outcome.grad_norm = std::sqrt(norm_sq.item<double>());
@@ -356,37 +400,8 @@ ShardedAdamW::StepOutcome ShardedAdamW::Step(const Transformer* model, bool appl
   // pieces, which the all-gathers then write back into every rank's full vector.
   const bool alone = world_.size() == 1;
   const at::Tensor master = alone ? full_ : shards_.Shard(full_, world_.rank());
-  // The fused kernel in one call (no temporaries); the reference chunk by chunk, so its
-  // temporaries stay small. The update is elementwise: the values are the same as in one
-  // piece.
-  const std::int64_t n = shards_.shard_numel;
-  const AdamWKernel kernel = DefaultAdamWKernel(full_.device());
-  const std::int64_t piece =
-      kernel == AdamWKernel::kFused ? std::max<std::int64_t>(n, 1) : WorkChunk(full_);
-  // Weight decay skips the no-decay ranges: the shard is updated in segments, with or
-  // without decay, each in pieces (the update is elementwise, so segments change nothing
-  // else).
-  AdamWOptions no_decay = options_;
-  no_decay.weight_decay = 0;
-  auto update = [&](std::int64_t first, std::int64_t last, const AdamWOptions& o) {
-    for (std::int64_t begin = first; begin < last; begin += piece) {
-      const std::int64_t end = std::min(begin + piece, last);
-      AdamWUpdate(master.slice(0, begin, end), grad_shard_.slice(0, begin, end),
-                  exp_avg_.slice(0, begin, end), exp_avg_sq_.slice(0, begin, end), steps_, o,
-                  kernel);
-    }
-  };
-  if (options_.weight_decay == 0 || no_decay_.empty()) {
-    update(0, n, options_);
-  } else {
-    std::int64_t at = 0;
-    for (const auto& [begin, end] : no_decay_) {
-      update(at, begin, options_);
-      update(begin, end, no_decay);
-      at = end;
-    }
-    update(at, n, options_);
-  }
+  const ShardState state{master, exp_avg_, exp_avg_sq_, steps_};
+  UpdateShard(state, grad_shard_, shards_.shard_numel, full_, options_, no_decay_);
   if (!alone) {
     // In bucket order, the order the next forward pass reads them (embedding first); each
     // keeps its piece of `master` alive until done.
