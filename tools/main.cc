@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -96,22 +97,10 @@ std::string RuntimeCommandList() {
 }  // namespace
 #endif
 
-int main(int argc, char** argv) {
-#ifdef HYDRAULIS_RUNTIME_SIBLING
-  if (NeedsRuntime(argc, argv)) RunSibling(argv);
-#endif
-#ifdef HYDRAULIS_HAVE_RUNTIME
-  KeepFreedMemoryInTheHeap(argc, argv);
-#endif
-  hydraulis::tools::MutableCommandLine().assign(argv, argv + argc);
-  CLI::App app{"hydraulis: per-step parallel strategies and data assignment for LLM training"};
-  app.require_subcommand(1);
-#ifdef HYDRAULIS_HAVE_RUNTIME
-  const std::string runtime = "built against " + hydraulis::TorchBuildDescription();
-#else
-  const std::string runtime = "built without the training runtime (no PyTorch found)";
-#endif
-  app.set_version_flag("--version", std::string("hydraulis ") + HYDRAULIS_VERSION + ", " + runtime);
+namespace {
+
+// Every command, by the subcommand that runs it.
+std::map<CLI::App*, hydraulis::tools::Command> AddCommands(CLI::App& app) {
   std::map<CLI::App*, hydraulis::tools::Command> commands;
   auto add = [&](auto adder) {
     std::size_t before = app.get_subcommands({}).size();
@@ -150,7 +139,11 @@ int main(int argc, char** argv) {
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.get_subcommand("train")->fallthrough();
 #endif
-  hydraulis::tools::CheckEveryNumber(app);
+  return commands;
+}
+
+// The exit status when the command line is refused (or asks for help or the version).
+std::optional<int> Parse(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -169,6 +162,11 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "hydraulis: error: {}\n", e.what());
     return 2;
   }
+  return std::nullopt;
+}
+
+// Runs the parsed command; a failure is one line on stderr and its exit status.
+int RunParsedCommand(const std::map<CLI::App*, hydraulis::tools::Command>& commands) {
   try {
     for (auto& [sub, run] : commands) {
       if (!sub->parsed()) continue;
@@ -200,4 +198,28 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#ifdef HYDRAULIS_RUNTIME_SIBLING
+  if (NeedsRuntime(argc, argv)) RunSibling(argv);
+#endif
+#ifdef HYDRAULIS_HAVE_RUNTIME
+  KeepFreedMemoryInTheHeap(argc, argv);
+#endif
+  hydraulis::tools::MutableCommandLine().assign(argv, argv + argc);
+  CLI::App app{"hydraulis: per-step parallel strategies and data assignment for LLM training"};
+  app.require_subcommand(1);
+#ifdef HYDRAULIS_HAVE_RUNTIME
+  const std::string runtime = "built against " + hydraulis::TorchBuildDescription();
+#else
+  const std::string runtime = "built without the training runtime (no PyTorch found)";
+#endif
+  app.set_version_flag("--version", std::string("hydraulis ") + HYDRAULIS_VERSION + ", " + runtime);
+  const std::map<CLI::App*, hydraulis::tools::Command> commands = AddCommands(app);
+  hydraulis::tools::CheckEveryNumber(app);
+  if (const std::optional<int> refused = Parse(app, argc, argv)) return *refused;
+  return RunParsedCommand(commands);
 }

@@ -13,10 +13,15 @@
 namespace hydraulis::tools {
 namespace {
 
-// Megatron-LM's names: the schedule scales --lr per step (runtime/step/lr_schedule.h).
+// --lr and, by Megatron-LM's names, the schedule that scales it per step
+// (runtime/step/lr_schedule.h), then AdamW's other options.
 void AddOptimizationFlags(CLI::App* cmd, TrainArgs& a) {
   LrSchedule& s = a.run.job.lr_schedule;
   AdamWOptions& o = a.run.adam;
+  cmd->add_option("--lr", a.run.adam.lr,
+                  "peak AdamW learning rate (0: a run that changes no parameter)")
+      ->check(NonNegativeNumber())
+      ->capture_default_str();
   cmd->add_option("--lr-warmup-steps", s.warmup_steps, "steps of linear warmup to --lr")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -46,6 +51,142 @@ void AddOptimizationFlags(CLI::App* cmd, TrainArgs& a) {
       ->capture_default_str();
 }
 
+// What to train, on what, and where: the model, the data, the device and the evaluation.
+void AddModelAndDataFlags(CLI::App* cmd, TrainArgs& a) {
+  auto* model_flag =
+      cmd->add_option("--model", a.run.model, "model config JSON")->capture_default_str();
+  cmd->add_option("--init-from", a.run.init_from,
+                  "start from a Hugging Face LLaMA, Mistral, Qwen2 or Qwen3 checkpoint "
+                  "(config.json + safetensors) "
+                  "instead of random weights; its config.json is the model")
+      ->excludes(model_flag);
+  cmd->add_option("--data", a.run.data,
+                  "Megatron dataset prefix (PREFIX.bin/.idx); default: the bundled demo corpus");
+  cmd->add_option("--profile", a.run.profile,
+                  std::string("cost/memory profile of the model on this engine; default: ") +
+                      kEngineProfile + " when it is the model's, else one derived from it");
+  cmd->add_option("--device", a.run.device,
+                  "cpu or cuda (one GPU per rank: LOCAL_RANK); default: cuda when a GPU is "
+                  "visible, else cpu");
+  cmd->add_option("--precision", a.run.precision,
+                  "fp32 or bf16 (bf16 compute, fp32 master weights and optimizer state); "
+                  "default: bf16 on cuda, fp32 on cpu");
+  cmd->add_option("--eval-every", a.run.job.eval_every,
+                  "evaluate the held-out documents every N steps and after the last (0: never): "
+                  "their mean loss and perplexity, forward only on the run's layout")
+      ->capture_default_str();
+  cmd->add_option("--eval-data", a.run.eval_data,
+                  "Megatron dataset prefix of the held-out documents (its first --eval-tokens "
+                  "tokens); default: the last pieces of --data, left out of training");
+  cmd->add_option("--eval-tokens", a.run.eval_tokens,
+                  "tokens evaluated: whole documents (cut to --max-len) until this many")
+      ->capture_default_str();
+  cmd->add_option("--recompute-granularity", a.run.recompute,
+                  "activation recomputation: none (keep every activation), selective (the "
+                  "attention core and the MLP activation run again in the backward) or full "
+                  "(each layer keeps its input only); the profile must be for it")
+      ->capture_default_str();
+  cmd->add_option("--comm-backend", a.run.comm_backend,
+                  "gloo or nccl; default: nccl on cuda (one GPU per rank), gloo on cpu (gloo "
+                  "also runs several ranks on one GPU, through host memory)");
+}
+
+// How the ranks split the model, and the batches they train.
+void AddLayoutAndBatchFlags(CLI::App* cmd, TrainArgs& a) {
+  cmd->add_option("--nproc", a.nproc,
+                  "start this many ranks here; without it, join a torchrun/Slurm job (RANK, "
+                  "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+      ->check(PositiveNumber());
+  cmd->add_option("--cp", a.run.cp,
+                  "context-parallel degree of every pipeline (long documents sharded over cp "
+                  "ranks); a <cp,tp,1> scheme the profile lacks is derived from its <1,tp,1>")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--tp", a.run.tp, "tensor-parallel degree of every pipeline")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--pp", a.run.pp, "pipeline stages of every pipeline")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option(
+      "--candidates", a.run.candidates,
+      "candidate strategies JSON (heterogeneous, chosen per step) instead of --cp/--tp/--pp");
+  cmd->add_option("--steps", a.run.job.steps, "training steps")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--tokens-per-batch", a.run.tokens_per_batch, "tokens per global batch")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--max-len", a.run.max_len,
+                  "context length: the most tokens a document trains in one piece; "
+                  "static-fixed packs bins of it")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--long-documents", a.run.long_documents,
+                  "a document over --max-len: split (context-length pieces, every token "
+                  "trained once per epoch), truncate (the rest is lost) or reject (exit 2)")
+      ->capture_default_str();
+  cmd->add_option("--seed", a.run.job.seed, "model initialisation and data order")
+      ->capture_default_str();
+  cmd->add_option("--plan-algorithm", a.run.plan_algorithm, "ours or static-fixed")
+      ->capture_default_str();
+}
+
+// What the run writes besides its checkpoints.
+void AddOutputFlags(CLI::App* cmd, TrainArgs& a) {
+  cmd->add_option("--log-json", a.log_json, "one JSON object per step (rank 0)");
+  cmd->add_option("--tensorboard", a.tensorboard,
+                  "also write the step and evaluation records as TensorBoard scalars into this "
+                  "directory, as they come (python -m hydraulis.tensorboard, tensorboardX)");
+  cmd->add_option("--calibrate", a.calibrate,
+                  "on: refit the cost model from the steps' measured times and plan on it; off: "
+                  "keep the profile as given (default: on on the CPU, off on cuda)");
+  cmd->add_option("--save-profile", a.save_profile,
+                  "write the calibrated profile here at the end (the profile format, for plan, "
+                  "propose, simulate and train --profile)");
+  cmd->add_option("--save-measurements", a.save_measurements,
+                  "write what each step measured here, as it comes (JSON lines: the plan and "
+                  "its micro-batch times; `hydraulis replay` refits from them offline)");
+}
+
+// The ranks' communication and failures, checkpoints, and the testing flags.
+void AddRankAndCheckpointFlags(CLI::App* cmd, TrainArgs& a) {
+  cmd->add_option("--ddp-bucket-size", a.run.ddp_bucket_size,
+                  "elements per gradient bucket: one reduce-scatter and one all-gather each, "
+                  "started during backward (as Megatron's flag)")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_flag("--verbose", a.verbose,
+                "with --nproc: forward every rank's error lines and the launcher's messages "
+                "(default: a failed job prints its cause once)");
+  cmd->add_option("--master-port", a.master_port, "rendezvous port with --nproc (0: a free one)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--timeout-s", a.run.timeout_s,
+                  "a rank that died or hangs fails the others after this long")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", a.run.job.checkpoint_dir,
+                  "save checkpoints here (at the end, and every --checkpoint-every steps)");
+  cmd->add_option("--checkpoint-every", a.run.job.checkpoint_every,
+                  "steps between checkpoints (0: end only)")
+      ->check(NonNegativeNumber());
+  cmd->add_option("--keep-checkpoints", a.run.job.keep_checkpoints,
+                  "keep only the newest K complete checkpoints (0: all)")
+      ->check(NonNegativeNumber())
+      ->capture_default_str();
+  cmd->add_flag("--resume", a.run.resume,
+                "continue from the newest checkpoint in --checkpoint-dir (if any); --steps is "
+                "the total");
+  cmd->add_flag("--skip-nonfinite-steps", a.run.job.skip_nonfinite_steps,
+                "skip (and count) a step whose loss or gradient norm is not finite, instead of "
+                "stopping with an error before its update");
+  cmd->add_option("--poison-step", a.run.job.poison_step,
+                  "testing: NaN parameters during this step")
+      ->group("");
+  cmd->add_option("--fail-rank", a.fail_rank, "testing: this rank exits with status 3")->group("");
+  cmd->add_option("--fail-step", a.fail_step, "testing: the step before which it exits")->group("");
+}
+
 }  // namespace
 
 void TrainArgs::AddTo(CLI::App* cmd) {
@@ -53,130 +194,11 @@ void TrainArgs::AddTo(CLI::App* cmd) {
   cmd->footer(
       "--config FILE: these flags from a TOML file, under [train], keys without -- (the "
       "command line overrides it; docs/runtime.md)");
-  auto* model_flag =
-      cmd->add_option("--model", run.model, "model config JSON")->capture_default_str();
-  cmd->add_option("--init-from", run.init_from,
-                  "start from a Hugging Face LLaMA, Mistral, Qwen2 or Qwen3 checkpoint "
-                  "(config.json + safetensors) "
-                  "instead of random weights; its config.json is the model")
-      ->excludes(model_flag);
-  cmd->add_option("--data", run.data,
-                  "Megatron dataset prefix (PREFIX.bin/.idx); default: the bundled demo corpus");
-  cmd->add_option("--profile", run.profile,
-                  std::string("cost/memory profile of the model on this engine; default: ") +
-                      kEngineProfile + " when it is the model's, else one derived from it");
-  cmd->add_option("--device", run.device,
-                  "cpu or cuda (one GPU per rank: LOCAL_RANK); default: cuda when a GPU is "
-                  "visible, else cpu");
-  cmd->add_option("--precision", run.precision,
-                  "fp32 or bf16 (bf16 compute, fp32 master weights and optimizer state); "
-                  "default: bf16 on cuda, fp32 on cpu");
-  cmd->add_option("--eval-every", run.job.eval_every,
-                  "evaluate the held-out documents every N steps and after the last (0: never): "
-                  "their mean loss and perplexity, forward only on the run's layout")
-      ->capture_default_str();
-  cmd->add_option("--eval-data", run.eval_data,
-                  "Megatron dataset prefix of the held-out documents (its first --eval-tokens "
-                  "tokens); default: the last pieces of --data, left out of training");
-  cmd->add_option("--eval-tokens", run.eval_tokens,
-                  "tokens evaluated: whole documents (cut to --max-len) until this many")
-      ->capture_default_str();
-  cmd->add_option("--recompute-granularity", run.recompute,
-                  "activation recomputation: none (keep every activation), selective (the "
-                  "attention core and the MLP activation run again in the backward) or full "
-                  "(each layer keeps its input only); the profile must be for it")
-      ->capture_default_str();
-  cmd->add_option("--comm-backend", run.comm_backend,
-                  "gloo or nccl; default: nccl on cuda (one GPU per rank), gloo on cpu (gloo "
-                  "also runs several ranks on one GPU, through host memory)");
-  cmd->add_option("--nproc", nproc,
-                  "start this many ranks here; without it, join a torchrun/Slurm job (RANK, "
-                  "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
-      ->check(PositiveNumber());
-  cmd->add_option("--cp", run.cp,
-                  "context-parallel degree of every pipeline (long documents sharded over cp "
-                  "ranks); a <cp,tp,1> scheme the profile lacks is derived from its <1,tp,1>")
-      ->check(PositiveNumber())
-      ->capture_default_str();
-  cmd->add_option("--tp", run.tp, "tensor-parallel degree of every pipeline")
-      ->check(PositiveNumber())
-      ->capture_default_str();
-  cmd->add_option("--pp", run.pp, "pipeline stages of every pipeline")
-      ->check(PositiveNumber())
-      ->capture_default_str();
-  cmd->add_option(
-      "--candidates", run.candidates,
-      "candidate strategies JSON (heterogeneous, chosen per step) instead of --cp/--tp/--pp");
-  cmd->add_option("--steps", run.job.steps, "training steps")
-      ->check(PositiveNumber())
-      ->capture_default_str();
-  cmd->add_option("--tokens-per-batch", run.tokens_per_batch, "tokens per global batch")
-      ->check(PositiveNumber())
-      ->capture_default_str();
-  cmd->add_option("--max-len", run.max_len,
-                  "context length: the most tokens a document trains in one piece; "
-                  "static-fixed packs bins of it")
-      ->check(PositiveNumber())
-      ->capture_default_str();
-  cmd->add_option("--long-documents", run.long_documents,
-                  "a document over --max-len: split (context-length pieces, every token "
-                  "trained once per epoch), truncate (the rest is lost) or reject (exit 2)")
-      ->capture_default_str();
-  cmd->add_option("--seed", run.job.seed, "model initialisation and data order")
-      ->capture_default_str();
-  cmd->add_option("--plan-algorithm", run.plan_algorithm, "ours or static-fixed")
-      ->capture_default_str();
-  cmd->add_option("--log-json", log_json, "one JSON object per step (rank 0)");
-  cmd->add_option("--tensorboard", tensorboard,
-                  "also write the step and evaluation records as TensorBoard scalars into this "
-                  "directory, as they come (python -m hydraulis.tensorboard, tensorboardX)");
-  cmd->add_option("--calibrate", calibrate,
-                  "on: refit the cost model from the steps' measured times and plan on it; off: "
-                  "keep the profile as given (default: on on the CPU, off on cuda)");
-  cmd->add_option("--save-profile", save_profile,
-                  "write the calibrated profile here at the end (the profile format, for plan, "
-                  "propose, simulate and train --profile)");
-  cmd->add_option("--save-measurements", save_measurements,
-                  "write what each step measured here, as it comes (JSON lines: the plan and "
-                  "its micro-batch times; `hydraulis replay` refits from them offline)");
-  cmd->add_option("--lr", run.adam.lr,
-                  "peak AdamW learning rate (0: a run that changes no parameter)")
-      ->check(NonNegativeNumber())
-      ->capture_default_str();
+  AddModelAndDataFlags(cmd, *this);
+  AddLayoutAndBatchFlags(cmd, *this);
+  AddOutputFlags(cmd, *this);
   AddOptimizationFlags(cmd, *this);
-  cmd->add_option("--ddp-bucket-size", run.ddp_bucket_size,
-                  "elements per gradient bucket: one reduce-scatter and one all-gather each, "
-                  "started during backward (as Megatron's flag)")
-      ->check(PositiveNumber())
-      ->capture_default_str();
-  cmd->add_flag("--verbose", verbose,
-                "with --nproc: forward every rank's error lines and the launcher's messages "
-                "(default: a failed job prints its cause once)");
-  cmd->add_option("--master-port", master_port, "rendezvous port with --nproc (0: a free one)")
-      ->check(CLI::Range(0, 65535));
-  cmd->add_option("--timeout-s", run.timeout_s,
-                  "a rank that died or hangs fails the others after this long")
-      ->check(PositiveNumber())
-      ->capture_default_str();
-  cmd->add_option("--checkpoint-dir", run.job.checkpoint_dir,
-                  "save checkpoints here (at the end, and every --checkpoint-every steps)");
-  cmd->add_option("--checkpoint-every", run.job.checkpoint_every,
-                  "steps between checkpoints (0: end only)")
-      ->check(NonNegativeNumber());
-  cmd->add_option("--keep-checkpoints", run.job.keep_checkpoints,
-                  "keep only the newest K complete checkpoints (0: all)")
-      ->check(NonNegativeNumber())
-      ->capture_default_str();
-  cmd->add_flag("--resume", run.resume,
-                "continue from the newest checkpoint in --checkpoint-dir (if any); --steps is "
-                "the total");
-  cmd->add_flag("--skip-nonfinite-steps", run.job.skip_nonfinite_steps,
-                "skip (and count) a step whose loss or gradient norm is not finite, instead of "
-                "stopping with an error before its update");
-  cmd->add_option("--poison-step", run.job.poison_step, "testing: NaN parameters during this step")
-      ->group("");
-  cmd->add_option("--fail-rank", fail_rank, "testing: this rank exits with status 3")->group("");
-  cmd->add_option("--fail-step", fail_step, "testing: the step before which it exits")->group("");
+  AddRankAndCheckpointFlags(cmd, *this);
 }
 
 void ResolveCalibration(TrainArgs& a) {
