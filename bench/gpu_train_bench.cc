@@ -99,6 +99,105 @@ std::vector<int> SpreadOverRanks(const std::vector<std::vector<int>>& mbs,
   return rank_of;
 }
 
+// Token ids by the formula bench/peer_train.py uses: (s * 1000003 + m * 7919 + p * 31)
+// mod vocab for packed position p of micro-batch m of step s. Appends each micro-batch's
+// document lengths to `step_json`.
+std::vector<std::vector<std::int64_t>> SyntheticDocuments(int step,
+                                                          const std::vector<std::vector<int>>& mbs,
+                                                          const std::vector<std::int64_t>& lengths,
+                                                          std::int64_t vocab,
+                                                          nlohmann::json& step_json) {
+  std::vector<std::vector<std::int64_t>> documents(lengths.size());
+  for (std::size_t m = 0; m < mbs.size(); ++m) {
+    std::int64_t p = 0;
+    nlohmann::json mb_json = nlohmann::json::array();
+    for (int d : mbs[m]) {
+      auto& doc = documents[static_cast<std::size_t>(d)];
+      for (std::int64_t i = 0; i < lengths[static_cast<std::size_t>(d)]; ++i, ++p) {
+        doc.push_back((static_cast<std::int64_t>(step) * 1000003 +
+                       static_cast<std::int64_t>(m) * 7919 + p * 31) %
+                      vocab);
+      }
+      mb_json.push_back(lengths[static_cast<std::size_t>(d)]);
+    }
+    step_json.push_back(mb_json);
+  }
+  return documents;
+}
+
+// The micro-batches of each data-parallel rank; every rank must get one.
+std::vector<MicroBatches> MicroBatchesPerRank(const std::vector<std::vector<int>>& mbs,
+                                              const std::vector<int>& rank_of, int dp, int step) {
+  std::vector<MicroBatches> per_rank(static_cast<std::size_t>(dp));
+  for (std::size_t m = 0; m < mbs.size(); ++m)
+    per_rank[static_cast<std::size_t>(rank_of[m])].push_back(mbs[m]);
+  for (int r = 0; r < dp; ++r) {
+    if (per_rank[static_cast<std::size_t>(r)].empty()) {
+      throw InvalidInput("step " + std::to_string(step) + " packs " + std::to_string(mbs.size()) +
+                         " micro-batches for " + std::to_string(dp) +
+                         " data-parallel ranks; raise --tokens-per-step or lower --context");
+    }
+  }
+  return per_rank;
+}
+
+// A step's loss, wall-clock time and the trainer's phases.
+nlohmann::json StepRecord(const DistributedStepResult& r, double seconds) {
+  return {{"loss", r.loss},
+          {"step_ms", seconds * 1e3},
+          {"phases_ms",
+           {{"check", r.check_ms},
+            {"pack", r.pack_ms},
+            {"materialise", r.materialise_ms},
+            {"forward", r.forward_ms},
+            {"backward", r.backward_ms},
+            {"grad_collect", r.grad_collect_ms},
+            {"grad_reduce_wait", r.grad_reduce_wait_ms},
+            {"update", r.update_ms},
+            {"pipeline_wait", r.wait_ms},
+            {"step", r.step_ms}}}};
+}
+
+// One rank alone on a.port, or the job torchrun describes; NCCL between GPUs.
+DistributedOptions RanksOf(const Args& a, const ComputeOptions& compute) {
+  DistributedOptions dist;
+  dist.master_port = a.port;
+  if (std::getenv("WORLD_SIZE") != nullptr) dist = DistributedOptionsFromEnvironment();
+  if (compute.device == DeviceKind::kCuda) dist.backend = CommBackend::kNccl;
+  dist.device_index = compute.device_index;
+  return dist;
+}
+
+// The timed steps' throughput (MFU on a GPU only) and every step's record.
+nlohmann::json Summary(const Args& a, const ComputeOptions& compute, int dp, double timed_s,
+                       double timed_tokens, double timed_flops, const nlohmann::json& steps) {
+  const bool cuda = compute.device == DeviceKind::kCuda;
+  return {{"impl", "hydraulis"},
+          {"device", Describe(compute)},
+          {"model", a.model},
+          {"dp", dp},
+          {"torch", TorchBuildDescription()},
+          {"steps_timed", a.steps},
+          {"tokens", timed_tokens},
+          {"seconds", timed_s},
+          {"tokens_per_s", timed_tokens / timed_s},
+          {"flops_per_s", timed_flops / timed_s},
+          {"mfu", cuda ? nlohmann::json(timed_flops / timed_s / (a.peak_tflops * 1e12))
+                       : nlohmann::json()},
+          {"steps", steps}};
+}
+
+void PrintThroughput(const Args& a, const ComputeOptions& compute, double timed_s,
+                     double timed_tokens, double timed_flops) {
+  const bool cuda = compute.device == DeviceKind::kCuda;
+  std::printf("hydraulis: %.0f tokens/s, %.1f TFLOP/s%s\n", timed_tokens / timed_s,
+              timed_flops / timed_s / 1e12,
+              cuda ? (", MFU " +
+                      std::to_string(timed_flops / timed_s / (a.peak_tflops * 1e12) * 100) + " %")
+                         .c_str()
+                   : "");
+}
+
 int Run(const Args& a) {
   const ModelConfig config = LoadModelConfig(a.model);
   const ComputeOptions compute = ResolveComputeOptions(
@@ -111,11 +210,7 @@ int Run(const Args& a) {
   sampling.seed = a.seed;
   BatchSampler sampler(dataset, sampling);
 
-  DistributedOptions dist;
-  dist.master_port = a.port;
-  if (std::getenv("WORLD_SIZE") != nullptr) dist = DistributedOptionsFromEnvironment();
-  if (compute.device == DeviceKind::kCuda) dist.backend = CommBackend::kNccl;
-  dist.device_index = compute.device_index;
+  const DistributedOptions dist = RanksOf(a, compute);
   const int dp = dist.world_size;
   const bool lead = dist.rank == 0;
   Rendezvous rendezvous(dist);
@@ -135,37 +230,13 @@ int Run(const Args& a) {
   for (int step = 0; step < a.warmup + a.steps; ++step) {
     const SampledBatch batch = sampler.Next();
     const std::vector<std::vector<int>> mbs = PackMicroBatches(batch.lengths, a.context);
-    // Token ids by the formula bench/peer_train.py uses: (s * 1000003 + m * 7919 + p * 31)
-    // mod vocab for packed position p of micro-batch m of step s.
-    std::vector<std::vector<std::int64_t>> documents(batch.lengths.size());
     nlohmann::json step_json = nlohmann::json::array();
-    for (std::size_t m = 0; m < mbs.size(); ++m) {
-      std::int64_t p = 0;
-      nlohmann::json mb_json = nlohmann::json::array();
-      for (int d : mbs[m]) {
-        auto& doc = documents[static_cast<std::size_t>(d)];
-        for (std::int64_t i = 0; i < batch.lengths[static_cast<std::size_t>(d)]; ++i, ++p) {
-          doc.push_back((static_cast<std::int64_t>(step) * 1000003 +
-                         static_cast<std::int64_t>(m) * 7919 + p * 31) %
-                        config.shape.vocab);
-        }
-        mb_json.push_back(batch.lengths[static_cast<std::size_t>(d)]);
-      }
-      step_json.push_back(mb_json);
-    }
+    const std::vector<std::vector<std::int64_t>> documents =
+        SyntheticDocuments(step, mbs, batch.lengths, config.shape.vocab, step_json);
     batches["steps"].push_back(step_json);
     const std::vector<int> rank_of = SpreadOverRanks(mbs, batch.lengths, dp);
     batches["rank_of"].push_back(rank_of);
-    std::vector<MicroBatches> per_rank(static_cast<std::size_t>(dp));
-    for (std::size_t m = 0; m < mbs.size(); ++m)
-      per_rank[static_cast<std::size_t>(rank_of[m])].push_back(mbs[m]);
-    for (int r = 0; r < dp; ++r) {
-      if (per_rank[static_cast<std::size_t>(r)].empty()) {
-        throw InvalidInput("step " + std::to_string(step) + " packs " + std::to_string(mbs.size()) +
-                           " micro-batches for " + std::to_string(dp) +
-                           " data-parallel ranks; raise --tokens-per-step or lower --context");
-      }
-    }
+    const std::vector<MicroBatches> per_rank = MicroBatchesPerRank(mbs, rank_of, dp, step);
     SynchronizeDevice(compute);  // the previous step's queued work is not this one's
     const auto start = std::chrono::steady_clock::now();
     // One pipeline running the packed micro-batches. Step returns after its last host read
@@ -177,24 +248,13 @@ int Run(const Args& a) {
     double tokens = 0;
     for (std::int64_t len : batch.lengths) tokens += static_cast<double>(len);
     const double flops = TrainingFlops(config, batch.lengths);
-    steps.push_back({{"step", step},
-                     {"warmup", step < a.warmup},
-                     {"loss", r.loss},
-                     {"tokens", tokens},
-                     {"micro_batches", mbs.size()},
-                     {"step_ms", seconds * 1e3},
-                     {"phases_ms",
-                      {{"check", r.check_ms},
-                       {"pack", r.pack_ms},
-                       {"materialise", r.materialise_ms},
-                       {"forward", r.forward_ms},
-                       {"backward", r.backward_ms},
-                       {"grad_collect", r.grad_collect_ms},
-                       {"grad_reduce_wait", r.grad_reduce_wait_ms},
-                       {"update", r.update_ms},
-                       {"pipeline_wait", r.wait_ms},
-                       {"step", r.step_ms}}},
-                     {"flops", flops}});
+    nlohmann::json record = StepRecord(r, seconds);
+    record["step"] = step;
+    record["warmup"] = step < a.warmup;
+    record["tokens"] = tokens;
+    record["micro_batches"] = mbs.size();
+    record["flops"] = flops;
+    steps.push_back(std::move(record));
     if (lead) {
       std::printf("step %3d%s  loss %.4f  tokens %6.0f  micro-batches %2zu  %8.1f ms\n", step,
                   step < a.warmup ? " (warmup)" : "", r.loss, tokens, mbs.size(), seconds * 1e3);
@@ -206,28 +266,8 @@ int Run(const Args& a) {
       timed_flops += flops;
     }
   }
-  const bool cuda = compute.device == DeviceKind::kCuda;
-  nlohmann::json result = {
-      {"impl", "hydraulis"},
-      {"device", Describe(compute)},
-      {"model", a.model},
-      {"dp", dp},
-      {"torch", TorchBuildDescription()},
-      {"steps_timed", a.steps},
-      {"tokens", timed_tokens},
-      {"seconds", timed_s},
-      {"tokens_per_s", timed_tokens / timed_s},
-      {"flops_per_s", timed_flops / timed_s},
-      {"mfu",
-       cuda ? nlohmann::json(timed_flops / timed_s / (a.peak_tflops * 1e12)) : nlohmann::json()},
-      {"steps", steps}};
-  if (lead)
-    std::printf("hydraulis: %.0f tokens/s, %.1f TFLOP/s%s\n", timed_tokens / timed_s,
-                timed_flops / timed_s / 1e12,
-                cuda ? (", MFU " +
-                        std::to_string(timed_flops / timed_s / (a.peak_tflops * 1e12) * 100) + " %")
-                           .c_str()
-                     : "");
+  const nlohmann::json result = Summary(a, compute, dp, timed_s, timed_tokens, timed_flops, steps);
+  if (lead) PrintThroughput(a, compute, timed_s, timed_tokens, timed_flops);
   if (lead && !a.batches_out.empty()) std::ofstream(a.batches_out) << batches.dump() << '\n';
   if (lead && !a.json_out.empty()) std::ofstream(a.json_out) << result.dump(1) << '\n';
   trainer.world().Barrier();

@@ -32,6 +32,46 @@ double Quantile(std::vector<double> v, double q) {
   return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
+// One row per algorithm, against the bound and against ours on the same steps; then how
+// ours compares with the published planner on its steps.
+void PrintComparison(const std::vector<Algorithm>& algos, const std::vector<Row>& rows) {
+  fmt::print(
+      "| algorithm | steps | mean step ms | mean bound ms | mean/bound | worst step gap "
+      "| vs ours (same steps) | median plan ms | p90 plan ms |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  const Row& ours = rows[0];
+  for (std::size_t a = 0; a < algos.size(); ++a) {
+    const Row& r = rows[a];
+    if (r.step_ms.empty()) continue;
+    double worst = 0, ours_sum = 0;
+    for (std::size_t i = 0; i < r.step_ms.size(); ++i) {
+      worst = std::max(worst, r.step_ms[i] / r.bound_ms[i] - 1);
+      ours_sum += ours.step_ms[i];
+    }
+    const double sum = std::accumulate(r.step_ms.begin(), r.step_ms.end(), 0.0);
+    fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.4f} | {:.2f}% | {:.3f}x | {:.2f} | {:.2f} |\n",
+               AlgorithmName(algos[a]), r.step_ms.size(), Mean(r.step_ms), Mean(r.bound_ms),
+               Mean(r.step_ms) / Mean(r.bound_ms), 100 * worst, sum / ours_sum,
+               Quantile(r.planning_ms, 0.5), Quantile(r.planning_ms, 0.9));
+  }
+  const Row& pub = rows[3];
+  if (!pub.step_ms.empty()) {
+    int worse = 0;
+    for (std::size_t i = 0; i < pub.step_ms.size(); ++i) {
+      worse += ours.step_ms[i] > pub.step_ms[i] * (1 + 1e-9);
+    }
+    fmt::print(
+        "\nours slower than published on {} of {} steps; published median planning "
+        "time / ours: {:.0f}x\n",
+        worse, pub.step_ms.size(),
+        Quantile(pub.planning_ms, 0.5) /
+            Quantile(std::vector<double>(ours.planning_ms.begin(),
+                                         ours.planning_ms.begin() +
+                                             static_cast<std::ptrdiff_t>(pub.step_ms.size())),
+                     0.5));
+  }
+}
+
 int Run(int argc, char** argv) {
   CLI::App app{"plan_quality: all planning algorithms on the same sampled batches"};
   std::string profile_path, candidates_path, dataset_path;
@@ -79,41 +119,7 @@ int Run(int argc, char** argv) {
 
   fmt::print("{} GPUs, {} steps of {} tokens (documents cut to {}), seed {}\n\n", candidates.gpus,
              steps, tokens, max_len, seed);
-  fmt::print(
-      "| algorithm | steps | mean step ms | mean bound ms | mean/bound | worst step gap "
-      "| vs ours (same steps) | median plan ms | p90 plan ms |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
-  const Row& ours = rows[0];
-  for (std::size_t a = 0; a < algos.size(); ++a) {
-    const Row& r = rows[a];
-    if (r.step_ms.empty()) continue;
-    double worst = 0, ours_sum = 0;
-    for (std::size_t i = 0; i < r.step_ms.size(); ++i) {
-      worst = std::max(worst, r.step_ms[i] / r.bound_ms[i] - 1);
-      ours_sum += ours.step_ms[i];
-    }
-    const double sum = std::accumulate(r.step_ms.begin(), r.step_ms.end(), 0.0);
-    fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.4f} | {:.2f}% | {:.3f}x | {:.2f} | {:.2f} |\n",
-               AlgorithmName(algos[a]), r.step_ms.size(), Mean(r.step_ms), Mean(r.bound_ms),
-               Mean(r.step_ms) / Mean(r.bound_ms), 100 * worst, sum / ours_sum,
-               Quantile(r.planning_ms, 0.5), Quantile(r.planning_ms, 0.9));
-  }
-  const Row& pub = rows[3];
-  if (!pub.step_ms.empty()) {
-    int worse = 0;
-    for (std::size_t i = 0; i < pub.step_ms.size(); ++i) {
-      worse += ours.step_ms[i] > pub.step_ms[i] * (1 + 1e-9);
-    }
-    fmt::print(
-        "\nours slower than published on {} of {} steps; published median planning "
-        "time / ours: {:.0f}x\n",
-        worse, pub.step_ms.size(),
-        Quantile(pub.planning_ms, 0.5) /
-            Quantile(std::vector<double>(ours.planning_ms.begin(),
-                                         ours.planning_ms.begin() +
-                                             static_cast<std::ptrdiff_t>(pub.step_ms.size())),
-                     0.5));
-  }
+  PrintComparison(algos, rows);
   return 0;
 }
 

@@ -65,6 +65,62 @@ double MeanStepMs(const Profile& profile, const CandidateSet& set,
   return total / static_cast<double>(batches.size());
 }
 
+// Proposes for `options` `repeat` times and prints the best times, the schemes and the
+// proposal.
+Proposal TimeProposal(const Profile& profile, const std::vector<std::int64_t>& lengths,
+                      const ProposeOptions& options, int repeat) {
+  double best_total = 1e300, best_histogram = 1e300, best_dp = 1e300;
+  Proposal p;
+  for (int r = 0; r < std::max(repeat, 1); ++r) {
+    const auto t0 = Clock::now();
+    const LengthHistogram h =
+        BuildLengthHistogram(lengths, options.max_len, options.resolution_tokens);
+    best_histogram = std::min(best_histogram, Seconds(t0));
+    p = ProposeFromHistogram(profile, h, options);
+    best_total = std::min(best_total, Seconds(t0));
+    best_dp = std::min(best_dp, p.dp_seconds);
+  }
+  fmt::print(
+      "{:>5} GPUs, resolution {:>4}, batch {} tokens: {:.3f} s total (histogram {:.3f} s, DP + "
+      "trace-back "
+      "{:.3f} s); {} bins, {} schemes, GPU step {}, {} group evaluations, {} strategies\n",
+      options.gpus, options.resolution_tokens, options.tokens_per_batch, best_total, best_histogram,
+      best_dp, p.bins, p.schemes.size(), p.gpu_step, p.evaluations, p.strategies.size());
+  fmt::print("    schemes (capacity tokens):");
+  for (const DpScheme& s : p.schemes) {
+    fmt::print(" {} {}", SchemeName(s.scheme), s.capacity_tokens);
+  }
+  fmt::print("\n");
+  PrintProposal(p);
+  return p;
+}
+
+// Plans the same sampled batches with S0..S6 and with the case study's proposal.
+void CompareWithCaseStudy(const Profile& profile, const CandidateSet& s0s6,
+                          const Proposal& case_study, const std::vector<std::int64_t>& lengths,
+                          const SamplerOptions& sampling, int compare_steps) {
+  const std::int64_t batch_tokens = sampling.tokens_per_batch;
+  BatchSampler sampler(lengths, sampling);
+  std::vector<std::vector<std::int64_t>> batches;
+  for (int i = 0; i < compare_steps; ++i) batches.push_back(sampler.Next().lengths);
+  const CandidateSet proposed =
+      ParseCandidates(CandidatesToJson(case_study.candidates), "proposed", profile);
+  std::vector<int> chosen;
+  for (const auto* set : {&s0s6, &proposed}) {
+    const auto t0 = Clock::now();
+    const double ms = MeanStepMs(profile, *set, batches, &chosen);
+    fmt::print(
+        "{} ({} candidates): mean planned step {:.1f} ms, {:.0f} tokens/s over {} "
+        "batches of {} tokens (planned in {:.1f} s); chosen:",
+        set == &s0s6 ? "S0..S6" : "proposed", set->strategies.size(), ms,
+        static_cast<double>(batch_tokens) / ms * 1000.0, compare_steps, batch_tokens, Seconds(t0));
+    for (std::size_t i = 0; i < chosen.size(); ++i) {
+      if (chosen[i] > 0) fmt::print(" {}x{}", set->strategies[i].name, chosen[i]);
+    }
+    fmt::print("\n");
+  }
+}
+
 int Run(int argc, char** argv) {
   CLI::App app{"propose_bench: speed and quality of the strategy proposal"};
   std::string profile_path = "configs/profiles/llama-32b-a800.json";
@@ -89,7 +145,7 @@ int Run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const Profile profile = LoadProfile(profile_path);
-  auto t0 = Clock::now();
+  const auto t0 = Clock::now();
   const std::vector<std::int64_t> lengths = ReadLengths(lengths_path);
   fmt::print("{} documents read in {:.2f} s ({})\n", lengths.size(), Seconds(t0), lengths_path);
 
@@ -107,54 +163,13 @@ int Run(int argc, char** argv) {
     options.optimizer_layout = c.layout;
     options.tokens_per_batch = tokens_per_batch >= 0 ? tokens_per_batch : c.tokens_per_batch;
     options.max_strategies = max_strategies;
-    double best_total = 1e300, best_histogram = 1e300, best_dp = 1e300;
-    Proposal p;
-    for (int r = 0; r < std::max(repeat, 1); ++r) {
-      t0 = Clock::now();
-      const LengthHistogram h = BuildLengthHistogram(lengths, max_len, c.resolution);
-      best_histogram = std::min(best_histogram, Seconds(t0));
-      p = ProposeFromHistogram(profile, h, options);
-      best_total = std::min(best_total, Seconds(t0));
-      best_dp = std::min(best_dp, p.dp_seconds);
-    }
-    fmt::print(
-        "{:>5} GPUs, resolution {:>4}, batch {} tokens: {:.3f} s total (histogram {:.3f} s, DP + "
-        "trace-back "
-        "{:.3f} s); {} bins, {} schemes, GPU step {}, {} group evaluations, {} strategies\n",
-        c.gpus, c.resolution, options.tokens_per_batch, best_total, best_histogram, best_dp, p.bins,
-        p.schemes.size(), p.gpu_step, p.evaluations, p.strategies.size());
-    fmt::print("    schemes (capacity tokens):");
-    for (const DpScheme& s : p.schemes) {
-      fmt::print(" {} {}", SchemeName(s.scheme), s.capacity_tokens);
-    }
-    fmt::print("\n");
-    PrintProposal(p);
+    const Proposal p = TimeProposal(profile, lengths, options, repeat);
     if (c.gpus == 64 && c.resolution == 128) case_study = p;
   }
 
   if (compare_steps > 0) {
-    const CandidateSet s0s6 = LoadCandidates(s0s6_path, profile);
-    const std::int64_t batch_tokens = cases.front().tokens_per_batch;
-    BatchSampler sampler(lengths, {batch_tokens, max_len, 1});
-    std::vector<std::vector<std::int64_t>> batches;
-    for (int i = 0; i < compare_steps; ++i) batches.push_back(sampler.Next().lengths);
-    const CandidateSet proposed =
-        ParseCandidates(CandidatesToJson(case_study.candidates), "proposed", profile);
-    std::vector<int> chosen;
-    for (const auto* set : {&s0s6, &proposed}) {
-      t0 = Clock::now();
-      const double ms = MeanStepMs(profile, *set, batches, &chosen);
-      fmt::print(
-          "{} ({} candidates): mean planned step {:.1f} ms, {:.0f} tokens/s over {} "
-          "batches of {} tokens (planned in {:.1f} s); chosen:",
-          set == &s0s6 ? "S0..S6" : "proposed", set->strategies.size(), ms,
-          static_cast<double>(batch_tokens) / ms * 1000.0, compare_steps, batch_tokens,
-          Seconds(t0));
-      for (std::size_t i = 0; i < chosen.size(); ++i) {
-        if (chosen[i] > 0) fmt::print(" {}x{}", set->strategies[i].name, chosen[i]);
-      }
-      fmt::print("\n");
-    }
+    CompareWithCaseStudy(profile, LoadCandidates(s0s6_path, profile), case_study, lengths,
+                         {cases.front().tokens_per_batch, max_len, 1}, compare_steps);
   }
   return 0;
 }

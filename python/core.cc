@@ -128,6 +128,91 @@ nb::object MakePipelines(const Plan& plan) {
   return nb::cast(std::move(out));
 }
 
+// An integer array of another dtype, converted to int64.
+std::vector<std::int64_t> IntegerArrayLengths(nb::handle obj,
+                                              const nb::ndarray<nb::ro, nb::ndim<1>>& array) {
+  const nb::dlpack::dtype t = array.dtype();
+  if (t.code != static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) &&
+      t.code != static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)) {
+    throw nb::type_error(("lengths: expected integers, got an array of dtype " +
+                          nb::cast<std::string>(obj.attr("dtype").attr("name")) +
+                          "; lengths are token counts, never cast from floats")
+                             .c_str());
+  }
+  nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>> as64;
+  nb::object converted =
+      nb::module_::import_("numpy").attr("ascontiguousarray")(obj, nb::arg("dtype") = "int64");
+  if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt) && t.bits == 64) {
+    // uint64 values above 2^63 would wrap; check them before converting.
+    nb::object too_big =
+        nb::module_::import_("numpy").attr("any")(obj.attr("__gt__")(nb::int_(INT64_MAX)));
+    if (PyObject_IsTrue(too_big.ptr()) == 1)
+      throw InvalidInput("lengths: a length is above 2^63 - 1");
+  }
+  as64 = nb::cast<nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>>>(converted);
+  return std::vector<std::int64_t>(as64.data(), as64.data() + as64.shape(0));
+}
+
+// A Python sequence of integers, item by item.
+std::vector<std::int64_t> SequenceLengths(nb::handle obj) {
+  std::vector<std::int64_t> lengths;
+  // An array of another shape (a 2-D batch): iterating it would give rows, and NumPy's
+  // own error names neither the argument nor the shape.
+  if (nb::hasattr(obj, "ndim") && nb::hasattr(obj, "shape") && nb::hasattr(obj, "__array__") &&
+      !obj.attr("ndim").equal(nb::int_(1))) {
+    throw InvalidInput("lengths: expected a 1-D array of integers, got " +
+                       std::string(nb::repr(obj.attr("ndim")).c_str()) + "-D with shape " +
+                       std::string(nb::repr(obj.attr("shape")).c_str()));
+  }
+  nb::iterator it;
+  try {
+    it = nb::iter(obj);
+  } catch (const nb::python_error&) {
+    throw nb::type_error(("lengths: expected a sequence of integers, got " +
+                          std::string(nb::type_name(obj.type()).c_str()))
+                             .c_str());
+  }
+  std::size_t i = 0;
+  for (nb::handle item : obj) {
+    // Python ints and anything with __index__ (NumPy integer scalars); never bools or
+    // floats.
+    if (PyBool_Check(item.ptr()) || !PyIndex_Check(item.ptr())) {
+      throw nb::type_error(("lengths[" + std::to_string(i) + "]: expected an integer, got " +
+                            std::string(nb::type_name(item.type()).c_str()) + " " +
+                            std::string(nb::repr(item).c_str()))
+                               .c_str());
+    }
+    nb::object index = nb::steal(PyNumber_Index(item.ptr()));
+    if (!index.is_valid()) throw nb::python_error();
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0) {
+      throw InvalidInput("lengths[" + std::to_string(i) +
+                         "]: " + std::string(nb::repr(item).c_str()) + " is beyond 64 bits");
+    }
+    lengths.push_back(v);
+    ++i;
+  }
+  return lengths;
+}
+
+// Refuses an empty batch, and a length below 1 or above kMaxDocumentTokens.
+void CheckLengthRange(const std::vector<std::int64_t>& lengths) {
+  if (lengths.empty()) throw InvalidInput("lengths: the batch is empty");
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] < 1) {
+      throw InvalidInput("lengths[" + std::to_string(i) +
+                         "]: a document has at least one "
+                         "token, got " +
+                         std::to_string(lengths[i]));
+    }
+    if (lengths[i] > kMaxDocumentTokens) {
+      throw InvalidInput("lengths[" + std::to_string(i) +
+                         "]: " + DocumentTooLongMessage(lengths[i]));
+    }
+  }
+}
+
 // Lengths from a Python sequence of ints or an integer NumPy array; TypeError for anything
 // else (floats are never cast), InvalidInput (InvalidInputError, a ValueError) naming an
 // array that is not 1-D, an empty batch, or the first length below 1 or above
@@ -145,78 +230,11 @@ std::vector<std::int64_t> Lengths(nb::handle obj) {
     // The common case, read in place: a 1-D int64 array.
     for (std::size_t i = 0; i < int64_array.shape(0); ++i) lengths.push_back(int64_array(i));
   } else if (nb::try_cast(obj, array, false)) {
-    const nb::dlpack::dtype t = array.dtype();
-    if (t.code != static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) &&
-        t.code != static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)) {
-      throw nb::type_error(("lengths: expected integers, got an array of dtype " +
-                            nb::cast<std::string>(obj.attr("dtype").attr("name")) +
-                            "; lengths are token counts, never cast from floats")
-                               .c_str());
-    }
-    nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>> as64;
-    nb::object converted =
-        nb::module_::import_("numpy").attr("ascontiguousarray")(obj, nb::arg("dtype") = "int64");
-    if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt) && t.bits == 64) {
-      // uint64 values above 2^63 would wrap; check them before converting.
-      nb::object too_big =
-          nb::module_::import_("numpy").attr("any")(obj.attr("__gt__")(nb::int_(INT64_MAX)));
-      if (PyObject_IsTrue(too_big.ptr()) == 1)
-        throw InvalidInput("lengths: a length is above 2^63 - 1");
-    }
-    as64 = nb::cast<nb::ndarray<nb::ro, std::int64_t, nb::ndim<1>>>(converted);
-    lengths.assign(as64.data(), as64.data() + as64.shape(0));
+    lengths = IntegerArrayLengths(obj, array);
   } else {
-    // An array of another shape (a 2-D batch): iterating it would give rows, and NumPy's
-    // own error names neither the argument nor the shape.
-    if (nb::hasattr(obj, "ndim") && nb::hasattr(obj, "shape") && nb::hasattr(obj, "__array__") &&
-        !obj.attr("ndim").equal(nb::int_(1))) {
-      throw InvalidInput("lengths: expected a 1-D array of integers, got " +
-                         std::string(nb::repr(obj.attr("ndim")).c_str()) + "-D with shape " +
-                         std::string(nb::repr(obj.attr("shape")).c_str()));
-    }
-    nb::iterator it;
-    try {
-      it = nb::iter(obj);
-    } catch (const nb::python_error&) {
-      throw nb::type_error(("lengths: expected a sequence of integers, got " +
-                            std::string(nb::type_name(obj.type()).c_str()))
-                               .c_str());
-    }
-    std::size_t i = 0;
-    for (nb::handle item : obj) {
-      // Python ints and anything with __index__ (NumPy integer scalars); never bools or
-      // floats.
-      if (PyBool_Check(item.ptr()) || !PyIndex_Check(item.ptr())) {
-        throw nb::type_error(("lengths[" + std::to_string(i) + "]: expected an integer, got " +
-                              std::string(nb::type_name(item.type()).c_str()) + " " +
-                              std::string(nb::repr(item).c_str()))
-                                 .c_str());
-      }
-      nb::object index = nb::steal(PyNumber_Index(item.ptr()));
-      if (!index.is_valid()) throw nb::python_error();
-      int overflow = 0;
-      const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-      if (overflow != 0) {
-        throw InvalidInput("lengths[" + std::to_string(i) +
-                           "]: " + std::string(nb::repr(item).c_str()) + " is beyond 64 bits");
-      }
-      lengths.push_back(v);
-      ++i;
-    }
+    lengths = SequenceLengths(obj);
   }
-  if (lengths.empty()) throw InvalidInput("lengths: the batch is empty");
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    if (lengths[i] < 1) {
-      throw InvalidInput("lengths[" + std::to_string(i) +
-                         "]: a document has at least one "
-                         "token, got " +
-                         std::to_string(lengths[i]));
-    }
-    if (lengths[i] > kMaxDocumentTokens) {
-      throw InvalidInput("lengths[" + std::to_string(i) +
-                         "]: " + DocumentTooLongMessage(lengths[i]));
-    }
-  }
+  CheckLengthRange(lengths);
   return lengths;
 }
 
