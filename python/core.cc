@@ -273,18 +273,8 @@ struct PySampler {
   std::unique_ptr<BatchSampler> sampler;
 };
 
-}  // namespace
-}  // namespace hydraulis
-
-NB_MODULE(_core, m) {
-  using namespace hydraulis;
-  m.doc() = "hydraulis' planning layers (see the hydraulis package for the documented API)";
-  // The library's input errors are ValueErrors carrying the message the CLI prints.
-  // nanobind tries translators newest first: the base class is registered first.
-  nb::exception<Error>(m, "HydraulisError", PyExc_RuntimeError);
-  nb::exception<InvalidInput>(m, "InvalidInputError", PyExc_ValueError);
-  nb::exception<Infeasible>(m, "InfeasibleError", PyExc_ValueError);
-
+// The profile and candidates, read and written as the CLI does.
+void BindSpecs(nb::module_& m) {
   nb::class_<Profile>(m, "Profile")
       .def_prop_ro("model_name", [](const Profile& p) { return p.model.name; })
       .def("to_json", [](const Profile& p) { return ProfileToJson(p); })
@@ -318,7 +308,10 @@ NB_MODULE(_core, m) {
   m.def("candidates_from_text", [](std::string text, std::string source) {
     return CandidatesText{std::move(text), std::move(source)};
   });
+}
 
+// A plan and its pipelines, with the arrays a data loader needs.
+void BindPlanTypes(nb::module_& m) {
   nb::class_<PyPipeline>(m, "Pipeline")
       .def_ro("scheme", &PyPipeline::scheme)
       .def_ro("capacity_tokens", &PyPipeline::capacity_tokens)
@@ -378,7 +371,10 @@ NB_MODULE(_core, m) {
              new (&p) PyPlan{PlanFromJson(std::get<0>(state), std::get<1>(state), "pickled plan"),
                              nb::object()};
            });
+}
 
+// Length files, and the dynamic-cp baseline's scheduler.
+void BindLengthFunctions(nb::module_& m) {
   m.def(
       "read_lengths",
       [](const std::string& path, const std::string& format, const std::string& length_field,
@@ -407,7 +403,10 @@ NB_MODULE(_core, m) {
         return ScheduleDynamicCp(values, ranks, max_tokens_per_rank).groups;
       },
       nb::arg("lengths"), nb::arg("ranks"), nb::arg("max_tokens_per_rank"));
+}
 
+// Strategy proposal and candidate selection.
+void BindProposal(nb::module_& m) {
   m.def(
       "propose",
       [](const Profile& profile, nb::handle lengths, int gpus, std::int64_t max_len,
@@ -471,7 +470,10 @@ NB_MODULE(_core, m) {
       nb::arg("profile"), nb::arg("candidates"), nb::arg("batches"), nb::kw_only(), nb::arg("more"),
       nb::arg("always"), nb::arg("max_len") = 32'768, nb::arg("threads") = 0,
       nb::arg("prune_tolerance") = 0.0);
+}
 
+// The step simulator.
+void BindSimulation(nb::module_& m) {
   m.def(
       "simulate",
       [](const Profile& profile, const CandidatesText& candidates, nb::handle dataset,
@@ -505,7 +507,10 @@ NB_MODULE(_core, m) {
       nb::arg("max_len") = 32'768, nb::arg("seed") = 1, nb::arg("sync_aware") = true,
       nb::arg("communication") = true, nb::arg("overlap") = true,
       nb::arg("ddp_bucket_size") = kDefaultBucketElements, nb::arg("backward_to_forward") = 2.0);
+}
 
+// The seeded batch sampler.
+void BindSampler(nb::module_& m) {
   nb::class_<PySampler>(m, "BatchSampler")
       .def(
           "__init__",
@@ -539,7 +544,10 @@ NB_MODULE(_core, m) {
             s.sampler->Restore({std::get<0>(position), std::get<1>(position)});
           },
           nb::arg("position"));
+}
 
+// The planner, shared between threads.
+void BindPlanner(nb::module_& m) {
   nb::class_<PyPlanner>(m, "Planner")
       .def(
           "__init__",
@@ -585,7 +593,10 @@ NB_MODULE(_core, m) {
             return PyPlan{std::move(plan), nb::object()};
           },
           nb::arg("lengths"));
+}
 
+// Calibration from measured steps, and planning ahead of the steps.
+void BindPlanningAhead(nb::module_& m) {
   nb::class_<StepCalibration>(m, "StepCalibration")
       .def(
           "__init__",
@@ -660,4 +671,25 @@ NB_MODULE(_core, m) {
       .def_prop_ro("ready",
                    [](PyLookahead& self) { return self.engine ? self.engine->Ready() : 0; })
       .def("close", [](PyLookahead& self) { self.Close(); });
+}
+
+}  // namespace
+}  // namespace hydraulis
+
+NB_MODULE(_core, m) {
+  using namespace hydraulis;
+  m.doc() = "hydraulis' planning layers (see the hydraulis package for the documented API)";
+  // The library's input errors are ValueErrors carrying the message the CLI prints.
+  // nanobind tries translators newest first: the base class is registered first.
+  nb::exception<Error>(m, "HydraulisError", PyExc_RuntimeError);
+  nb::exception<InvalidInput>(m, "InvalidInputError", PyExc_ValueError);
+  nb::exception<Infeasible>(m, "InfeasibleError", PyExc_ValueError);
+  BindSpecs(m);
+  BindPlanTypes(m);
+  BindLengthFunctions(m);
+  BindProposal(m);
+  BindSimulation(m);
+  BindSampler(m);
+  BindPlanner(m);
+  BindPlanningAhead(m);
 }
