@@ -416,6 +416,26 @@ def widths(schedules):
     return dict(sorted(count.items()))
 
 
+def run_line(what, entry):
+    """A run's losses, its distance from one process and its balance, for the console."""
+    return (f"{what}: losses {', '.join(f'{x:.6f}' for x in entry['losses'])}; vs one "
+            f"process: loss {entry['loss_diff']:.1e}, parameters {entry['parameter_diff']:.1e}; "
+            f"balance (max/mean rank work) {', '.join(f'{b:.3f}' for b in entry['balance'])}")
+
+
+def finish(report, worst, json_path, what):
+    """Writes the report where asked; the exit status: 1 when a run left one process's
+    losses or parameters by more than 1e-5."""
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+    if worst > 1e-5:
+        print(f"FAILED: {worst:.1e} from one process (allowed 1e-5)")
+        return 1
+    print(f"both {what} train as one process does (worst difference {worst:.1e})")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=4)
@@ -437,20 +457,10 @@ def main():
             report[name] = {"losses": run["losses"], "loss_diff": loss_diff,
                             "parameter_diff": param_diff, "balance": balance(run["schedules"]),
                             "documents_per_width": widths(run["schedules"])}
-            print(f"{name:9s} scheduler: losses {', '.join(f'{x:.6f}' for x in run['losses'])}; "
-                  f"vs one process: loss {loss_diff:.1e}, parameters {param_diff:.1e}; "
-                  f"balance (max/mean rank work) "
-                  f"{', '.join(f'{b:.3f}' for b in report[name]['balance'])}; "
-                  f"documents per local_cp_size {report[name]['documents_per_width']}")
+            print(f"{run_line(name + ' scheduler', report[name])}; documents per "
+                  f"local_cp_size {report[name]['documents_per_width']}")
     report["one_process_losses"] = reference_losses
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    if worst > 1e-5:
-        print(f"FAILED: {worst:.1e} from one process (allowed 1e-5)")
-        return 1
-    print(f"both schedulers train as one process does (worst difference {worst:.1e})")
-    return 0
+    return finish(report, worst, args.json, "schedulers")
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from megatron_hybrid_cp_training import (HEADS, HIDDEN, LAYERS, VOCAB,  # noqa: E402
-                                         cuda_on_cpu, distance, megatron_model_and_optimizer,
-                                         megatron_step, packed_sample, train_in_one_process)
+                                         cuda_on_cpu, distance, finish,
+                                         megatron_model_and_optimizer, megatron_step,
+                                         packed_sample, run_line, train_in_one_process)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PROFILE = os.path.join(ROOT, "configs", "profiles", "tiny-cpu.json")
@@ -231,19 +232,10 @@ def main():
                             "balance": [max(w) / (sum(w) / len(w)) for w in work],
                             "step_ms": [max(w) for w in work],
                             "micro_batches_per_rank": counts}
-            print(f"{name:9s} split: losses {', '.join(f'{x:.6f}' for x in run['losses'])}; "
-                  f"vs one process: loss {loss_diff:.1e}, parameters {param_diff:.1e}; "
-                  f"balance (max/mean rank work) "
-                  f"{', '.join(f'{b:.3f}' for b in report[name]['balance'])}; "
-                  f"estimated step {sum(report[name]['step_ms']):.0f} ms in all; non-empty micro-batches per rank {counts}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    if worst > 1e-5:
-        print(f"FAILED: {worst:.1e} from one process (allowed 1e-5)")
-        return 1
-    print(f"both splits train as one process does (worst difference {worst:.1e})")
-    return 0
+            print(f"{run_line(name + ' split', report[name])}; estimated step "
+                  f"{sum(report[name]['step_ms']):.0f} ms in all; non-empty micro-batches per "
+                  f"rank {counts}")
+    return finish(report, worst, args.json, "splits")
 
 
 if __name__ == "__main__":
