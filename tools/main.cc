@@ -107,6 +107,17 @@ std::map<CLI::App*, hydraulis::tools::Command> AddCommands(CLI::App& app) {
     auto cmd = adder(app);
     commands[app.get_subcommands({})[before]] = cmd;
   };
+#ifdef HYDRAULIS_HAVE_RUNTIME
+  // The runtime binary holds the commands that need libtorch, and nothing else.
+  add(hydraulis::tools::AddTrainCommand);
+  add(hydraulis::tools::AddProfileCommand);
+  add(hydraulis::tools::AddEvalCommand);
+  add(hydraulis::tools::AddExportCommand);
+  // The table the planning binary lists and forwards must be what this binary registers.
+  for (const auto& command : hydraulis::tools::kRuntimeCommands) {
+    app.get_subcommand(std::string(command.name));  // throws when one is missing
+  }
+#else
   add(hydraulis::tools::AddPlanCommand);
   add(hydraulis::tools::AddImportProfileCommand);
   add(hydraulis::tools::AddSummarizeCommand);
@@ -116,21 +127,13 @@ std::map<CLI::App*, hydraulis::tools::Command> AddCommands(CLI::App& app) {
   add(hydraulis::tools::AddPreprocessCommand);
   add(hydraulis::tools::AddReportCommand);
   add(hydraulis::tools::AddReplayCommand);
-#ifdef HYDRAULIS_HAVE_RUNTIME
-  add(hydraulis::tools::AddTrainCommand);
-  add(hydraulis::tools::AddProfileCommand);
-  add(hydraulis::tools::AddEvalCommand);
-  add(hydraulis::tools::AddExportCommand);
-  // The table the planning binary lists and forwards must be what this binary registers.
-  for (const auto& command : hydraulis::tools::kRuntimeCommands) {
-    app.get_subcommand(std::string(command.name));  // throws when one is missing
-  }
-#elif defined(HYDRAULIS_RUNTIME_SIBLING)
+#ifdef HYDRAULIS_RUNTIME_SIBLING
   // Listed for --help only: main() hands these to the sibling before parsing.
   for (const auto& command : hydraulis::tools::kRuntimeCommands) {
     app.add_subcommand(std::string(command.name),
                        std::string(command.summary) + " (runs hydraulis-runtime)");
   }
+#endif
 #endif
 #ifdef HYDRAULIS_HAVE_RUNTIME
   // `train --config FILE`: train's flags in a TOML file, under [train] (docs/runtime.md).

@@ -13,13 +13,6 @@
 
 namespace hydraulis::tools {
 
-std::string PackagePython() {
-  if (const char* python = std::getenv("HYDRAULIS_PYTHON"); python != nullptr && *python) {
-    return python;
-  }
-  return HYDRAULIS_REPORT_PYTHON;
-}
-
 namespace {
 
 struct ReportArgs {
