@@ -120,7 +120,10 @@ bool FitCoefficients(SchemeProfile& entry, const std::vector<Sample>& list, doub
   for (const Sample& s : list) timed.push_back({s.lengths, s.ms});
   try {
     const TimeFit nnls = FitTimeModel(timed);
-    if (nnls.rms_relative_error < scale_rms) {
+    // All in c (the lengths explain nothing, as on a machine whose noise drowns them) is no
+    // model of documents, and no profile may say so: scaled instead.
+    const bool costs_documents = nnls.model.a_ms_per_token2 > 0 || nnls.model.b_ms_per_token > 0;
+    if (costs_documents && nnls.rms_relative_error < scale_rms) {
       entry.a_ms_per_token2 = nnls.model.a_ms_per_token2;
       entry.b_ms_per_token = nnls.model.b_ms_per_token;
       entry.c_ms = nnls.model.c_ms;

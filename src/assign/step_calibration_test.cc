@@ -226,6 +226,29 @@ TEST(StepCalibrationTest, AFitRoundTripsThroughItsFileAndRestoresOnlyWhereItFits
   }
 }
 
+// A machine whose micro-batches take the same time whatever their documents (a, b = 0):
+// the least-squares fit puts everything in c, which no profile may hold (documents would
+// cost nothing), so the calibration scales instead, and what it saves reads back.
+TEST(StepCalibrationTest, AFitInWhichDocumentsCostNothingIsNotAdopted) {
+  const Profile profile = TinyProfile();
+  const CandidateSet candidates = TwoRankCandidates(profile);
+  CalibratedFit flat = Machine(profile);
+  for (SchemeProfile& e : flat.profile.schemes) {
+    e.a_ms_per_token2 = 0;
+    e.b_ms_per_token = 0;
+    e.c_ms = 50;
+  }
+  StepCalibration calibration(profile, candidates, {});
+  RunSteps(calibration, flat, candidates, 12, 0.0);
+  const CalibratedFit& fit = calibration.fit();
+  ASSERT_GE(fit.version, 1);  // the foreign profile was replaced, by scaling
+  for (const SchemeProfile& e : fit.profile.schemes) {
+    EXPECT_TRUE(e.a_ms_per_token2 > 0 || e.b_ms_per_token > 0) << ProfileToJson(fit.profile);
+  }
+  const CalibratedFit back = ParseCalibratedFit(CalibratedFitToJson(fit), "c.json");
+  EXPECT_EQ(ProfileToJson(back.profile), ProfileToJson(fit.profile));
+}
+
 // The run's steps written as a measurements file and read back: the replay predicts each
 // step exactly as the run did, adopts the same fits at the same steps and ends on the same
 // fit; another hold-out changes what it adopts.
