@@ -22,10 +22,11 @@ final parameters must equal one process training the same model on the same docu
 each whole, within 1e-5; the script prints each scheduler's step balance under the
 drop-in's cost model (max over mean of the ranks' work) and exits 1 on a mismatch.
 
-megatron-core 0.16.1 allocates on CUDA in its schedule, data wrapper and DDP buffers
-(`device="cuda"`, `.cuda()`, `torch.cuda.current_device()`); the script runs them under
-`CudaOnCpu`, a TorchFunctionMode that puts those tensors on the CPU. Nothing else of
-megatron-core is replaced.
+megatron-core 0.16.1 allocates on CUDA in its schedule, data wrapper, point-to-point sends
+and DDP buffers (`device="cuda"`, `.cuda()`, `torch.cuda.current_device()`) and calls
+`torch.cuda.synchronize()` around its sends; the script runs them under `CudaOnCpu`, a
+TorchFunctionMode that puts those tensors on the CPU, with `current_device` answering the
+CPU and `synchronize` doing nothing. Nothing else of megatron-core is replaced.
 """
 import argparse
 import contextlib
@@ -69,7 +70,7 @@ class CudaOnCpu(TorchFunctionMode):
 
 
 def cuda_on_cpu():
-    """Megatron-core's CUDA tensors and current device, on the CPU."""
+    """Megatron-core's CUDA tensors, current device and synchronisation, on the CPU."""
     torch.cuda.current_device = lambda: torch.device("cpu")
     torch.cuda.synchronize = lambda device=None: None
     return CudaOnCpu()
