@@ -29,8 +29,7 @@ TorchFunctionMode that puts those tensors on the CPU, with `current_device` answ
 CPU and `synchronize` doing nothing. Nothing else of megatron-core is replaced.
 """
 import argparse
-import contextlib
-import functools
+import collections
 import json
 import os
 import sys
@@ -383,6 +382,11 @@ def distance(run, reference_losses, reference):
     return loss_diff, param_diff
 
 
+def local_cp_sizes(sample_id_groups):
+    """Each sample's local_cp_size: how many ranks run it (a sample runs in one group)."""
+    return collections.Counter(sid for group in sample_id_groups for ids in group for sid in ids)
+
+
 def balance(schedules):
     """Per step, the ranks' largest work over their mean, work being each rank's summed
     sample time under the drop-in's default cost model (hydraulis.megatron.BlockCosts)."""
@@ -391,29 +395,20 @@ def balance(schedules):
     out = []
     for sample_id_seqlens, sample_id_groups in schedules:
         seqlen = dict(sample_id_seqlens)
+        k = local_cp_sizes(sample_id_groups)
         work = [0.0] * len(sample_id_groups[0])
         for group in sample_id_groups:
-            shared = {}
-            for ids in group:
-                for sid in ids:
-                    shared[sid] = shared.get(sid, 0) + 1
             for r, ids in enumerate(group):
-                work[r] += sum(costs.sample_ms(seqlen[sid], shared[sid]) for sid in ids)
+                work[r] += sum(costs.sample_ms(seqlen[sid], k[sid]) for sid in ids)
         out.append(max(work) / (sum(work) / len(work)))
     return out
 
 
 def widths(schedules):
     """How many documents ran on 1, 2, 4, ... ranks, over all steps."""
-    count = {}
+    count = collections.Counter()
     for _, sample_id_groups in schedules:
-        shared = {}
-        for group in sample_id_groups:
-            for ids in group:
-                for sid in ids:
-                    shared[sid] = shared.get(sid, 0) + 1
-        for k in shared.values():
-            count[k] = count.get(k, 0) + 1
+        count.update(local_cp_sizes(sample_id_groups).values())
     return dict(sorted(count.items()))
 
 

@@ -57,31 +57,12 @@ def step_documents(steps, max_len):
             for _ in range(steps)]
 
 
-def profile_holding(tokens, pp):
-    """The CPU profile with its memory cut so that a micro-batch of a pp-stage pipeline
-    holds about `tokens` tokens, Megatron's seq_length here (bisection on the memory the
-    profile states)."""
-    import hydraulis
-    with open(PROFILE) as f:
-        data = json.load(f)
-    low, high = 1, data["cluster"]["gpu_memory_bytes"]
-    while high - low > 1:
-        data["cluster"]["gpu_memory_bytes"] = middle = (low + high) // 2
-        try:
-            fits = hydraulis.load_profile(data).capacity_tokens(pp=pp) >= tokens
-        except hydraulis.InvalidInputError:  # not even the model's state fits
-            fits = False
-        low, high = (low, middle) if fits else (middle, high)
-    data["cluster"]["gpu_memory_bytes"] = high
-    return hydraulis.load_profile(data)
-
-
 def hydraulis_split(docs, dp, pp, max_len):
     """groups[micro_batch][dp_rank] -> document indices, from the hydraulis planner over
     dp pipelines of pp stages, micro-batches of at most about max_len tokens as Megatron's."""
     import hydraulis
-    from hydraulis.megatron import MegatronPackingScheduler
-    planner = hydraulis.Planner(profile_holding(max_len, pp),
+    from hydraulis.megatron import MegatronPackingScheduler, profile_for_seq_length
+    planner = hydraulis.Planner(profile_for_seq_length(PROFILE, max_len, pp=pp),
                                 hydraulis.data_parallel_candidates(dp * pp, pp=pp),
                                 max_len=max_len)
     return MegatronPackingScheduler(planner, dp_size=dp)(

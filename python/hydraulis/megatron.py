@@ -246,18 +246,49 @@ def _planning_profile(costs, sizes, max_tokens_per_rank, dp_cp_size):
         return all(parsed.capacity_tokens(cp=k) >= k * max_tokens_per_rank for k in sizes)
 
     # Beyond the budget the activation bytes were chosen for, M is beyond what the model
-    # represents; below the least memory that holds, nothing does (capacity rises with it).
+    # represents.
     if not holds(budget):
         raise InvalidInputError(f"max_seq_len_per_rank: {max_tokens_per_rank} tokens is beyond what "
                                 "the planner's memory model represents")
-    low, high = 0, budget  # holds(high), not holds(low)
+    return profile(_least_memory(holds, budget))
+
+
+def _least_memory(holds, high):
+    """The least GPU memory in bytes, at most `high` (which holds), for which `holds`
+    (monotone: capacity rises with memory) is true; by bisection on the planner's own
+    capacity, so the memory model is not restated here."""
+    low = 0  # holds(high), not holds(low)
     while high - low > 1:
         middle = (low + high) // 2
         if holds(middle):
             high = middle
         else:
             low = middle
-    return profile(high)
+    return high
+
+
+def profile_for_seq_length(profile, seq_length, *, tp=1, pp=1):
+    """`profile` (a dict or a JSON path) with its GPU memory cut to the least whose
+    micro-batches of a <1, tp, pp> pipeline hold `seq_length` tokens, as a Profile: the
+    planner then packs micro-batches of at most about Megatron's seq_length, as Megatron's
+    own data does. InvalidInputError when the profile's memory does not hold that many."""
+    import hydraulis
+    data = json.loads(json.dumps(_read_profile_json(profile)))  # a copy to change
+    seq_length = _positive_int(seq_length, "seq_length")
+
+    def holds(memory):
+        data["cluster"]["gpu_memory_bytes"] = memory
+        try:
+            return hydraulis.load_profile(data).capacity_tokens(tp=tp, pp=pp) >= seq_length
+        except InvalidInputError:  # not even the model's state fits
+            return False
+
+    stated = data["cluster"]["gpu_memory_bytes"]
+    if not holds(stated):
+        raise InvalidInputError(f"seq_length: {seq_length} tokens per micro-batch do not fit the "
+                                f"profile's {stated} bytes of GPU memory (tp {tp}, pp {pp})")
+    data["cluster"]["gpu_memory_bytes"] = _least_memory(holds, stated)
+    return hydraulis.load_profile(data)
 
 
 def _positive_int(value, name):

@@ -1,4 +1,5 @@
 """The Megatron-style packing scheduler."""
+import json
 import os
 import subprocess
 import sys
@@ -64,3 +65,18 @@ def test_example_runs():
                           "--dp", "4"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "dp rank 3:" in run.stdout and "groups[0][0]" in run.stdout
+
+
+def test_profile_for_seq_length_holds_it_with_the_least_memory():
+    from hydraulis.megatron import profile_for_seq_length
+    for pp in (1, 2):
+        profile = profile_for_seq_length(PROFILE, 256, pp=pp)
+        assert profile.capacity_tokens(pp=pp) >= 256
+        # One byte less would not hold it: the memory is the least.
+        data = json.loads(profile.to_json())
+        data["cluster"]["gpu_memory_bytes"] -= 1
+        assert hydraulis.load_profile(data).capacity_tokens(pp=pp) < 256
+    with pytest.raises(hydraulis.InvalidInputError, match="seq_length"):
+        profile_for_seq_length(PROFILE, 10 ** 9)
+    with pytest.raises(hydraulis.InvalidInputError, match="seq_length"):
+        profile_for_seq_length(PROFILE, 0)
