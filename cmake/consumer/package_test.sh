@@ -14,6 +14,11 @@ for f in lib/cmake/hydraulis/hydraulisConfig.cmake lib/cmake/hydraulis/hydraulis
   include/hydraulis/assign/planner.h lib/libhydraulis_assign.a bin/hydraulis; do
   [[ -e $tmp/prefix/$f ]] || { echo "package_test: $f not installed" >&2; exit 1; }
 done
+# The installed headers name no third-party type but torch's, and need no internal/ header.
+if grep -rlE 'nlohmann|"hydraulis/[a-z_/]*internal/' "$tmp/prefix/include" >&2; then
+  echo "package_test: the installed headers above include nlohmann-json or an internal/ header" >&2
+  exit 1
+fi
 # The runtime is in the package exactly when the build has it (with its headers, not the
 # CLI's launcher's).
 runtime=$(sed -n 's/^HYDRAULIS_BUILD_RUNTIME:BOOL=//p' "$build/CMakeCache.txt")

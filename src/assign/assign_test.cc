@@ -13,7 +13,7 @@
 
 #include "../base/test_support.h"
 #include "assign_test_support.h"
-#include "hydraulis/assign/lower_bound.h"
+#include "lower_bound.h"
 #include "hydraulis/assign/micro_batch_layout.h"
 #include "hydraulis/assign/pack.h"
 #include "hydraulis/assign/pipeline_relaxation.h"

@@ -1,4 +1,4 @@
-#include "hydraulis/assign/exact.h"
+#include "exact.h"
 
 #include <algorithm>
 #include <bit>

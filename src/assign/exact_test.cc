@@ -1,4 +1,4 @@
-#include "hydraulis/assign/exact.h"
+#include "exact.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "hydraulis/assign/lower_bound.h"
+#include "lower_bound.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/assign/two_stage.h"
 #include "hydraulis/base/error.h"

@@ -2,7 +2,7 @@
 #include <numeric>
 #include <queue>
 
-#include "hydraulis/assign/baselines.h"
+#include "baselines.h"
 #include "hydraulis/base/error.h"
 
 namespace hydraulis {

@@ -1,4 +1,4 @@
-#include "hydraulis/assign/lower_bound.h"
+#include "lower_bound.h"
 
 #include <coin/ClpSimplex.hpp>
 #include <coin/CoinPackedMatrix.hpp>
@@ -11,7 +11,7 @@
 #include <memory>
 #include <numeric>
 
-#include "hydraulis/assign/exact_split.h"
+#include "exact_split.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/tolerance.h"
 

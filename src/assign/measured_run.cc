@@ -5,8 +5,8 @@
 
 #include "hydraulis/assign/plan_json.h"
 #include "hydraulis/base/error.h"
-#include "hydraulis/base/json_text.h"
-#include "hydraulis/spec/json_reader.h"
+#include "hydraulis/base/internal/json_text.h"
+#include "hydraulis/spec/internal/json_reader.h"
 #include "hydraulis/spec/spec_io.h"
 
 #include <nlohmann/json.hpp>

@@ -7,10 +7,10 @@
 
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/base/error.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 #include "hydraulis/base/tolerance.h"
 #include "hydraulis/cost/cp_layout.h"
-#include "hydraulis/spec/json_reader.h"
+#include "hydraulis/spec/internal/json_reader.h"
 #include "hydraulis/spec/spec_io.h"
 
 namespace hydraulis {

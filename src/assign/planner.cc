@@ -14,8 +14,8 @@
 #include <set>
 #include <thread>
 
-#include "hydraulis/assign/baselines.h"
-#include "hydraulis/assign/lower_bound.h"
+#include "baselines.h"
+#include "lower_bound.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/parallel_for.h"

@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "hydraulis/assign/baselines.h"
+#include "baselines.h"
 #include "hydraulis/base/error.h"
 
 namespace hydraulis {

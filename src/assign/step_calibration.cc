@@ -10,7 +10,7 @@
 #include "hydraulis/base/median.h"
 #include "hydraulis/cost/cp_layout.h"
 #include "hydraulis/cost/time_fit.h"
-#include "hydraulis/spec/json_reader.h"
+#include "hydraulis/spec/internal/json_reader.h"
 #include "hydraulis/spec/spec_io.h"
 
 #include <nlohmann/json.hpp>

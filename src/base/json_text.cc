@@ -1,4 +1,4 @@
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 
 #include <cmath>
 #include <set>

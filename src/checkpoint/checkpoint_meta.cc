@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/base/json_text.h"
-#include "hydraulis/spec/json_reader.h"
+#include "hydraulis/base/internal/json_text.h"
+#include "hydraulis/spec/internal/json_reader.h"
 
 namespace hydraulis {
 namespace {

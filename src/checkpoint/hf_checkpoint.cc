@@ -5,7 +5,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 #include "hydraulis/spec/hf_config.h"
 
 namespace hydraulis {

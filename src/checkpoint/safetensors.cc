@@ -10,7 +10,7 @@
 #include <set>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 #include "hydraulis/base/little_endian.h"
 
 namespace hydraulis {

@@ -10,7 +10,7 @@
 #include "gpt2_pretokenizer.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 
 namespace hydraulis {
 namespace {

@@ -14,7 +14,7 @@
 #include "byte_level.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 #include "regex_splitter.h"
 #include "unicode_normalizer.h"
 

@@ -8,7 +8,7 @@
 
 #include "ascii_text.h"
 #include "hydraulis/base/error.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 
 namespace hydraulis {
 namespace {

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 #include "hydraulis/data/document_length.h"
 #include "hydraulis/data/length_source.h"
 

@@ -8,7 +8,7 @@
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/sim/comm_overlap.h"
 #include "hydraulis/sim/dynamic_cp.h"
-#include "hydraulis/sim/step_planner.h"
+#include "step_planner.h"
 #include "hydraulis/sim/sync_cost.h"
 #include "hydraulis/spec/model.h"
 #include "units.h"

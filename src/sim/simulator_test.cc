@@ -17,7 +17,7 @@
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/sim/dynamic_cp.h"
 #include "hydraulis/sim/report.h"
-#include "hydraulis/sim/step_planner.h"
+#include "step_planner.h"
 #include "hydraulis/sim/sync_cost.h"
 #include "hydraulis/sim/trace.h"
 #include "hydraulis/spec/model.h"

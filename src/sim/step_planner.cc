@@ -1,4 +1,4 @@
-#include "hydraulis/sim/step_planner.h"
+#include "step_planner.h"
 
 #include <algorithm>
 

@@ -1,10 +1,10 @@
-#include "hydraulis/spec/json_reader.h"
+#include "hydraulis/spec/internal/json_reader.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "hydraulis/base/error.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 
 namespace hydraulis {
 

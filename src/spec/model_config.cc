@@ -6,9 +6,9 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 #include "hydraulis/spec/hf_config.h"
-#include "hydraulis/spec/json_reader.h"
+#include "hydraulis/spec/internal/json_reader.h"
 
 namespace hydraulis {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/file_io.h"
-#include "hydraulis/base/json_text.h"
+#include "hydraulis/base/internal/json_text.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 
 namespace hydraulis {

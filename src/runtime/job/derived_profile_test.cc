@@ -1,4 +1,4 @@
-#include "hydraulis/runtime/job/derived_profile.h"
+#include "derived_profile.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "hydraulis/runtime/job/profile_ranks.h"
+#include "profile_ranks.h"
 
 #include <algorithm>
 #include <string>

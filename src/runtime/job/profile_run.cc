@@ -13,7 +13,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/capacity.h"
 #include "hydraulis/data/lengths.h"
-#include "hydraulis/runtime/job/profile_ranks.h"
+#include "profile_ranks.h"
 #include "hydraulis/runtime/job/stage_profiler.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/spec/model_config.h"

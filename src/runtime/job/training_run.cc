@@ -13,7 +13,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/kv_exchange.h"
 #include "hydraulis/runtime/job/checkpoint.h"
-#include "hydraulis/runtime/job/derived_profile.h"
+#include "derived_profile.h"
 #include "hydraulis/runtime/model/hf_weights.h"
 #include "hydraulis/runtime/model/memory_fit.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"

@@ -1,4 +1,4 @@
-#include "hydraulis/runtime/model/recomputed.h"
+#include "recomputed.h"
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>

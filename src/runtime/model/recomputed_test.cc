@@ -16,7 +16,7 @@
 #include "hydraulis/runtime/job/stage_profiler.h"
 #include "hydraulis/runtime/model/gradients.h"
 #include "hydraulis/runtime/model/packed_batch.h"
-#include "hydraulis/runtime/model/recomputed.h"
+#include "recomputed.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "runtime/testing/test_documents.h"
 

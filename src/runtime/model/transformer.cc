@@ -10,7 +10,7 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/attention.h"
-#include "hydraulis/runtime/model/recomputed.h"
+#include "recomputed.h"
 #include "hydraulis/runtime/model/rms_norm.h"
 
 namespace hydraulis {
