@@ -297,6 +297,8 @@ void BindSpecs(nb::module_& m) {
           },
           nb::kw_only(), nb::arg("cp") = 1, nb::arg("tp") = 1, nb::arg("pp") = 1,
           nb::arg("optimizer_layout") = std::make_tuple(1, 1, 1));
+  // The multiple every capacity is rounded down to (cost/capacity.h).
+  m.attr("TOKEN_ALIGNMENT") = kTokenAlignment;
   m.def("load_profile", [](const std::string& path) { return LoadProfile(path); });
   m.def("parse_profile", [](const std::string& text, const std::string& source) {
     return ParseProfile(text, source);

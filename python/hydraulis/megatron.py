@@ -84,7 +84,6 @@ DEFAULT_KV_MS_PER_TOKEN = 0.01
 # At most this many candidate strategies (block-size multisets) are given to the planner.
 DEFAULT_MAX_STRATEGIES = 256
 
-_TOKEN_ALIGNMENT = 128  # the planner's capacity alignment (cost/capacity.h)
 _MAX_GPU_MEMORY_BYTES = 1 << 50  # the profile parser's bound on gpu_memory_bytes
 # The planning profile's model: one layer, hidden 64, 64 heads, one kv head, so that the
 # gathered keys and values weigh little against a token's 64 * A bytes of activations.
@@ -210,7 +209,7 @@ def _planning_profile(costs, sizes, max_tokens_per_rank, dp_cp_size):
     GPU memory is the least that gives this, found by bisection on the planner's own
     capacity (Profile.capacity_tokens), so the memory model is not restated here."""
     budget = _MAX_GPU_MEMORY_BYTES // 2
-    rank_tokens_guess = max_tokens_per_rank + _TOKEN_ALIGNMENT
+    rank_tokens_guess = max_tokens_per_rank + _core.TOKEN_ALIGNMENT
     activation = 1 << 24
     while activation > 1 and _PLAN_HIDDEN * activation * rank_tokens_guess * 2 > budget:
         activation //= 2

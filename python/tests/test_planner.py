@@ -319,6 +319,9 @@ def test_profile_capacity_is_the_planners(planner, lengths):
     # The published worked value (docs/spec-format.md): TP16 under a (4, 16, 1) layout holds
     # 43,614 tokens before the 128-token alignment.
     assert profile.capacity_tokens(tp=16, optimizer_layout=(4, 16, 1)) == 43_520
+    # The alignment the Megatron scheduler's memory sizing starts from is the C++ constant.
+    alignment = hydraulis._core.TOKEN_ALIGNMENT
+    assert 43_614 // alignment * alignment == 43_520
 
 
 def test_recomputed_profiles_hold_more_tokens_as_the_cli_plans_them():
