@@ -13,8 +13,6 @@ tokens). Prints the per-rank load: tokens and the planner's estimated time.
 import argparse
 import os
 
-import numpy as np
-
 import hydraulis
 from hydraulis.megatron import MegatronPackingScheduler
 
