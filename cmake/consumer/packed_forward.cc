@@ -20,8 +20,9 @@ int main() {
     const std::vector<std::int64_t> a = {1, 5, 9, 3, 3, 8, 2};
     const std::vector<std::int64_t> b = {4, 4, 11, 0, 6};
     const at::Tensor packed = model.Forward(hydraulis::PackDocuments({a, b}, config.shape.vocab));
-    const at::Tensor alone = at::cat({model.Forward(hydraulis::PackDocuments({a}, config.shape.vocab)),
-                                      model.Forward(hydraulis::PackDocuments({b}, config.shape.vocab))});
+    const at::Tensor alone =
+        at::cat({model.Forward(hydraulis::PackDocuments({a}, config.shape.vocab)),
+                 model.Forward(hydraulis::PackDocuments({b}, config.shape.vocab))});
     const double diff = (packed - alone).abs().max().item<double>();
     std::printf("packed_forward: %lld logits, max difference %.3g\n",
                 static_cast<long long>(packed.numel()), diff);

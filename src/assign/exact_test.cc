@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "lower_bound.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/assign/two_stage.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/rng.h"
 #include "hydraulis/cost/pipeline_time.h"
+#include "lower_bound.h"
 
 #include "../base/test_support.h"
 

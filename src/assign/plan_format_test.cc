@@ -14,7 +14,6 @@
 
 #include "../base/test_support.h"
 #include "assign_test_support.h"
-#include "lower_bound.h"
 #include "hydraulis/assign/micro_batch_layout.h"
 #include "hydraulis/assign/pack.h"
 #include "hydraulis/assign/pipeline_relaxation.h"
@@ -30,6 +29,7 @@
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/spec/spec_io.h"
+#include "lower_bound.h"
 
 namespace hydraulis {
 namespace {

@@ -15,12 +15,12 @@
 #include <thread>
 
 #include "baselines.h"
-#include "lower_bound.h"
 #include "hydraulis/assign/plan_checker.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/base/parallel_for.h"
 #include "hydraulis/base/tolerance.h"
 #include "hydraulis/cost/capacity.h"
+#include "lower_bound.h"
 #include "search_pool.h"
 
 namespace hydraulis {

@@ -8,9 +8,9 @@
 #include "hydraulis/data/batch_sampler.h"
 #include "hydraulis/sim/comm_overlap.h"
 #include "hydraulis/sim/dynamic_cp.h"
-#include "step_planner.h"
 #include "hydraulis/sim/sync_cost.h"
 #include "hydraulis/spec/model.h"
+#include "step_planner.h"
 #include "units.h"
 
 namespace hydraulis {

@@ -17,12 +17,12 @@
 #include "hydraulis/data/lengths.h"
 #include "hydraulis/sim/dynamic_cp.h"
 #include "hydraulis/sim/report.h"
-#include "step_planner.h"
 #include "hydraulis/sim/sync_cost.h"
 #include "hydraulis/sim/trace.h"
 #include "hydraulis/spec/model.h"
 #include "hydraulis/spec/placement.h"
 #include "hydraulis/spec/spec_io.h"
+#include "step_planner.h"
 
 namespace hydraulis {
 namespace {

@@ -13,11 +13,11 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/capacity.h"
 #include "hydraulis/data/lengths.h"
-#include "profile_ranks.h"
 #include "hydraulis/runtime/job/stage_profiler.h"
 #include "hydraulis/runtime/model/transformer.h"
 #include "hydraulis/spec/model_config.h"
 #include "hydraulis/spec/spec_io.h"
+#include "profile_ranks.h"
 
 namespace hydraulis {
 namespace {

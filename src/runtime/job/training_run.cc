@@ -9,11 +9,11 @@
 #include <string>
 #include <utility>
 
+#include "derived_profile.h"
 #include "hydraulis/base/enum_names.h"
 #include "hydraulis/base/error.h"
 #include "hydraulis/cost/kv_exchange.h"
 #include "hydraulis/runtime/job/checkpoint.h"
-#include "derived_profile.h"
 #include "hydraulis/runtime/model/hf_weights.h"
 #include "hydraulis/runtime/model/memory_fit.h"
 #include "hydraulis/runtime/step/sharded_optimizer.h"

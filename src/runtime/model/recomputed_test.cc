@@ -16,8 +16,8 @@
 #include "hydraulis/runtime/job/stage_profiler.h"
 #include "hydraulis/runtime/model/gradients.h"
 #include "hydraulis/runtime/model/packed_batch.h"
-#include "recomputed.h"
 #include "hydraulis/runtime/model/transformer.h"
+#include "recomputed.h"
 #include "runtime/testing/test_documents.h"
 
 namespace hydraulis {

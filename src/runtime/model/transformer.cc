@@ -10,8 +10,8 @@
 #include "hydraulis/base/error.h"
 #include "hydraulis/runtime/communication/comm_group.h"
 #include "hydraulis/runtime/model/attention.h"
-#include "recomputed.h"
 #include "hydraulis/runtime/model/rms_norm.h"
+#include "recomputed.h"
 
 namespace hydraulis {
 namespace {
