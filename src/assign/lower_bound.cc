@@ -92,23 +92,75 @@ double WidthThresholdMs(const PipelineModel& p, std::int64_t s, int k) {
   return p.scheme.pp * (p.shard.DocumentMs(s, k, k <= p.shard.ranks_per_node) + p.time.c_ms);
 }
 
+// The narrowest width over which a document of s tokens that must be sharded can run at
+// step time theta (with slack: a width that fits theta only up to rounding counts, since a
+// narrower width than needed only lowers the bound); cp where none can.
+int NarrowestWidth(const PipelineModel& p, std::int64_t s, double theta) {
+  const ShardCost& cost = p.shard;
+  int k = std::clamp(cost.MinWidth(s), 2, std::max(cost.cp, 2));
+  if (cost.space == CpLayoutSpace::kAnySubset) {
+    while (k < cost.cp && WidthThresholdMs(p, s, k) > theta * (1 + 1e-9)) ++k;
+  }
+  return k;
+}
+
+// The most a cp rank that holds no part of a document of s tokens sharded over k ranks can
+// do in the document's micro-batch, counting compute and the exchange the bound charges
+// (docs/design.md, "Lower bound", 2): at most R tokens of its own, R the rank's memory in
+// tokens. A token of a document of length l over j ranks costs a l + b, plus its share of
+// the exchange charged to that document, at most u (j - 1), and none where a rank could
+// hold it whole. Documents confined to the cp - k free ranks are at most (cp - k) R long;
+// documents that also use the k ranks fit in what those ranks have left, `left` tokens
+// each beside the document, so they are at most cp * left long and bring at most k * left
+// tokens. No step time enters, so the bound's units still never rise with it.
+double FreeRankMs(const ShardCost& cost, std::int64_t s, int k) {
+  const int f = cost.cp - k;
+  const double r = cost.rank_capacity_tokens;
+  const double a = cost.whole.a_ms_per_token2;
+  const double b = cost.whole.b_ms_per_token;
+  const double u = std::max(cost.kv_unit_intra_ms_per_token, cost.kv_unit_inter_ms_per_token);
+  const double confined = a * f * r + b + u * (f - 1);
+  const double left = std::max(0.0, r - cost.MemoryTokens(s, k));
+  const double longest = cost.cp * left;
+  const double touching = a * longest + b + (longest > r ? u * (cost.cp - 1) : 0.0);
+  return r * confined + std::min(r, k * left) * std::max(0.0, touching - confined);
+}
+
+// Summed over the cp ranks, the least a document of s tokens that must be sharded adds to
+// its stage beyond its balanced work at step time theta, over the widths k >= k0 that theta
+// allows (k0 the narrowest): its exchange over k ranks, and where it takes more than half
+// of its micro-batch's memory (so no other such document shares that micro-batch), the
+// time the cp - k ranks without it spend short of its own ranks' time: their memory holds
+// too little work (FreeRankMs) to last as long (docs/design.md, "Lower bound", 2).
+double ShardedExtraMs(const PipelineModel& p, std::int64_t s, int k0, double theta) {
+  const ShardCost& cost = p.shard;
+  const double least = cost.LeastExchangeWorkMs(s, k0);
+  if (cost.space != CpLayoutSpace::kAnySubset) return least;
+  const int m = std::clamp(cost.MinWidth(s), 2, cost.cp);
+  if (static_cast<double>(s) * (1 + cost.kv_memory_ratio * (m - 1)) <=
+      cost.cp * cost.rank_capacity_tokens / 2) {
+    return least;
+  }
+  double best = kInf;
+  for (int k = k0; k <= cost.cp; ++k) {
+    if (k > k0 && WidthThresholdMs(p, s, k) > theta * (1 + 1e-9)) continue;
+    const double own = cost.DocumentMs(s, k, k <= cost.ranks_per_node);
+    const double idle = (cost.cp - k) * std::max(0.0, own - FreeRankMs(cost, s, k));
+    best = std::min(best, cost.LeastExchangeWorkMs(s, k) + idle);
+  }
+  return best;
+}
+
 // A document's least share of its stage's work at step time theta: its balanced share,
-// plus the exchange where it must be sharded at theta (PipelineModel::DocumentWorkMs
-// charges it only where memory forces it).
+// plus what it must add where it must be sharded at theta (ShardedExtraMs;
+// PipelineModel::DocumentWorkMs charges only the exchange, only where memory forces it).
 double WorkMs(const PipelineModel& p, std::int64_t s, double theta) {
   const double work = p.time.DocumentMs(s);
   if (WholeThresholdMs(p, s) <= theta) return work;
   // Sharded over k ranks it adds u (k - 1) s of exchange over the k ranks, least at the
   // narrowest width its memory and theta allow (a width whose own time through the pp
   // stages exceeds theta cannot run it; the floor's cheapest link for that width).
-  const ShardCost& cost = p.shard;
-  int k = std::max(2, cost.MinWidth(s));
-  if (cost.space == CpLayoutSpace::kAnySubset) {
-    // With slack: a width that fits theta only up to rounding must count (a narrower width
-    // than needed only lowers the bound).
-    while (k < cost.cp && WidthThresholdMs(p, s, k) > theta * (1 + 1e-9)) ++k;
-  }
-  return work + cost.LeastExchangeWorkMs(s, k) / p.scheme.cp;
+  return work + ShardedExtraMs(p, s, NarrowestWidth(p, s, theta), theta) / p.scheme.cp;
 }
 
 // Per document of length s, its work on a pipeline of the group when it also pays its
