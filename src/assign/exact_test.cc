@@ -456,6 +456,16 @@ TEST(ExactTest, BoundWithThreeGroupsAndTwoCpWidthsStaysBelowTheOptimum) {
       tighter_than_mean);
 }
 
+// What the bound was before it charged idle ranks, for one pipeline of pp 1: its documents'
+// balanced work with the least exchange of those that must be sharded, plus c for one
+// micro-batch.
+double LeastExchangeOnlyMs(const AssignProblem& p) {
+  const PipelineModel& m = p.pipelines[0];
+  double ms = m.time.c_ms;
+  for (const std::int64_t s : p.lengths) ms += m.DocumentWorkMs(s);
+  return ms;
+}
+
 // A document that takes more than half of a cp micro-batch's memory leaves the other ranks
 // too little memory to work as long as its own ranks (or, spread wider, pays more exchange):
 // the bound charges that idle time and stays below the optimum, where charging only the
@@ -471,10 +481,7 @@ TEST(ExactTest, ADocumentFillingMostRanksLeavesTheOthersIdleInTheBound) {
   ASSERT_NEAR(r.optimal_ms, BruteForceMs(p), 1e-9 * r.optimal_ms);
   const LowerBound lb = ComputeLowerBound(p);
   EXPECT_LE(lb.ms, r.optimal_ms * (1 + 1e-9));
-  // Without the idle: balanced work, the least exchange and c for the one micro-batch the
-  // tokens need.
-  double least = c;
-  for (const std::int64_t s : p.lengths) least += m.DocumentWorkMs(s);
+  const double least = LeastExchangeOnlyMs(p);
   std::printf(
       "[ exact    ] optimum %.3f, bound %.3f, least exchange only %.3f, longest document %.3f\n",
       r.optimal_ms, lb.ms, least, lb.longest_doc_ms);
@@ -510,9 +517,8 @@ TEST(ExactTest, BoundWithADocumentOverHalfTheMemoryStaysBelowTheOptimum) {
     ASSERT_NEAR(r.optimal_ms, BruteForceMs(p), 1e-9 * std::max(1.0, r.optimal_ms));
     const LowerBound lb = ComputeLowerBound(p);
     EXPECT_LE(lb.ms, r.optimal_ms * (1 + 1e-9));
-    double least = c;
-    for (const std::int64_t s : p.lengths) least += p.pipelines[0].DocumentWorkMs(s);
-    above_least_exchange += lb.ms > std::max(least, lb.longest_doc_ms) * (1 + 1e-9);
+    above_least_exchange +=
+        lb.ms > std::max(LeastExchangeOnlyMs(p), lb.longest_doc_ms) * (1 + 1e-9);
   }
   std::printf(
       "[ exact    ] a document over half the memory: the bound above the least exchange and the "

@@ -92,14 +92,21 @@ double WidthThresholdMs(const PipelineModel& p, std::int64_t s, int k) {
   return p.scheme.pp * (p.shard.DocumentMs(s, k, k <= p.shard.ranks_per_node) + p.time.c_ms);
 }
 
-// The narrowest width over which a document of s tokens that must be sharded can run at
-// step time theta (with slack: a width that fits theta only up to rounding counts, since a
-// narrower width than needed only lowers the bound); cp where none can.
-int NarrowestWidth(const PipelineModel& p, std::int64_t s, double theta) {
+// Whether a document of s tokens over k ranks can run within step time theta (with slack:
+// a width that fits theta only up to rounding counts, since counting a width that cannot
+// run only lowers the bound).
+bool WidthFits(const PipelineModel& p, std::int64_t s, int k, double theta) {
+  return WidthThresholdMs(p, s, k) <= theta * (1 + 1e-9);
+}
+
+// The narrowest width at least `fewest` (the fewest ranks whose memory holds the document,
+// at least 2) over which a document of s tokens can run at step time theta; cp where none
+// can.
+int NarrowestWidth(const PipelineModel& p, std::int64_t s, int fewest, double theta) {
   const ShardCost& cost = p.shard;
-  int k = std::clamp(cost.MinWidth(s), 2, std::max(cost.cp, 2));
+  int k = std::min(fewest, std::max(cost.cp, 2));
   if (cost.space == CpLayoutSpace::kAnySubset) {
-    while (k < cost.cp && WidthThresholdMs(p, s, k) > theta * (1 + 1e-9)) ++k;
+    while (k < cost.cp && !WidthFits(p, s, k, theta)) ++k;
   }
   return k;
 }
@@ -126,24 +133,25 @@ double FreeRankMs(const ShardCost& cost, std::int64_t s, int k) {
   return r * confined + std::min(r, k * left) * std::max(0.0, touching - confined);
 }
 
-// Summed over the cp ranks, the least a document of s tokens that must be sharded adds to
-// its stage beyond its balanced work at step time theta, over the widths k >= k0 that theta
-// allows (k0 the narrowest): its exchange over k ranks, and where it takes more than half
+// Summed over the cp ranks, the least a document of s tokens that must be sharded (over at
+// least `fewest` ranks, its memory says) adds to its stage beyond its balanced work at step
+// time theta, over the widths k >= k0 that theta allows (k0 the narrowest, NarrowestWidth):
+// its exchange over k ranks, and where it takes more than half
 // of its micro-batch's memory (so no other such document shares that micro-batch), the
 // time the cp - k ranks without it spend short of its own ranks' time: their memory holds
 // too little work (FreeRankMs) to last as long (docs/design.md, "Lower bound", 2).
-double ShardedExtraMs(const PipelineModel& p, std::int64_t s, int k0, double theta) {
+double ShardedExtraMs(const PipelineModel& p, std::int64_t s, int fewest, int k0, double theta) {
   const ShardCost& cost = p.shard;
   const double least = cost.LeastExchangeWorkMs(s, k0);
   if (cost.space != CpLayoutSpace::kAnySubset) return least;
-  const int m = std::clamp(cost.MinWidth(s), 2, cost.cp);
+  const int m = std::min(fewest, cost.cp);
   if (static_cast<double>(s) * (1 + cost.kv_memory_ratio * (m - 1)) <=
       cost.cp * cost.rank_capacity_tokens / 2) {
     return least;
   }
   double best = kInf;
   for (int k = k0; k <= cost.cp; ++k) {
-    if (k > k0 && WidthThresholdMs(p, s, k) > theta * (1 + 1e-9)) continue;
+    if (k > k0 && !WidthFits(p, s, k, theta)) continue;
     const double own = cost.DocumentMs(s, k, k <= cost.ranks_per_node);
     const double idle = (cost.cp - k) * std::max(0.0, own - FreeRankMs(cost, s, k));
     best = std::min(best, cost.LeastExchangeWorkMs(s, k) + idle);
@@ -157,10 +165,12 @@ double ShardedExtraMs(const PipelineModel& p, std::int64_t s, int k0, double the
 double WorkMs(const PipelineModel& p, std::int64_t s, double theta) {
   const double work = p.time.DocumentMs(s);
   if (WholeThresholdMs(p, s) <= theta) return work;
-  // Sharded over k ranks it adds u (k - 1) s of exchange over the k ranks, least at the
-  // narrowest width its memory and theta allow (a width whose own time through the pp
-  // stages exceeds theta cannot run it; the floor's cheapest link for that width).
-  return work + ShardedExtraMs(p, s, NarrowestWidth(p, s, theta), theta) / p.scheme.cp;
+  // Sharded over k ranks it adds u (k - 1) s of exchange over the k ranks (on the cheapest
+  // link k ranks can use), and sometimes idle ranks beside it; a width whose own time
+  // through the pp stages exceeds theta cannot run it.
+  const int fewest = std::max(2, p.shard.MinWidth(s));
+  return work +
+         ShardedExtraMs(p, s, fewest, NarrowestWidth(p, s, fewest, theta), theta) / p.scheme.cp;
 }
 
 // Per document of length s, its work on a pipeline of the group when it also pays its
