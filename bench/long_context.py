@@ -9,6 +9,7 @@ and `hydraulis plan --dataset` for the gap to the lower bound and the planning t
 one table row per distribution and writes every output under --out.
 
     bench/long_context.py --gpus 256 --tokens-per-batch 2097152 --steps 100
+    bench/long_context.py --lengths mine=my-lengths.txt --steps 20   # your own data
 """
 import argparse
 import json
@@ -59,6 +60,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="/tmp/hydraulis-long-context")
     p.add_argument("--only", help="one distribution name")
+    p.add_argument("--lengths", action="append", default=[], metavar="NAME=PATH",
+                   help="run on this length file instead of the three of ../shared/data "
+                        "(repeatable; the formats `plan --lengths` reads)")
     p.add_argument("--reuse", action="store_true",
                    help="keep outputs already under --out instead of running them again")
     p.add_argument("--recompute-granularity", default="",
@@ -83,10 +87,14 @@ def main():
     print("| data | propose s | ours ms | whole-or-every ms | dynamic-cp ms | static-cp ms "
           "| x dynamic-cp: mean, worst step, slower steps | x static-cp | x whole-or-every "
           "| plan over bound | planning median / p90 ms |")
-    for name, file in DISTRIBUTIONS:
+    distributions = [(n, os.path.join(SHARED, f)) for n, f in DISTRIBUTIONS]
+    if a.lengths:
+        if any("=" not in x for x in a.lengths):
+            p.error("--lengths takes NAME=PATH")
+        distributions = [tuple(x.split("=", 1)) for x in a.lengths]
+    for name, lengths in distributions:
         if a.only and a.only != name:
             continue
-        lengths = os.path.join(SHARED, file)
         proposed = os.path.join(a.out, f"{name}-{a.gpus}-candidates.json")
         propose_s = 0.0
         if not (a.reuse and os.path.exists(proposed)):

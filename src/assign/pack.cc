@@ -418,8 +418,11 @@ namespace {
 // Per micro-batch and cp rank, the load and memory RankBinPacking has placed so far.
 class RankBins {
  public:
-  RankBins(const AssignProblem& problem, const PipelineModel& pipe, std::size_t bins)
-      : problem_(problem),
+  // `over_subsets`: shard over the fewest ranks (rank subsets only) or over every rank.
+  RankBins(const AssignProblem& problem, const PipelineModel& pipe, std::size_t bins,
+           bool over_subsets)
+      : over_subsets_(over_subsets && pipe.shard.space == CpLayoutSpace::kAnySubset),
+        problem_(problem),
         pipe_(pipe),
         cost_(pipe.shard),
         cp_(static_cast<std::size_t>(cost_.cp)),
@@ -439,7 +442,7 @@ class RankBins {
   // to the micro-batch whose slowest rank is least loaded (ties: the lowest index) among
   // those with room on every rank. False where none has room.
   bool Shard(int d) {
-    if (cost_.space == CpLayoutSpace::kAnySubset && ShardOverSubset(d)) return true;
+    if (over_subsets_ && ShardOverSubset(d)) return true;
     const std::int64_t s = Len(problem_, d);
     const double share_memory = cost_.ShardedMemoryTokens(s);
     std::size_t chosen = bins_;
@@ -580,6 +583,7 @@ class RankBins {
     return chosen;
   }
 
+  const bool over_subsets_;
   const AssignProblem& problem_;
   const PipelineModel& pipe_;
   const ShardCost& cost_;
@@ -600,9 +604,10 @@ class RankBins {
 // `order`: the documents longest first (LongestFirst). Documents no rank holds whole are
 // placed first, sharded, so the whole ones fill around them.
 bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
-                    std::span<const int> order, int v, MicroBatches& out, double& estimate_ms) {
+                    std::span<const int> order, int v, bool over_subsets, MicroBatches& out,
+                    double& estimate_ms) {
   if (static_cast<std::size_t>(pipe.shard.cp) < 2 || v < 1) return false;
-  RankBins bins(problem, pipe, static_cast<std::size_t>(v));
+  RankBins bins(problem, pipe, static_cast<std::size_t>(v), over_subsets);
   for (int d : order) {
     if (!pipe.shard.FitsRank(static_cast<double>(Len(problem, d))) && !bins.Shard(d)) return false;
   }
@@ -616,7 +621,8 @@ bool RankBinPacking(const AssignProblem& problem, const PipelineModel& pipe,
 bool RankBinPack(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
                  int v, MicroBatches& out) {
   double estimate_ms = 0;
-  return RankBinPacking(problem, pipe, LongestFirst(problem.lengths, docs), v, out, estimate_ms);
+  return RankBinPacking(problem, pipe, LongestFirst(problem.lengths, docs), v,
+                        /*over_subsets=*/true, out, estimate_ms);
 }
 
 namespace {
@@ -624,13 +630,18 @@ namespace {
 // For a cp > 1 pipeline: rank-bin packings (RankBinPack) from the fewest micro-batches their
 // memory allows upward, kept in `result` where their exact time is lower. Each further
 // micro-batch costs c and buys room to place documents whole; stops at the first count
-// that does not improve.
+// that does not improve. With PackOptions::rank_bins_over_every_rank, over rank subsets,
+// where some document must be sharded, the packing that shards it over every rank is tried
+// too: the fewest ranks leave the others idle beside a slow shard when too few documents
+// can fill them, and each micro-batch's layout still chooses among all subsets.
 void TryRankBins(const AssignProblem& problem, const PipelineModel& pipe, std::span<const int> docs,
-                 int fewest, PackResult& result) {
+                 int fewest, const PackOptions& options, PackResult& result) {
   const ShardCost& cost = pipe.shard;
   if (cost.cp < 2 || cost.space == CpLayoutSpace::kEveryRank) return;
-  double demand = 0;  // rank memory the documents need, over all ranks of the pipeline
-  bool any_whole = false;
+  // Rank memory the documents need, over all ranks of the pipeline, sharding those no rank
+  // holds over the fewest ranks or over every rank.
+  double demand_subsets = 0, demand_every = 0;
+  bool any_whole = false, any_sharded = false;
   // No packing beats the documents' balanced work (with the exchange of those no rank
   // holds whole) plus c for each micro-batch the tokens need: where the fewest
   // micro-batches' packing reaches that, there is nothing to gain.
@@ -641,35 +652,45 @@ void TryRankBins(const AssignProblem& problem, const PipelineModel& pipe, std::s
     work_ms += pipe.DocumentWorkMs(s);
     total += s;
     if (cost.FitsRank(static_cast<double>(s))) {
-      demand += static_cast<double>(s);
+      demand_subsets += static_cast<double>(s);
+      demand_every += static_cast<double>(s);
       any_whole = true;
-    } else if (cost.space == CpLayoutSpace::kAnySubset) {
+      continue;
+    }
+    any_sharded = true;
+    demand_every += cost.cp * cost.ShardedMemoryTokens(s);
+    if (cost.space == CpLayoutSpace::kAnySubset) {
       const int k = std::clamp(cost.MinWidth(s), 2, cost.cp);
-      demand += k * cost.MemoryTokens(s, k);
-    } else {
-      demand += cost.cp * cost.ShardedMemoryTokens(s);
+      demand_subsets += k * cost.MemoryTokens(s, k);
     }
   }
   if (!any_whole || !DefinitelyLess(PackingFloorMs(pipe, work_ms, total), result.ms)) return;
   const int n = static_cast<int>(docs.size());
-  const int from = std::max(
-      fewest, static_cast<int>(std::ceil(demand / (cost.cp * cost.rank_capacity_tokens) - 1e-9)));
-  // Counts compared by the packings' own estimate; the best is laid out exactly.
   const std::vector<int> order = LongestFirst(problem.lengths, docs);
-  MicroBatches candidate, best;
-  double best_estimate = std::numeric_limits<double>::infinity();
-  for (int v = from; v <= std::min(n, from + kMaxRankBinCounts); ++v) {
-    double estimate_ms = 0;
-    if (!RankBinPacking(problem, pipe, order, v, candidate, estimate_ms)) continue;
-    if (!DefinitelyLess(estimate_ms, best_estimate)) break;
-    best_estimate = estimate_ms;
-    best.swap(candidate);
-  }
-  if (best.empty() || !DefinitelyLess(best_estimate * (1 - kEstimateSlack), result.ms)) return;
-  const double ms = OrderForSchedule(problem, pipe, best);
-  if (DefinitelyLess(ms, result.ms)) {
-    result.ms = ms;
-    result.micro_batches = std::move(best);
+  const auto try_packings = [&](bool over_subsets, double demand) {
+    const int from = std::max(
+        fewest, static_cast<int>(std::ceil(demand / (cost.cp * cost.rank_capacity_tokens) - 1e-9)));
+    // Counts compared by the packings' own estimate; the best is laid out exactly.
+    MicroBatches candidate, best;
+    double best_estimate = std::numeric_limits<double>::infinity();
+    for (int v = from; v <= std::min(n, from + kMaxRankBinCounts); ++v) {
+      double estimate_ms = 0;
+      if (!RankBinPacking(problem, pipe, order, v, over_subsets, candidate, estimate_ms)) continue;
+      if (!DefinitelyLess(estimate_ms, best_estimate)) break;
+      best_estimate = estimate_ms;
+      best.swap(candidate);
+    }
+    if (best.empty() || !DefinitelyLess(best_estimate * (1 - kEstimateSlack), result.ms)) return;
+    const double ms = OrderForSchedule(problem, pipe, best);
+    if (DefinitelyLess(ms, result.ms)) {
+      result.ms = ms;
+      result.micro_batches = std::move(best);
+    }
+  };
+  const bool subsets = cost.space == CpLayoutSpace::kAnySubset;
+  try_packings(subsets, subsets ? demand_subsets : demand_every);
+  if (subsets && any_sharded && options.rank_bins_over_every_rank) {
+    try_packings(false, demand_every);
   }
 }
 
@@ -686,7 +707,7 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
     const int count = static_cast<int>(fewest.size());
     result.ms = OrderForSchedule(problem, pipe, fewest);
     result.micro_batches = std::move(fewest);
-    if (options.rank_bins) TryRankBins(problem, pipe, docs, count, result);
+    if (options.rank_bins) TryRankBins(problem, pipe, docs, count, options, result);
     return result;
   }
   double total_work = 0;
@@ -734,7 +755,7 @@ PackResult PackPipeline(const AssignProblem& problem, const PipelineModel& pipe,
       }
     }
   }
-  if (options.rank_bins) TryRankBins(problem, pipe, docs, v_min, result);
+  if (options.rank_bins) TryRankBins(problem, pipe, docs, v_min, options, result);
   return result;
 }
 

@@ -21,6 +21,10 @@ struct PackOptions {
   // cp > 1 pipelines also try RankBinPack's packings (more micro-batches, documents whole
   // on their ranks) and keep the fastest; off only to measure what they buy.
   bool rank_bins = true;
+  // Over rank subsets, RankBinPack shards a document no rank holds over the fewest ranks
+  // (the least exchange); with this, the packing that shards it over every rank is tried
+  // too, and the faster kept. Off only to measure what it buys.
+  bool rank_bins_over_every_rank = true;
 };
 
 struct PackResult {
