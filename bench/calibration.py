@@ -61,7 +61,7 @@ def noise_floor(a, common, here):
          "--profile", here, "--calibrate", "off", "--log-json", log], "identical steps")
     r = records(log)
     measured = [x["step_ms"] for x in r]
-    for x, i in zip(r, range(len(r))):
+    for i, x in enumerate(r):
         window = measured[max(0, i - 18):max(1, i - 2)]
         x["predicted_step_ms"] = statistics.fmean(window)
     return r

@@ -33,6 +33,13 @@
 namespace hydraulis {
 namespace {
 
+// Every document of `lengths`, by index: the list a test packs.
+std::vector<int> EveryDocument(const std::vector<std::int64_t>& lengths) {
+  std::vector<int> docs(lengths.size());
+  std::iota(docs.begin(), docs.end(), 0);
+  return docs;
+}
+
 // Longest first, ties by index: the same order from documents in stage 1's ascending
 // (length, index) order (the linear path) and from any other order (the sort).
 TEST(PackTest, LongestFirstIsOneOrderWhateverTheInputOrder) {
@@ -61,8 +68,7 @@ TEST(PackTest, LongestFirstIsOneOrderWhateverTheInputOrder) {
 
 TEST(PackTest, MinCountPackReachesTheTokenBoundWhenFirstFitCan) {
   std::vector<std::int64_t> lengths = {5, 5, 4, 3, 3, 2, 2};
-  std::vector<int> docs(lengths.size());
-  std::iota(docs.begin(), docs.end(), 0);
+  const std::vector<int> docs = EveryDocument(lengths);
   MicroBatches mbs = MinCountPack(lengths, docs, 8);
   EXPECT_EQ(mbs.size(), 3u);  // 24 tokens, capacity 8: exactly full
   for (const auto& mb : mbs) {
@@ -89,8 +95,7 @@ TEST(PackTest, DeepPipelinesSplitFinerThanTheFewestMicroBatches) {
   AssignProblem p;
   for (int i = 0; i < 40; ++i) p.lengths.push_back(500 + 25 * i);
   p.pipelines = {{{1, 4, 4}, {1e-6, 0.06, 10}, 60'000, {}}};
-  std::vector<int> docs(p.lengths.size());
-  std::iota(docs.begin(), docs.end(), 0);
+  const std::vector<int> docs = EveryDocument(p.lengths);
   RelaxationTable table;
   PackOptions with_shapes;
   with_shapes.relaxations = &table;
@@ -119,8 +124,7 @@ TEST(PackTest, CpRanksHoldWholeDocumentsSideBySide) {
   AssignProblem p;
   p.lengths.assign(16, 7'000);
   p.pipelines = {Cp8Tp4()};
-  std::vector<int> docs(16);
-  std::iota(docs.begin(), docs.end(), 0);
+  const std::vector<int> docs = EveryDocument(p.lengths);
   PackOptions fewest;
   fewest.rank_bins = false;
   const PackResult before = PackPipeline(p, p.pipelines[0], docs, fewest);
@@ -170,8 +174,7 @@ TEST(PackTest, WorkPlusFewestMicroBatchesFloorsEveryPacking) {
     const int pp = 1 + static_cast<int>(rng.Below(4));
     const AssignProblem p = RandomPackProblem(rng, cp, pp, 80);
     const std::int64_t capacity = p.pipelines[0].capacity_tokens;
-    std::vector<int> docs(p.lengths.size());
-    std::iota(docs.begin(), docs.end(), 0);
+    const std::vector<int> docs = EveryDocument(p.lengths);
     const PipelineModel& pipe = p.pipelines[0];
     double work = 0;
     std::int64_t tokens = 0;
@@ -199,8 +202,7 @@ TEST(PackTest, RankBinsNeverSlowerAndAlwaysValidOnRandomCpPipelines) {
     const int pp = rng.Below(4) == 0 ? 2 : 1;
     const AssignProblem p = RandomPackProblem(rng, cp, pp, 60);
     const std::int64_t capacity = p.pipelines[0].capacity_tokens;
-    std::vector<int> docs(p.lengths.size());
-    std::iota(docs.begin(), docs.end(), 0);
+    const std::vector<int> docs = EveryDocument(p.lengths);
     PackOptions off;
     off.rank_bins = false;
     const PackResult before = PackPipeline(p, p.pipelines[0], docs, off);
@@ -366,8 +368,7 @@ TEST(PackTest, LargeBatchesPackInNearLinearTimeAndStayValid) {
   for (int i = 0; i < 60'000; ++i)
     p.lengths.push_back(1 + static_cast<std::int64_t>(rng.Below(4'000)));
   p.pipelines = {{{1, 2, 2}, {1e-7, 0.01, 5}, 32'768, {}}};
-  std::vector<int> docs(p.lengths.size());
-  std::iota(docs.begin(), docs.end(), 0);
+  const std::vector<int> docs = EveryDocument(p.lengths);
   const MicroBatches fewest = MinCountPack(p.lengths, docs, 32'768);
   std::int64_t total = 0;
   for (auto s : p.lengths) total += s;
@@ -385,8 +386,6 @@ TEST(PackTest, LargeBatchesPackInNearLinearTimeAndStayValid) {
   EXPECT_NEAR(r.ms, PipelineMs(p, p.pipelines[0], r.micro_batches), 1e-6 * r.ms);
 }
 
-}  // namespace
-
 // The LLaMA-32B A800 (CP8,TP16) scheme: a 128K document needs three of its eight ranks'
 // memory, and over three it takes about twice as long per rank as over all eight.
 TEST(PackTest, ALongDocumentAmongShortOnesIsShardedOverEveryRankWhereThatIsFaster) {
@@ -396,8 +395,7 @@ TEST(PackTest, ALongDocumentAmongShortOnesIsShardedOverEveryRankWhereThatIsFaste
   for (int i = 0; i < 280; ++i) p.lengths.push_back(256 + (37 * i) % 1'300);
   p.pipelines = {MakePipelineModel({8, 16, 1}, {1.37779723e-6, 0.102435387, 145.75}, 375'808,
                                    0.0209664, 0.0013)};
-  std::vector<int> docs(p.lengths.size());
-  std::iota(docs.begin(), docs.end(), 0);
+  const std::vector<int> docs = EveryDocument(p.lengths);
   PackOptions fewest_ranks;
   fewest_ranks.rank_bins_over_every_rank = false;
   const PackResult before = PackPipeline(p, p.pipelines[0], docs, fewest_ranks);
@@ -414,4 +412,5 @@ TEST(PackTest, ALongDocumentAmongShortOnesIsShardedOverEveryRankWhereThatIsFaste
   }
 }
 
+}  // namespace
 }  // namespace hydraulis
